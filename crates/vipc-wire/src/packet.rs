@@ -1,0 +1,339 @@
+//! The fixed 72-byte header, the packet types and their encoding.
+//!
+//! All multi-byte fields are big-endian (network order). The layout is
+//! documented byte by byte in `docs/PROTOCOL.md`; the offsets below are the
+//! single source of truth for the code.
+
+use crate::auth::{AuthKey, MAC_LEN};
+use crate::Pid;
+use thiserror::Error;
+
+/// First two bytes of every packet: ASCII "Vi".
+pub const MAGIC: u16 = 0x5669;
+/// The protocol version this crate speaks.
+pub const VERSION: u8 = 1;
+/// Size of the fixed header, including the 32-byte message.
+pub const HEADER_LEN: usize = 72;
+/// Size of a V message.
+pub const MESSAGE_LEN: usize = 32;
+/// The largest UDP payload we ever build or accept.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// The largest data part a packet can carry (with room for a MAC).
+pub const MAX_DATA: usize = MAX_DATAGRAM - HEADER_LEN - MAC_LEN;
+
+/// A 32-byte V message.
+pub type Message = [u8; MESSAGE_LEN];
+
+/// The packet types: the 13 of 000 §5.5 plus the selective-retransmission
+/// acknowledgement for MoveFrom and an exchange cancellation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PacketType {
+    /// Announces a candidate logical host id (`logicalHostRequest`).
+    HostRequest = 1,
+    /// "That logical host id is mine" (`logicalHostComplaint`).
+    HostComplaint = 2,
+    /// A message from a sender to a receiver (`remoteSend`).
+    Send = 3,
+    /// The reply, which also acknowledges the send (`remoteReply`).
+    Reply = 4,
+    /// Asks the original sender's node to re-send to another pid (`remoteForward`).
+    Forward = 5,
+    /// The destination process does not exist (`nAck`).
+    NAck = 6,
+    /// The send arrived and is being worked on; restarts the sender's timers (`replyPending`).
+    ReplyPending = 7,
+    /// Broadcast name lookup (`remoteGetPid`).
+    GetPid = 8,
+    /// Answer to a name lookup (`remoteGetPidReply`).
+    GetPidReply = 9,
+    /// A data packet of a MoveTo stream (`remoteMoveToRequest`).
+    MoveToData = 10,
+    /// Acknowledgement of MoveTo data, cumulative plus bitmap (`remoteMoveToReply`).
+    MoveToAck = 11,
+    /// Asks for a range of a read-granted segment (`remoteMoveFromRequest`).
+    MoveFromRequest = 12,
+    /// A data packet of a MoveFrom stream (`remoteMoveFromReply`).
+    MoveFromData = 13,
+    /// Acknowledgement of MoveFrom data, cumulative plus bitmap.
+    MoveFromAck = 14,
+    /// The sender abandoned the exchange (process destroyed): free its state.
+    Cancel = 15,
+}
+
+impl PacketType {
+    /// Every packet type, in wire-code order.
+    pub const ALL: [PacketType; 15] = [
+        PacketType::HostRequest,
+        PacketType::HostComplaint,
+        PacketType::Send,
+        PacketType::Reply,
+        PacketType::Forward,
+        PacketType::NAck,
+        PacketType::ReplyPending,
+        PacketType::GetPid,
+        PacketType::GetPidReply,
+        PacketType::MoveToData,
+        PacketType::MoveToAck,
+        PacketType::MoveFromRequest,
+        PacketType::MoveFromData,
+        PacketType::MoveFromAck,
+        PacketType::Cancel,
+    ];
+
+    /// Decodes a wire code.
+    pub fn from_u8(v: u8) -> Option<PacketType> {
+        PacketType::ALL.get((v as usize).wrapping_sub(1)).copied()
+    }
+
+    /// Index 0..15 for per-type counters.
+    pub fn index(self) -> usize {
+        self as usize - 1
+    }
+
+    /// Human-readable name, as used in statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            PacketType::HostRequest => "host-request",
+            PacketType::HostComplaint => "host-complaint",
+            PacketType::Send => "send",
+            PacketType::Reply => "reply",
+            PacketType::Forward => "forward",
+            PacketType::NAck => "nack",
+            PacketType::ReplyPending => "reply-pending",
+            PacketType::GetPid => "get-pid",
+            PacketType::GetPidReply => "get-pid-reply",
+            PacketType::MoveToData => "move-to-data",
+            PacketType::MoveToAck => "move-to-ack",
+            PacketType::MoveFromRequest => "move-from-request",
+            PacketType::MoveFromData => "move-from-data",
+            PacketType::MoveFromAck => "move-from-ack",
+            PacketType::Cancel => "cancel",
+        }
+    }
+}
+
+/// Header flag bits (byte offset 4, u16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct Flags(pub u16);
+
+impl Flags {
+    /// The request may be executed more than once: no reply is cached.
+    pub const IDEMPOTENT: u16 = 1 << 0;
+    /// The sender granted read access to its segment.
+    pub const SEG_READ: u16 = 1 << 1;
+    /// The sender granted write access to its segment.
+    pub const SEG_WRITE: u16 = 1 << 2;
+    /// Bulk data: the receiver must acknowledge now.
+    pub const ACK_REQUEST: u16 = 1 << 3;
+    /// A MAC trailer follows the data.
+    pub const MAC: u16 = 1 << 15;
+    /// Bits a version-1 node understands; others are ignored.
+    pub const KNOWN: u16 =
+        Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::MAC;
+
+    /// True when every bit of `bits` is set.
+    pub fn has(self, bits: u16) -> bool {
+        self.0 & bits == bits
+    }
+
+    /// Returns the flags with `bits` set or cleared.
+    pub fn with(self, bits: u16, on: bool) -> Flags {
+        if on {
+            Flags(self.0 | bits)
+        } else {
+            Flags(self.0 & !bits)
+        }
+    }
+}
+
+/// Every header field except magic, version and data length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// What kind of packet this is.
+    pub ptype: PacketType,
+    /// Flag bits; `Flags::MAC` is managed by the encoder.
+    pub flags: Flags,
+    /// Exchange or transfer sequence number, unique per sending node.
+    pub seq: u32,
+    /// The process on whose behalf the packet is sent.
+    pub src: Pid,
+    /// The process the packet is for (0 for broadcasts).
+    pub dst: Pid,
+    /// The forwarder (equal to `src` unless forwarded); reused by some types.
+    pub fwd: Pid,
+    /// Length of the whole segment or transfer.
+    pub total_len: u32,
+    /// First field of the address pair: meaning depends on the type.
+    pub local_addr: u32,
+    /// Second field of the address pair: meaning depends on the type.
+    pub remote_addr: u32,
+    /// The 32-byte message.
+    pub message: Message,
+}
+
+impl Header {
+    /// A header of the given type with every other field zero.
+    pub fn new(ptype: PacketType) -> Header {
+        Header {
+            ptype,
+            flags: Flags::default(),
+            seq: 0,
+            src: Pid::NONE,
+            dst: Pid::NONE,
+            fwd: Pid::NONE,
+            total_len: 0,
+            local_addr: 0,
+            remote_addr: 0,
+            message: [0; MESSAGE_LEN],
+        }
+    }
+}
+
+/// A parsed packet borrowing its data from the receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet<'a> {
+    /// The fixed header.
+    pub header: Header,
+    /// The data part (`length` bytes).
+    pub data: &'a [u8],
+}
+
+/// Why a datagram is not a valid packet. Every variant is counted by the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum ParseError {
+    /// Shorter than the fixed header.
+    #[error("datagram of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    TooShort(usize),
+    /// Not a vipc packet at all.
+    #[error("bad magic {0:#06x}")]
+    BadMagic(u16),
+    /// A vipc packet of another protocol version.
+    #[error("protocol version {0} (this node speaks {VERSION})")]
+    BadVersion(u8),
+    /// Unknown packet type code.
+    #[error("unknown packet type {0}")]
+    UnknownType(u8),
+    /// The length field disagrees with the datagram size.
+    #[error("length field {field} does not match {actual} data bytes")]
+    LengthMismatch {
+        /// What the header claims.
+        field: u32,
+        /// What the datagram holds.
+        actual: usize,
+    },
+    /// The cluster has a key but the packet carries no MAC.
+    #[error("packet carries no MAC but this cluster requires one")]
+    MissingMac,
+    /// The packet carries a MAC but this node has no key.
+    #[error("packet carries a MAC but this node has no key")]
+    UnexpectedMac,
+    /// The MAC does not verify: wrong key or a forged/corrupted packet.
+    #[error("MAC verification failed")]
+    BadMac,
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Parses and authenticates one datagram. Never panics, never allocates.
+pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, ParseError> {
+    if buf.len() < HEADER_LEN {
+        return Err(ParseError::TooShort(buf.len()));
+    }
+    let magic = be16(buf, 0);
+    if magic != MAGIC {
+        return Err(ParseError::BadMagic(magic));
+    }
+    if buf[2] != VERSION {
+        return Err(ParseError::BadVersion(buf[2]));
+    }
+    let ptype = PacketType::from_u8(buf[3]).ok_or(ParseError::UnknownType(buf[3]))?;
+    let flags = Flags(be16(buf, 4));
+    let mac_len = if flags.has(Flags::MAC) { MAC_LEN } else { 0 };
+    let length = be32(buf, 24);
+    let actual = buf.len().saturating_sub(HEADER_LEN + mac_len);
+    if buf.len() < HEADER_LEN + mac_len || length as usize != actual {
+        return Err(ParseError::LengthMismatch { field: length, actual });
+    }
+    match (key, mac_len) {
+        (Some(_), 0) => return Err(ParseError::MissingMac),
+        (None, MAC_LEN) => return Err(ParseError::UnexpectedMac),
+        (Some(k), _) => {
+            let (body, mac) = buf.split_at(buf.len() - MAC_LEN);
+            if !k.verify(body, mac) {
+                return Err(ParseError::BadMac);
+            }
+        }
+        (None, _) => {}
+    }
+    let mut message = [0u8; MESSAGE_LEN];
+    message.copy_from_slice(&buf[40..72]);
+    let header = Header {
+        ptype,
+        flags,
+        seq: be32(buf, 8),
+        src: Pid(be32(buf, 12)),
+        dst: Pid(be32(buf, 16)),
+        fwd: Pid(be32(buf, 20)),
+        total_len: be32(buf, 28),
+        local_addr: be32(buf, 32),
+        remote_addr: be32(buf, 36),
+        message,
+    };
+    Ok(Packet {
+        header,
+        data: &buf[HEADER_LEN..HEADER_LEN + length as usize],
+    })
+}
+
+/// The encoded size of a packet with `data_len` data bytes.
+pub fn encoded_len(data_len: usize, keyed: bool) -> usize {
+    HEADER_LEN + data_len + if keyed { MAC_LEN } else { 0 }
+}
+
+/// Appends the encoded packet to `out` (which is usually empty).
+///
+/// # Panics
+/// If `data` is longer than [`MAX_DATA`]: the engine never builds such a packet.
+pub fn encode(header: &Header, data: &[u8], key: Option<&AuthKey>, out: &mut Vec<u8>) {
+    assert!(data.len() <= MAX_DATA, "packet data of {} bytes exceeds MAX_DATA", data.len());
+    let start = out.len();
+    let flags = header.flags.with(Flags::MAC, key.is_some());
+    out.reserve(encoded_len(data.len(), key.is_some()));
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.push(VERSION);
+    out.push(header.ptype as u8);
+    out.extend_from_slice(&flags.0.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    for v in [
+        header.seq,
+        header.src.0,
+        header.dst.0,
+        header.fwd.0,
+        data.len() as u32,
+        header.total_len,
+        header.local_addr,
+        header.remote_addr,
+    ] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    out.extend_from_slice(&header.message);
+    out.extend_from_slice(data);
+    if let Some(k) = key {
+        let mac = k.mac(&out[start..]);
+        out.extend_from_slice(&mac);
+    }
+}
+
+/// Encodes into a fresh vector.
+pub fn to_vec(header: &Header, data: &[u8], key: Option<&AuthKey>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(encoded_len(data.len(), key.is_some()));
+    encode(header, data, key, &mut v);
+    v
+}
