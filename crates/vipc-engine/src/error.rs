@@ -1,0 +1,67 @@
+//! Typed errors of every primitive.
+
+use vipc_wire::Pid;
+
+/// Why a primitive failed. Every misuse of the API is one of these, never a panic.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The destination does not exist (local check, or an nAck from its host).
+    #[error("no such process {0}")]
+    NoSuchProcess(Pid),
+    /// No reply or replyPending within T_t: the host is down or unreachable.
+    #[error("no answer from {0} within the timeout")]
+    Timeout(Pid),
+    /// Reply, Forward, MoveTo or MoveFrom to a process not awaiting a reply from the caller.
+    #[error("{0} is not awaiting a reply from the caller")]
+    NotAwaitingReply(Pid),
+    /// The sender did not grant the access the operation needs.
+    #[error("segment access denied: {0} access not granted")]
+    NoAccess(&'static str),
+    /// The range lies outside the granted segment.
+    #[error("range {offset}+{len} lies outside the {size}-byte segment")]
+    OutOfSegment {
+        /// Start of the requested range.
+        offset: u64,
+        /// Length of the requested range.
+        len: u64,
+        /// Size of the granted segment.
+        size: u64,
+    },
+    /// The calling pid is not a live process of this node.
+    #[error("{0} is not a live process on this node")]
+    NotLocalProcess(Pid),
+    /// The calling process is already blocked in another primitive.
+    #[error("{0} is already blocked in a primitive")]
+    Busy(Pid),
+    /// A process cannot send to itself (it would wait forever).
+    #[error("a process cannot send to itself")]
+    SendToSelf,
+    /// The operation was abandoned because the process or its peer was destroyed.
+    #[error("process {0} was destroyed")]
+    Destroyed(Pid),
+    /// Group ids are not valid destinations for this primitive.
+    #[error("{0} is a group id, not a process")]
+    GroupId(Pid),
+    /// The null pid.
+    #[error("the null pid names no process")]
+    NullPid,
+    /// A segment or reply segment larger than the protocol allows.
+    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A resource limit of this node was reached.
+    #[error("node limit reached: {0}")]
+    Limit(&'static str),
+    /// Names are 1 to 32 bytes.
+    #[error("a name is 1 to 32 bytes")]
+    BadName,
+    /// The node has no logical host id yet (allocation still running).
+    #[error("node not ready: logical host allocation in progress")]
+    NotReady,
+}

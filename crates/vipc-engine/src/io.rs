@@ -1,0 +1,140 @@
+//! What flows in and out of the engine besides method arguments: segments,
+//! completions of blocking primitives, events and datagrams to transmit.
+
+use crate::Error;
+use std::net::SocketAddr;
+use vipc_wire::{HostId, Message, Pid};
+
+/// Access a sender grants the receiver to its segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct Access {
+    /// The receiver may MoveFrom the segment (and its first part is appended to the Send).
+    pub read: bool,
+    /// The receiver may MoveTo the segment and reply with a segment into it.
+    pub write: bool,
+}
+
+impl Access {
+    /// Read access only.
+    pub const READ: Access = Access { read: true, write: false };
+    /// Write access only.
+    pub const WRITE: Access = Access { read: false, write: true };
+    /// Read and write access.
+    pub const READ_WRITE: Access = Access { read: true, write: true };
+}
+
+/// A segment of the sender's memory lent to the engine for the duration of a Send.
+/// It comes back, possibly written to, in [`SendOutcome::segment`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The bytes; the segment's size is `data.len()`.
+    pub data: Vec<u8>,
+    /// What the receiver may do with them.
+    pub access: Access,
+}
+
+/// Options of a Send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SendOptions {
+    /// At-least-once: the receiver caches no reply, a lost reply means re-execution.
+    pub idempotent: bool,
+}
+
+/// Scope of a name registration or lookup (000 §5.6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// This node only.
+    Local,
+    /// Other nodes only.
+    Remote,
+    /// Both: local first, then remote.
+    Any,
+}
+
+/// A message taken by Receive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The original sender: the process to reply to.
+    pub from: Pid,
+    /// The process that forwarded the message (equal to `from` if not forwarded).
+    pub forwarder: Pid,
+    /// The 32-byte message.
+    pub msg: Message,
+    /// The appended first part of a read-granted segment, at most the capacity
+    /// given to `receive` (empty if none was sent or it could not be buffered).
+    pub segment: Vec<u8>,
+    /// The size of the whole granted segment (0 if none).
+    pub segment_size: u32,
+    /// The access granted to the segment.
+    pub access: Access,
+}
+
+/// What a completed Send returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// The reply message (it overwrites the sent message).
+    pub reply: Message,
+    /// The process that replied (differs from the destination after a Forward).
+    pub replier: Pid,
+    /// The lent segment, with whatever the receiver wrote into it.
+    pub segment: Option<Segment>,
+}
+
+/// The result of a blocking primitive. Each accepted blocking call yields exactly one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A Send finished.
+    Send(Result<SendOutcome, Error>),
+    /// A Receive or ReceiveSpecific took a message.
+    Receive(Result<Received, Error>),
+    /// A MoveTo (empty data) or MoveFrom (the bytes read) finished.
+    Move(Result<Vec<u8>, Error>),
+    /// A GetPid finished; `None` if no process is registered under the name.
+    GetPid(Option<Pid>),
+}
+
+/// Something the runtime must act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Wake `pid`: its blocking call has completed.
+    Wake {
+        /// The process to wake.
+        pid: Pid,
+        /// What its call returns.
+        completion: Completion,
+    },
+    /// The node has its logical host id and can run remote IPC.
+    HostReady(HostId),
+    /// Another node at `addr` claims our logical host id (misconfiguration).
+    HostConflict {
+        /// The contested id.
+        host: HostId,
+        /// Where the other claimant is.
+        addr: SocketAddr,
+    },
+    /// A peer speaks another protocol version; reported once per address.
+    VersionMismatch {
+        /// The peer.
+        addr: SocketAddr,
+        /// Its version.
+        version: u8,
+    },
+}
+
+/// Where a datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// One node.
+    Addr(SocketAddr),
+    /// Every node on the broadcast channel (multicast group or static peer list).
+    Broadcast,
+}
+
+/// A datagram to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to.
+    pub to: Destination,
+    /// The encoded packet.
+    pub bytes: Vec<u8>,
+}

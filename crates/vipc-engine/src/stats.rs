@@ -1,0 +1,96 @@
+//! Counters, in the spirit of AeronStat: everything a node did, for `vipc stat`.
+
+use vipc_wire::PacketType;
+
+/// Number of packet types (per-type counters).
+pub const TYPES: usize = PacketType::ALL.len();
+
+/// The node's counters. All are monotone except the gauges at the end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Valid packets received, by type.
+    pub packets_in: [u64; TYPES],
+    /// Packets sent, by type (a broadcast counts once).
+    pub packets_out: [u64; TYPES],
+    /// Bytes received in valid packets.
+    pub bytes_in: u64,
+    /// Bytes sent.
+    pub bytes_out: u64,
+    /// Sends, GetPids and bulk packets retransmitted.
+    pub retransmissions: u64,
+    /// Duplicate packets recognised and dropped (or answered from the reply cache).
+    pub duplicates: u64,
+    /// Duplicate sends answered from the reply cache.
+    pub replies_resent: u64,
+    /// Datagrams that failed MAC verification (missing, unexpected or wrong).
+    pub mac_failures: u64,
+    /// Datagrams that are not vipc packets or are malformed.
+    pub malformed: u64,
+    /// Packets of another protocol version.
+    pub bad_version: u64,
+    /// Valid packets that made no sense in the current state (late, unknown exchange).
+    pub stray: u64,
+    /// Sends that failed with a timeout.
+    pub timeouts: u64,
+    /// Local sends completed (no packets).
+    pub local_exchanges: u64,
+    /// Remote sends completed with a reply.
+    pub remote_exchanges: u64,
+    /// Appended segment data dropped for lack of buffer space.
+    pub appended_dropped: u64,
+    /// Location-cache misses (sends that had to be broadcast).
+    pub location_misses: u64,
+    /// Gauge: exchanges this node's processes have outstanding.
+    pub active_exchanges: u64,
+    /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
+    pub active_aliens: u64,
+    /// Gauge: bulk transfers in progress.
+    pub active_transfers: u64,
+    /// Gauge: live local processes.
+    pub processes: u64,
+}
+
+impl Stats {
+    /// Packets in of one type.
+    pub fn sent(&self, t: PacketType) -> u64 {
+        self.packets_out[t.index()]
+    }
+
+    /// Packets out of one type.
+    pub fn received(&self, t: PacketType) -> u64 {
+        self.packets_in[t.index()]
+    }
+
+    /// Named counters in a stable order, for printing and serialising.
+    pub fn fields(&self) -> Vec<(String, u64)> {
+        let mut v = Vec::new();
+        for t in PacketType::ALL {
+            v.push((format!("packets_in.{}", t.name()), self.received(t)));
+        }
+        for t in PacketType::ALL {
+            v.push((format!("packets_out.{}", t.name()), self.sent(t)));
+        }
+        let named = [
+            ("bytes_in", self.bytes_in),
+            ("bytes_out", self.bytes_out),
+            ("retransmissions", self.retransmissions),
+            ("duplicates", self.duplicates),
+            ("replies_resent", self.replies_resent),
+            ("mac_failures", self.mac_failures),
+            ("malformed", self.malformed),
+            ("bad_version", self.bad_version),
+            ("stray", self.stray),
+            ("timeouts", self.timeouts),
+            ("local_exchanges", self.local_exchanges),
+            ("remote_exchanges", self.remote_exchanges),
+            ("appended_dropped", self.appended_dropped),
+            ("location_misses", self.location_misses),
+            ("active_exchanges", self.active_exchanges),
+            ("active_aliens", self.active_aliens),
+            ("active_transfers", self.active_transfers),
+            ("processes", self.processes),
+        ];
+        v.extend(named.iter().map(|(k, n)| (k.to_string(), *n)));
+        v
+    }
+}

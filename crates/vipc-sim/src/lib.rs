@@ -1,0 +1,1 @@
+//! Deterministic simulation of vipc engines (under construction).

@@ -1,0 +1,1 @@
+//! vipc runtime (under construction).
