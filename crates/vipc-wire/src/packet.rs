@@ -154,6 +154,9 @@ pub struct Header {
     pub ptype: PacketType,
     /// Flag bits; `Flags::MAC` is managed by the encoder.
     pub flags: Flags,
+    /// The sending node's boot incarnation (random, nonzero): tells a restarted
+    /// node's reused pids and sequence numbers from its previous life.
+    pub incarnation: u16,
     /// Exchange or transfer sequence number, unique per sending node.
     pub seq: u32,
     /// The process on whose behalf the packet is sent.
@@ -178,6 +181,7 @@ impl Header {
         Header {
             ptype,
             flags: Flags::default(),
+            incarnation: 0,
             seq: 0,
             src: Pid::NONE,
             dst: Pid::NONE,
@@ -277,6 +281,7 @@ pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, Par
     let header = Header {
         ptype,
         flags,
+        incarnation: be16(buf, 6),
         seq: be32(buf, 8),
         src: Pid(be32(buf, 12)),
         dst: Pid(be32(buf, 16)),
@@ -310,7 +315,7 @@ pub fn encode(header: &Header, data: &[u8], key: Option<&AuthKey>, out: &mut Vec
     out.push(VERSION);
     out.push(header.ptype as u8);
     out.extend_from_slice(&flags.0.to_be_bytes());
-    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&header.incarnation.to_be_bytes());
     for v in [
         header.seq,
         header.src.0,

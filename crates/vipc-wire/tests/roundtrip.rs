@@ -8,12 +8,14 @@ fn any_header() -> impl Strategy<Value = Header> {
     (
         0usize..PacketType::ALL.len(),
         any::<u16>(),
+        any::<u16>(),
         any::<[u32; 7]>(),
         any::<[u8; 32]>(),
     )
-        .prop_map(|(t, flags, w, message)| Header {
+        .prop_map(|(t, flags, incarnation, w, message)| Header {
             ptype: PacketType::ALL[t],
             flags: Flags(flags & !Flags::MAC),
+            incarnation,
             seq: w[0],
             src: Pid(w[1]),
             dst: Pid(w[2]),
