@@ -16,6 +16,7 @@
 //! ```
 //! use vipc_engine::{Config, Engine, HostIdConfig, Time, Event, Completion, SendOptions};
 //! let mut e = Engine::new(Config { host_id: HostIdConfig::Fixed(1), ..Config::default() }, Time::ZERO);
+//! assert_eq!(e.poll_event(), Some(Event::HostReady(1)));
 //! let server = e.create_process().unwrap();
 //! let client = e.create_process().unwrap();
 //! e.receive(Time::ZERO, server, None, 0).unwrap();
@@ -39,10 +40,7 @@ mod time;
 pub use config::{Config, HostIdConfig};
 pub use engine::Engine;
 pub use error::Error;
-pub use io::{
-    Access, Completion, Destination, Event, Received, Scope, Segment, SendOptions, SendOutcome,
-    Transmit,
-};
+pub use io::{Access, Completion, Destination, Event, Received, Scope, Segment, SendOptions, SendOutcome, Transmit};
 pub use stats::Stats;
 pub use time::Time;
 pub use vipc_wire::{AuthKey, HostId, Message, Pid};

@@ -24,7 +24,7 @@ mod pid;
 
 pub use auth::{AuthKey, BadKey, MAC_LEN};
 pub use packet::{
-    encode, encoded_len, parse, to_vec, Flags, Header, Message, Packet, PacketType, ParseError,
-    HEADER_LEN, MAGIC, MAX_DATA, MAX_DATAGRAM, MESSAGE_LEN, VERSION,
+    encode, encoded_len, parse, to_vec, Flags, Header, Message, Packet, PacketType, ParseError, HEADER_LEN, MAGIC,
+    MAX_DATA, MAX_DATAGRAM, MESSAGE_LEN, VERSION,
 };
 pub use pid::{HostId, Pid, MAX_HOST_ID};

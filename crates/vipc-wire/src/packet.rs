@@ -129,8 +129,7 @@ impl Flags {
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
-    pub const KNOWN: u16 =
-        Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::MAC;
+    pub const KNOWN: u16 = Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::MAC;
 
     /// True when every bit of `bits` is set.
     pub fn has(self, bits: u16) -> bool {
@@ -291,10 +290,7 @@ pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, Par
         remote_addr: be32(buf, 36),
         message,
     };
-    Ok(Packet {
-        header,
-        data: &buf[HEADER_LEN..HEADER_LEN + length as usize],
-    })
+    Ok(Packet { header, data: &buf[HEADER_LEN..HEADER_LEN + length as usize] })
 }
 
 /// The encoded size of a packet with `data_len` data bytes.

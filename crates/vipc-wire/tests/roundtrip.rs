@@ -5,14 +5,8 @@ use proptest::prelude::*;
 use vipc_wire::*;
 
 fn any_header() -> impl Strategy<Value = Header> {
-    (
-        0usize..PacketType::ALL.len(),
-        any::<u16>(),
-        any::<u16>(),
-        any::<[u32; 7]>(),
-        any::<[u8; 32]>(),
-    )
-        .prop_map(|(t, flags, incarnation, w, message)| Header {
+    (0usize..PacketType::ALL.len(), any::<u16>(), any::<u16>(), any::<[u32; 7]>(), any::<[u8; 32]>()).prop_map(
+        |(t, flags, incarnation, w, message)| Header {
             ptype: PacketType::ALL[t],
             flags: Flags(flags & !Flags::MAC),
             incarnation,
@@ -24,7 +18,8 @@ fn any_header() -> impl Strategy<Value = Header> {
             local_addr: w[5],
             remote_addr: w[6],
             message,
-        })
+        },
+    )
 }
 
 proptest! {

@@ -1,0 +1,562 @@
+//! MoveTo and MoveFrom (000 §5.6.2), streamed without per-packet
+//! acknowledgements and with selective retransmission.
+//!
+//! Data flows from a *stream sender* to a *stream receiver*: for MoveTo from
+//! the mover's node to the node of the client whose segment is written; for
+//! MoveFrom from the client's node (after a MoveFromRequest) to the mover's.
+//! The sender keeps at most `window` unacknowledged chunks in flight and asks
+//! for an acknowledgement every half window and on the last chunk. An
+//! acknowledgement carries the count of chunks received contiguously from the
+//! start and a 256-bit map of the chunks after those. A chunk is resent when
+//! a chunk sent after it has been acknowledged (it was lost, not late), or
+//! when nothing at all has been acknowledged for T_r (then the first missing
+//! chunk is resent with an acknowledgement request). T_t without any
+//! acknowledgement fails the transfer.
+
+use super::primitives::{check_range, nack};
+use super::*;
+use vipc_wire::Flags;
+
+/// Bits in an acknowledgement's chunk map (the 32-byte message field).
+const ACK_MAP_BITS: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    MoveTo,
+    MoveFrom,
+}
+
+/// The sending end of a stream (keyed by (receiver pid, seq)).
+#[derive(Debug)]
+pub(crate) struct StreamOut {
+    kind: StreamKind,
+    /// The local process the stream belongs to (mover for MoveTo, client for MoveFrom).
+    local: Pid,
+    addr: SocketAddr,
+    base: u32,
+    data: Vec<u8>,
+    chunk: usize,
+    acked: Vec<bool>,
+    acked_count: usize,
+    /// Chunks below this are all acknowledged.
+    cum: usize,
+    /// Next chunk never sent.
+    next_new: usize,
+    /// Transmission order of each chunk's latest sending.
+    sent_order: Vec<u64>,
+    order: u64,
+    /// Highest `sent_order` among acknowledged chunks.
+    acked_order: u64,
+    next_retransmit: Time,
+    deadline: Time,
+    timer_at: Option<Time>,
+}
+
+/// The receiving end of a stream (keyed by (sender pid, seq)).
+#[derive(Debug)]
+pub(crate) struct StreamIn {
+    kind: StreamKind,
+    /// The local process (client for MoveTo, mover for MoveFrom).
+    local: Pid,
+    addr: SocketAddr,
+    base: u32,
+    total: usize,
+    /// Chunk size, learned from the first data packet (0 until then).
+    chunk: usize,
+    got: Vec<bool>,
+    got_count: usize,
+    cum: usize,
+    /// MoveFrom: the bytes being assembled.
+    buf: Vec<u8>,
+    done: bool,
+    last_heard: Time,
+    /// MoveFrom: when to resend the request if no data has come.
+    next_retransmit: Time,
+    timer_at: Option<Time>,
+}
+
+/// What the mover may do with a client's segment.
+struct Grant {
+    access: Access,
+    size: u64,
+    /// The client's node, or `None` if the client is local.
+    remote: Option<SocketAddr>,
+}
+
+fn chunks(total: usize, chunk: usize) -> usize {
+    total.div_ceil(chunk)
+}
+
+impl Engine {
+    /// The segment grant of `client`, which must be awaiting a reply from `mover`.
+    fn grant(&self, mover: Pid, client: Pid) -> Result<Grant, Error> {
+        if let Some(ex) = self.exchanges.get(&client) {
+            if matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == mover) {
+                return Ok(Grant { access: ex.access(), size: ex.segment_size() as u64, remote: None });
+            }
+        }
+        match self.aliens.get(&client) {
+            Some(a) if a.state == (AlienState::Received { by: mover }) => {
+                Ok(Grant { access: a.access, size: a.segment_size as u64, remote: Some(a.addr) })
+            }
+            _ => Err(Error::NotAwaitingReply(client)),
+        }
+    }
+
+    /// MoveTo: write `data` at `offset` of the write-granted segment of `dest`,
+    /// which must be awaiting a reply from `from`. Blocks until [`Completion::Move`].
+    pub fn move_to(&mut self, now: Time, from: Pid, dest: Pid, offset: u32, data: Vec<u8>) -> Result<(), Error> {
+        self.check_caller(from)?;
+        let g = self.grant(from, dest)?;
+        if !g.access.write {
+            return Err(Error::NoAccess("write"));
+        }
+        check_range(offset as u64, data.len() as u64, g.size)?;
+        self.set_blocked(from, Blocked::Move);
+        let Some(addr) = g.remote.filter(|_| !data.is_empty()) else {
+            if let Some(seg) = self.exchanges.get_mut(&dest).and_then(|ex| ex.segment.as_mut()) {
+                seg.data[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+            }
+            self.wake(from, Completion::Move(Ok(Vec::new())));
+            return Ok(());
+        };
+        let seq = self.fresh_seq();
+        self.start_stream_out(now, StreamKind::MoveTo, from, dest, seq, addr, offset, data);
+        Ok(())
+    }
+
+    /// MoveFrom: read `len` bytes at `offset` of the read-granted segment of
+    /// `src`, which must be awaiting a reply from `from`. Blocks until [`Completion::Move`].
+    pub fn move_from(&mut self, now: Time, from: Pid, src: Pid, offset: u32, len: u32) -> Result<(), Error> {
+        self.check_caller(from)?;
+        let g = self.grant(from, src)?;
+        if !g.access.read {
+            return Err(Error::NoAccess("read"));
+        }
+        check_range(offset as u64, len as u64, g.size)?;
+        self.set_blocked(from, Blocked::Move);
+        let Some(addr) = g.remote.filter(|_| len > 0) else {
+            let data = self
+                .exchanges
+                .get(&src)
+                .and_then(|ex| ex.segment.as_ref())
+                .map(|s| s.data[offset as usize..(offset + len) as usize].to_vec())
+                .unwrap_or_default();
+            self.wake(from, Completion::Move(Ok(data)));
+            return Ok(());
+        };
+        let seq = self.fresh_seq();
+        let retransmit = now + self.cfg.retransmit;
+        self.streams_in.insert(
+            (src, seq),
+            StreamIn {
+                kind: StreamKind::MoveFrom,
+                local: from,
+                addr,
+                base: offset,
+                total: len as usize,
+                chunk: 0,
+                got: Vec::new(),
+                got_count: 0,
+                cum: 0,
+                buf: vec![0; len as usize],
+                done: false,
+                last_heard: now,
+                next_retransmit: retransmit,
+                timer_at: Some(retransmit),
+            },
+        );
+        self.arm(retransmit, TimerKey::StreamIn(src, seq));
+        self.transmit_move_from_request(src, seq);
+        Ok(())
+    }
+
+    fn transmit_move_from_request(&mut self, src: Pid, seq: u32) {
+        let Some(s) = self.streams_in.get(&(src, seq)) else { return };
+        let mut h = self.header(PacketType::MoveFromRequest);
+        h.seq = seq;
+        h.src = s.local;
+        h.dst = src;
+        h.total_len = s.total as u32;
+        h.local_addr = s.base;
+        let addr = s.addr;
+        self.emit(Destination::Addr(addr), &h, &[]);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_stream_out(
+        &mut self,
+        now: Time,
+        kind: StreamKind,
+        local: Pid,
+        peer: Pid,
+        seq: u32,
+        addr: SocketAddr,
+        base: u32,
+        data: Vec<u8>,
+    ) {
+        let chunk = self.cfg.max_data();
+        let n = chunks(data.len(), chunk);
+        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+        self.streams_out.insert(
+            (peer, seq),
+            StreamOut {
+                kind,
+                local,
+                addr,
+                base,
+                data,
+                chunk,
+                acked: vec![false; n],
+                acked_count: 0,
+                cum: 0,
+                next_new: 0,
+                sent_order: vec![0; n],
+                order: 0,
+                acked_order: 0,
+                next_retransmit: retransmit,
+                deadline,
+                timer_at: Some(retransmit),
+            },
+        );
+        self.arm(retransmit, TimerKey::StreamOut(peer, seq));
+        self.pump(peer, seq);
+    }
+
+    /// Sends new chunks while the window allows.
+    fn pump(&mut self, peer: Pid, seq: u32) {
+        let window = self.cfg.window.max(2);
+        loop {
+            let Some(s) = self.streams_out.get(&(peer, seq)) else { return };
+            let n = s.acked.len();
+            let in_flight = s.next_new - s.acked_count;
+            // Never outrun what an acknowledgement's chunk map can describe.
+            if s.next_new >= n || in_flight >= window || s.next_new >= s.cum + ACK_MAP_BITS {
+                return;
+            }
+            let i = s.next_new;
+            let ask = i + 1 == n || in_flight + 1 >= window || (i + 1) % (window / 2) == 0;
+            self.send_chunk(peer, seq, i, ask);
+            self.streams_out.get_mut(&(peer, seq)).expect("present").next_new += 1;
+        }
+    }
+
+    fn send_chunk(&mut self, peer: Pid, seq: u32, i: usize, ask_ack: bool) {
+        let key = self.cfg.key.clone();
+        let incarnation = self.incarnation;
+        let Some(s) = self.streams_out.get_mut(&(peer, seq)) else { return };
+        s.order += 1;
+        s.sent_order[i] = s.order;
+        let ptype = if s.kind == StreamKind::MoveTo { PacketType::MoveToData } else { PacketType::MoveFromData };
+        let mut h = Header::new(ptype);
+        h.incarnation = incarnation;
+        h.flags = Flags(0).with(Flags::ACK_REQUEST, ask_ack);
+        h.seq = seq;
+        h.src = s.local;
+        h.dst = peer;
+        h.total_len = s.data.len() as u32;
+        h.local_addr = s.base;
+        h.remote_addr = (i * s.chunk) as u32;
+        h.message[..4].copy_from_slice(&(s.chunk as u32).to_be_bytes());
+        let end = ((i + 1) * s.chunk).min(s.data.len());
+        let bytes = vipc_wire::to_vec(&h, &s.data[i * s.chunk..end], key.as_ref());
+        let addr = s.addr;
+        self.emit_raw(Destination::Addr(addr), ptype, bytes);
+    }
+
+    pub(crate) fn on_move_from_request(&mut self, now: Time, from: SocketAddr, h: &Header) {
+        if self.streams_out.contains_key(&(h.src, h.seq)) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let (offset, len) = (h.local_addr, h.total_len);
+        let checked = self.check_client_segment(h.dst, h.src, false, offset, len);
+        let data = match checked {
+            Ok(()) => {
+                let seg = self.exchanges[&h.dst].segment.as_ref().expect("read access implies a segment");
+                seg.data[offset as usize..offset as usize + len as usize].to_vec()
+            }
+            Err((reason, detail)) => return self.send_nack(from, h, reason, detail),
+        };
+        self.start_stream_out(now, StreamKind::MoveFrom, h.dst, h.src, h.seq, from, offset, data);
+    }
+
+    /// On the client's node: may `mover` read (or write) `[offset, offset+len)` of `client`'s segment?
+    fn check_client_segment(
+        &self,
+        client: Pid,
+        mover: Pid,
+        write: bool,
+        offset: u32,
+        len: u32,
+    ) -> Result<(), (u8, [u32; 3])> {
+        let Some(ex) = self.exchanges.get(&client) else {
+            let reason =
+                if self.procs.contains_key(&client) { nack::NOT_AWAITING_REPLY } else { nack::NO_SUCH_PROCESS };
+            return Err((reason, [0; 3]));
+        };
+        if !matches!(ex.state, ExchangeState::Remote { .. }) || ex.to.host() != mover.host() {
+            return Err((nack::NOT_AWAITING_REPLY, [0; 3]));
+        }
+        let access = ex.access();
+        if write && !access.write {
+            return Err((nack::NO_WRITE_ACCESS, [0; 3]));
+        }
+        if !write && !access.read {
+            return Err((nack::NO_READ_ACCESS, [0; 3]));
+        }
+        let size = ex.segment_size() as u64;
+        check_range(offset as u64, len as u64, size).map_err(|_| (nack::OUT_OF_SEGMENT, [offset, len, size as u32]))
+    }
+
+    pub(crate) fn on_data(&mut self, now: Time, from: SocketAddr, h: &Header, data: &[u8]) {
+        let kind = if h.ptype == PacketType::MoveToData { StreamKind::MoveTo } else { StreamKind::MoveFrom };
+        let chunk = u32::from_be_bytes([h.message[0], h.message[1], h.message[2], h.message[3]]) as usize;
+        let total = h.total_len as usize;
+        let at = h.remote_addr as usize;
+        let valid_shape = chunk > 0
+            && at % chunk == 0
+            && at < total
+            && data.len() == chunk.min(total - at)
+            && (h.local_addr as u64 + total as u64) <= u32::MAX as u64;
+        if !valid_shape {
+            return self.malformed();
+        }
+        let key = (h.src, h.seq);
+        if !self.streams_in.contains_key(&key) {
+            if kind == StreamKind::MoveFrom {
+                return self.stray(); // MoveFrom streams exist from the request on
+            }
+            if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, true, h.local_addr, h.total_len) {
+                return self.send_nack(from, h, reason, detail);
+            }
+            self.streams_in.insert(
+                key,
+                StreamIn {
+                    kind,
+                    local: h.dst,
+                    addr: from,
+                    base: h.local_addr,
+                    total,
+                    chunk: 0,
+                    got: Vec::new(),
+                    got_count: 0,
+                    cum: 0,
+                    buf: Vec::new(),
+                    done: false,
+                    last_heard: now,
+                    next_retransmit: now,
+                    timer_at: None,
+                },
+            );
+        }
+        let s = self.streams_in.get_mut(&key).expect("present");
+        if s.kind != kind
+            || s.total != total
+            || s.base != h.local_addr
+            || s.local != h.dst
+            || (s.chunk != 0 && s.chunk != chunk)
+        {
+            return self.malformed();
+        }
+        if s.chunk == 0 {
+            s.chunk = chunk;
+            s.got = vec![false; chunks(total, chunk)];
+        }
+        s.last_heard = now;
+        if s.timer_at.is_none() {
+            let expiry = now + self.cfg.timeout;
+            s.timer_at = Some(expiry);
+            self.arm(expiry, TimerKey::StreamIn(key.0, key.1));
+        }
+        let s = self.streams_in.get_mut(&key).expect("present");
+        let i = at / chunk;
+        let fresh = !s.done && !s.got[i];
+        if fresh {
+            s.got[i] = true;
+            s.got_count += 1;
+            while s.cum < s.got.len() && s.got[s.cum] {
+                s.cum += 1;
+            }
+        } else {
+            self.stats.duplicates += 1;
+        }
+        let s = self.streams_in.get_mut(&key).expect("present");
+        if fresh {
+            match kind {
+                StreamKind::MoveFrom => s.buf[at..at + data.len()].copy_from_slice(data),
+                StreamKind::MoveTo => {
+                    let dest = (s.base as usize) + at;
+                    // The exchange may have ended meanwhile (reply overtook late data): then drop.
+                    if let Some(seg) = self.exchanges.get_mut(&h.dst).and_then(|ex| ex.segment.as_mut()) {
+                        if dest + data.len() <= seg.data.len() {
+                            seg.data[dest..dest + data.len()].copy_from_slice(data);
+                        }
+                    }
+                }
+            }
+        }
+        let s = self.streams_in.get_mut(&key).expect("present");
+        let complete = s.got_count == s.got.len();
+        let just_done = complete && !s.done;
+        if just_done {
+            s.done = true;
+            if kind == StreamKind::MoveFrom {
+                let (mover, buf) = (s.local, std::mem::take(&mut s.buf));
+                self.wake(mover, Completion::Move(Ok(buf)));
+            }
+        }
+        if h.flags.has(Flags::ACK_REQUEST) || just_done || !fresh {
+            self.send_ack(key);
+        }
+    }
+
+    fn send_ack(&mut self, key: (Pid, u32)) {
+        let Some(s) = self.streams_in.get(&key) else { return };
+        let ptype = if s.kind == StreamKind::MoveTo { PacketType::MoveToAck } else { PacketType::MoveFromAck };
+        let mut h = self.header(ptype);
+        h.seq = key.1;
+        h.src = s.local;
+        h.dst = key.0;
+        h.total_len = s.total as u32;
+        h.local_addr = s.cum as u32;
+        for b in 0..ACK_MAP_BITS {
+            if s.got.get(s.cum + b).copied().unwrap_or(false) {
+                h.message[b / 8] |= 1 << (b % 8);
+            }
+        }
+        let addr = s.addr;
+        self.emit(Destination::Addr(addr), &h, &[]);
+    }
+
+    pub(crate) fn on_ack(&mut self, now: Time, h: &Header) {
+        let key = (h.src, h.seq);
+        let expected =
+            |k: StreamKind| if k == StreamKind::MoveTo { PacketType::MoveToAck } else { PacketType::MoveFromAck };
+        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+        let Some(s) = self.streams_out.get_mut(&key) else { return self.stray() };
+        let n = s.acked.len();
+        let cum = h.local_addr as usize;
+        if expected(s.kind) != h.ptype || s.local != h.dst || cum > s.next_new || h.total_len as usize != s.data.len() {
+            return self.malformed();
+        }
+        let mark = |i: usize, s: &mut StreamOut| {
+            if i < s.next_new && !s.acked[i] {
+                s.acked[i] = true;
+                s.acked_count += 1;
+                s.acked_order = s.acked_order.max(s.sent_order[i]);
+            }
+        };
+        for i in s.cum..cum {
+            mark(i, s);
+        }
+        for b in 0..ACK_MAP_BITS {
+            if h.message[b / 8] & (1 << (b % 8)) != 0 && cum + b < n {
+                mark(cum + b, s);
+            }
+        }
+        while s.cum < n && s.acked[s.cum] {
+            s.cum += 1;
+        }
+        s.next_retransmit = retransmit;
+        s.deadline = deadline;
+        if s.acked_count == n {
+            let s = self.streams_out.remove(&key).expect("present");
+            if s.kind == StreamKind::MoveTo {
+                self.wake(s.local, Completion::Move(Ok(Vec::new())));
+            }
+            return;
+        }
+        // Resend every chunk overtaken by a later-sent acknowledged chunk: lost, not late.
+        let reported = s.next_new.min(cum + ACK_MAP_BITS);
+        let lost: Vec<usize> = (s.cum..reported).filter(|&i| !s.acked[i] && s.sent_order[i] < s.acked_order).collect();
+        let last = lost.len().saturating_sub(1);
+        for (k, i) in lost.into_iter().enumerate() {
+            self.stats.retransmissions += 1;
+            self.send_chunk(key.0, key.1, i, k == last);
+        }
+        self.pump(key.0, key.1);
+    }
+
+    /// Fails the stream `(peer, seq)` owned by local `owner` after an nAck; true if there was one.
+    pub(crate) fn fail_stream(&mut self, peer: Pid, seq: u32, owner: Pid, err: Error) -> bool {
+        if self.streams_out.get(&(peer, seq)).is_some_and(|s| s.local == owner) {
+            let s = self.streams_out.remove(&(peer, seq)).expect("present");
+            if s.kind == StreamKind::MoveTo {
+                self.wake(owner, Completion::Move(Err(err)));
+            }
+            return true;
+        }
+        if self
+            .streams_in
+            .get(&(peer, seq))
+            .is_some_and(|s| s.local == owner && s.kind == StreamKind::MoveFrom && !s.done)
+        {
+            self.streams_in.remove(&(peer, seq));
+            self.wake(owner, Completion::Move(Err(err)));
+            return true;
+        }
+        false
+    }
+
+    /// Drops every stream of a destroyed process (no completion: it is gone).
+    pub(crate) fn cancel_streams_of(&mut self, pid: Pid) {
+        self.streams_out.retain(|_, s| s.local != pid);
+        self.streams_in.retain(|_, s| s.local != pid);
+    }
+
+    pub(crate) fn stream_out_timer(&mut self, now: Time, key: (Pid, u32), at: Time) {
+        let Some(s) = self.streams_out.get_mut(&key) else { return };
+        if s.timer_at != Some(at) {
+            return;
+        }
+        if now >= s.deadline {
+            let s = self.streams_out.remove(&key).expect("present");
+            self.stats.timeouts += 1;
+            if s.kind == StreamKind::MoveTo {
+                self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));
+            }
+            return;
+        }
+        if now >= s.next_retransmit {
+            s.next_retransmit = now + self.cfg.retransmit;
+            if let Some(first) = (s.cum..s.next_new).find(|&i| !s.acked[i]) {
+                self.stats.retransmissions += 1;
+                self.send_chunk(key.0, key.1, first, true);
+            }
+        }
+        let s = self.streams_out.get_mut(&key).expect("present");
+        let next = s.next_retransmit.min(s.deadline);
+        s.timer_at = Some(next);
+        self.arm(next, TimerKey::StreamOut(key.0, key.1));
+    }
+
+    pub(crate) fn stream_in_timer(&mut self, now: Time, key: (Pid, u32), at: Time) {
+        let Some(s) = self.streams_in.get_mut(&key) else { return };
+        if s.timer_at != Some(at) {
+            return;
+        }
+        let expiry = s.last_heard + self.cfg.timeout;
+        if now >= expiry {
+            let s = self.streams_in.remove(&key).expect("present");
+            if s.kind == StreamKind::MoveFrom && !s.done {
+                self.stats.timeouts += 1;
+                self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));
+            }
+            return;
+        }
+        let mut next = expiry;
+        if s.kind == StreamKind::MoveFrom && s.got_count == 0 {
+            if now >= s.next_retransmit {
+                s.next_retransmit = now + self.cfg.retransmit;
+                self.stats.retransmissions += 1;
+                self.transmit_move_from_request(key.0, key.1);
+            }
+            let s = self.streams_in.get(&key).expect("present");
+            next = next.min(s.next_retransmit);
+        }
+        let s = self.streams_in.get_mut(&key).expect("present");
+        s.timer_at = Some(next);
+        self.arm(next, TimerKey::StreamIn(key.0, key.1));
+    }
+}

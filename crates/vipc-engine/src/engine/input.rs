@@ -1,0 +1,223 @@
+//! Datagram dispatch: validation, location learning, and the handlers of the
+//! exchange packets (Send, Reply, ReplyPending, nAck, Cancel).
+
+use super::primitives::nack;
+use super::*;
+use vipc_wire::{Flags, ParseError};
+
+impl Engine {
+    /// Feeds one received datagram. Anything invalid is dropped and counted.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, bytes: &[u8]) {
+        let pkt = match vipc_wire::parse(bytes, self.cfg.key.as_ref()) {
+            Ok(p) => p,
+            Err(e) => return self.count_parse_error(from, e),
+        };
+        let h = pkt.header;
+        self.stats.packets_in[h.ptype.index()] += 1;
+        self.stats.bytes_in += bytes.len() as u64;
+        match h.ptype {
+            PacketType::HostRequest => return self.on_host_request(now, from, &h),
+            PacketType::HostComplaint => return self.on_host_complaint(now, from, &h),
+            _ => {}
+        }
+        let Some(host) = self.host else { return self.stray() };
+        // Our own broadcasts come back to us; another incarnation with our host id is a conflict.
+        if h.src.host() == host {
+            if h.incarnation != self.incarnation {
+                self.report_conflict(from);
+            }
+            return self.stray();
+        }
+        if h.src.is_group() || (h.src.host() == 0 && h.ptype != PacketType::GetPidReply) {
+            return self.stray();
+        }
+        self.location.learn(h.src.host(), from);
+        // Every remaining type is addressed to a process of ours, except a broadcast GetPid.
+        if h.ptype != PacketType::GetPid && h.dst.host() != host {
+            return self.stray();
+        }
+        match h.ptype {
+            PacketType::Send => self.on_send(now, from, &h, pkt.data),
+            PacketType::Reply => self.on_reply(&h, pkt.data),
+            PacketType::ReplyPending => self.on_reply_pending(now, &h),
+            PacketType::Forward => self.on_forward(now, &h),
+            PacketType::NAck => self.on_nack(&h),
+            PacketType::Cancel => self.on_cancel(&h),
+            PacketType::GetPid => self.on_get_pid(from, &h),
+            PacketType::GetPidReply => self.on_get_pid_reply(&h),
+            PacketType::MoveToData | PacketType::MoveFromData => self.on_data(now, from, &h, pkt.data),
+            PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
+            PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
+            PacketType::HostRequest | PacketType::HostComplaint => unreachable!("handled above"),
+        }
+    }
+
+    fn count_parse_error(&mut self, from: SocketAddr, e: ParseError) {
+        match e {
+            ParseError::BadVersion(version) => {
+                self.stats.bad_version += 1;
+                if self.version_reported.len() < 1024 && self.version_reported.insert(from) {
+                    self.events.push_back(Event::VersionMismatch { addr: from, version });
+                }
+            }
+            ParseError::MissingMac | ParseError::UnexpectedMac | ParseError::BadMac => self.stats.mac_failures += 1,
+            _ => self.stats.malformed += 1,
+        }
+    }
+
+    fn on_send(&mut self, now: Time, from: SocketAddr, h: &Header, data: &[u8]) {
+        if h.dst.is_none() || h.dst.is_group() || data.len() > h.total_len as usize {
+            return self.malformed();
+        }
+        if let Some(a) = self.aliens.get_mut(&h.src) {
+            if a.incarnation == h.incarnation && a.seq == h.seq {
+                self.stats.duplicates += 1;
+                a.last_heard = now;
+                match &a.state {
+                    AlienState::Queued | AlienState::Received { .. } => {
+                        let mut p = self.header(PacketType::ReplyPending);
+                        p.seq = h.seq;
+                        p.src = h.dst;
+                        p.dst = h.src;
+                        self.emit(Destination::Addr(from), &p, &[]);
+                        return;
+                    }
+                    AlienState::Replied { packet } | AlienState::Forwarded { packet } => {
+                        let (ptype, packet) = (
+                            if matches!(a.state, AlienState::Replied { .. }) {
+                                PacketType::Reply
+                            } else {
+                                PacketType::Forward
+                            },
+                            packet.clone(),
+                        );
+                        self.stats.replies_resent += 1;
+                        self.emit_raw(Destination::Addr(from), ptype, packet);
+                        return;
+                    }
+                    // Idempotent and already replied: the reply was lost, execute again.
+                    AlienState::Done => {}
+                }
+            } else if a.incarnation == h.incarnation && !state::seq_newer(h.seq, a.seq) {
+                self.stats.duplicates += 1;
+                return; // a stale retransmission of an exchange already superseded
+            }
+            // A newer exchange from the same sender (implicitly acknowledging a
+            // cached reply), or the sender's node restarted.
+            self.drop_alien(h.src);
+        }
+        if !self.procs.contains_key(&h.dst) {
+            return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
+        }
+        if self.aliens.len() >= self.cfg.max_aliens {
+            let mut p = self.header(PacketType::ReplyPending);
+            p.seq = h.seq;
+            p.src = h.dst;
+            p.dst = h.src;
+            self.emit(Destination::Addr(from), &p, &[]);
+            return;
+        }
+        let read = h.flags.has(Flags::SEG_READ);
+        let appended = if !read || data.is_empty() {
+            Vec::new()
+        } else if self.buffered + data.len() <= self.cfg.buffer_limit {
+            self.buffered += data.len();
+            data.to_vec()
+        } else {
+            self.stats.appended_dropped += 1;
+            Vec::new()
+        };
+        let expiry = now + self.cfg.timeout;
+        self.aliens.insert(
+            h.src,
+            Alien {
+                incarnation: h.incarnation,
+                seq: h.seq,
+                dst: h.dst,
+                forwarder: h.fwd,
+                msg: h.message,
+                opts: SendOptions { idempotent: h.flags.has(Flags::IDEMPOTENT) },
+                access: Access { read, write: h.flags.has(Flags::SEG_WRITE) },
+                segment_size: h.total_len,
+                appended,
+                addr: from,
+                state: AlienState::Queued,
+                last_heard: now,
+                timer_at: Some(expiry),
+            },
+        );
+        self.arm(expiry, TimerKey::Alien(h.src));
+        self.procs.get_mut(&h.dst).expect("checked above").queue.push_back(Incoming::Remote(h.src));
+        self.try_deliver(h.dst);
+    }
+
+    /// The remote exchange of `sender` if it is waiting with sequence number `seq`.
+    fn remote_exchange(&mut self, sender: Pid, seq: u32) -> Option<&mut Exchange> {
+        self.exchanges
+            .get_mut(&sender)
+            .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq: s, .. } if s == seq))
+    }
+
+    fn on_reply(&mut self, h: &Header, data: &[u8]) {
+        let Some(ex) = self.remote_exchange(h.dst, h.seq) else {
+            self.stats.duplicates += 1;
+            return;
+        };
+        if ex.to.host() != h.src.host() {
+            return self.stray();
+        }
+        if !data.is_empty() {
+            let fits = primitives::check_range(h.remote_addr as u64, data.len() as u64, ex.segment_size() as u64);
+            if !ex.access().write || fits.is_err() {
+                return self.malformed();
+            }
+            let seg = ex.segment.as_mut().expect("write access implies a segment");
+            let at = h.remote_addr as usize;
+            seg.data[at..at + data.len()].copy_from_slice(data);
+        }
+        let ex = self.exchanges.remove(&h.dst).expect("found above");
+        self.stats.remote_exchanges += 1;
+        self.wake(h.dst, Completion::Send(Ok(SendOutcome { reply: h.message, replier: h.src, segment: ex.segment })));
+    }
+
+    fn on_reply_pending(&mut self, now: Time, h: &Header) {
+        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+        let Some(ex) = self.remote_exchange(h.dst, h.seq) else { return self.stray() };
+        if let ExchangeState::Remote { next_retransmit, deadline: d, .. } = &mut ex.state {
+            *next_retransmit = retransmit;
+            *d = deadline;
+        }
+        ex.timer_at = Some(retransmit);
+        self.arm(retransmit, TimerKey::Exchange(h.dst));
+    }
+
+    fn on_nack(&mut self, h: &Header) {
+        let about = h.src;
+        let err = match h.message[0] {
+            nack::NOT_AWAITING_REPLY => Error::NotAwaitingReply(about),
+            nack::NO_READ_ACCESS => Error::NoAccess("read"),
+            nack::NO_WRITE_ACCESS => Error::NoAccess("write"),
+            nack::OUT_OF_SEGMENT => {
+                Error::OutOfSegment { offset: h.local_addr as u64, len: h.total_len as u64, size: h.remote_addr as u64 }
+            }
+            _ => Error::NoSuchProcess(about),
+        };
+        if self.fail_stream(h.src, h.seq, h.dst, err.clone()) {
+            return;
+        }
+        if self.remote_exchange(h.dst, h.seq).is_none() {
+            return self.stray();
+        }
+        self.exchanges.remove(&h.dst);
+        self.wake(h.dst, Completion::Send(Err(err)));
+    }
+
+    fn on_cancel(&mut self, h: &Header) {
+        match self.aliens.get(&h.src) {
+            Some(a) if a.seq == h.seq && a.incarnation == h.incarnation => {
+                self.drop_alien(h.src);
+            }
+            _ => self.stray(),
+        }
+    }
+}

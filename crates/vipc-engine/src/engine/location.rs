@@ -1,0 +1,65 @@
+//! The host-location cache (000 §5.4): logical host → socket address,
+//! learned from every packet, least recently used entry evicted.
+
+use crate::HostId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+pub(crate) struct LocationCache {
+    capacity: usize,
+    tick: u64,
+    entries: HashMap<HostId, (SocketAddr, u64)>,
+}
+
+impl LocationCache {
+    pub fn new(capacity: usize) -> LocationCache {
+        LocationCache { capacity: capacity.max(1), tick: 0, entries: HashMap::new() }
+    }
+
+    /// Records that `host` is at `addr`.
+    pub fn learn(&mut self, host: HostId, addr: SocketAddr) {
+        self.tick += 1;
+        if !self.entries.contains_key(&host) && self.entries.len() >= self.capacity {
+            if let Some(oldest) = self.entries.iter().min_by_key(|(_, (_, t))| *t).map(|(h, _)| *h) {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(host, (addr, self.tick));
+    }
+
+    /// Where `host` is, if known (and marks it recently used).
+    pub fn lookup(&mut self, host: HostId) -> Option<SocketAddr> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(&host).map(|(a, t)| {
+            *t = tick;
+            *a
+        })
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_least_recently_used() {
+        let a = |p| SocketAddr::from(([127, 0, 0, 1], p));
+        let mut c = LocationCache::new(2);
+        c.learn(1, a(1));
+        c.learn(2, a(2));
+        assert_eq!(c.lookup(1), Some(a(1)));
+        c.learn(3, a(3));
+        assert_eq!(c.lookup(2), None, "host 2 was least recently used");
+        assert_eq!(c.lookup(1), Some(a(1)));
+        assert_eq!(c.lookup(3), Some(a(3)));
+        c.learn(1, a(9));
+        assert_eq!(c.lookup(1), Some(a(9)), "relearning updates the address");
+        assert_eq!(c.len(), 2);
+    }
+}

@@ -1,0 +1,235 @@
+//! The engine: one node's protocol state and its entry points.
+//!
+//! The submodules each add one group of methods to [`Engine`]:
+//! `primitives` (Send/Receive/Reply/Forward/GetPid/SetPid), `bulk`
+//! (MoveTo/MoveFrom streams), `input` (datagram dispatch), `host_alloc`
+//! (announcement–complaint), `timers` (retransmission and expiry).
+
+mod bulk;
+mod host_alloc;
+mod input;
+mod location;
+mod primitives;
+mod state;
+mod timers;
+
+use crate::*;
+use host_alloc::HostAlloc;
+use location::LocationCache;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use state::*;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use vipc_wire::{Header, PacketType};
+
+pub(crate) use bulk::{StreamIn, StreamOut};
+
+/// One node's protocol state machine. See the crate docs.
+pub struct Engine {
+    cfg: Config,
+    rng: ChaCha8Rng,
+    incarnation: u16,
+    host: Option<HostId>,
+    alloc: Option<HostAlloc>,
+    next_seq: u32,
+    next_local: u16,
+    procs: HashMap<Pid, Proc>,
+    exchanges: HashMap<Pid, Exchange>,
+    aliens: HashMap<Pid, Alien>,
+    lookups: HashMap<Pid, Lookup>,
+    names: HashMap<Vec<u8>, (Pid, Scope)>,
+    streams_out: HashMap<(Pid, u32), StreamOut>,
+    streams_in: HashMap<(Pid, u32), StreamIn>,
+    location: LocationCache,
+    timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    buffered: usize,
+    version_reported: HashSet<SocketAddr>,
+    conflicts_reported: HashSet<SocketAddr>,
+}
+
+impl Engine {
+    /// A new engine. With `HostIdConfig::Allocate` it starts announcing a
+    /// candidate host id at once; [`Event::HostReady`] says when it is done.
+    pub fn new(config: Config, now: Time) -> Engine {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let incarnation = rng.gen_range(1..=u16::MAX);
+        let next_seq = rng.gen();
+        let mut e = Engine {
+            location: LocationCache::new(config.location_cache),
+            cfg: config,
+            rng,
+            incarnation,
+            host: None,
+            alloc: None,
+            next_seq,
+            next_local: 1,
+            procs: HashMap::new(),
+            exchanges: HashMap::new(),
+            aliens: HashMap::new(),
+            lookups: HashMap::new(),
+            names: HashMap::new(),
+            streams_out: HashMap::new(),
+            streams_in: HashMap::new(),
+            timers: BinaryHeap::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            buffered: 0,
+            version_reported: HashSet::new(),
+            conflicts_reported: HashSet::new(),
+        };
+        e.start_host_alloc(now);
+        e
+    }
+
+    /// The logical host id, once allocated.
+    pub fn host(&self) -> Option<HostId> {
+        self.host
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters, with the gauges filled in.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.active_exchanges = self.exchanges.len() as u64 + self.lookups.len() as u64;
+        s.active_aliens = self.aliens.len() as u64;
+        s.active_transfers = (self.streams_out.len() + self.streams_in.len()) as u64;
+        s.processes = self.procs.len() as u64;
+        s
+    }
+
+    /// Creates a local process (a V process is a thread with a pid). Local ids
+    /// are handed out in order from 1, skipping live ones.
+    /// Errors: `NotReady` before the host id is known, `Limit`.
+    pub fn create_process(&mut self) -> Result<Pid, Error> {
+        let host = self.host.ok_or(Error::NotReady)?;
+        if self.procs.len() >= self.cfg.max_processes.min(u16::MAX as usize - 1) {
+            return Err(Error::Limit("processes"));
+        }
+        loop {
+            let pid = Pid::new(host, self.next_local);
+            self.next_local = self.next_local.checked_add(1).unwrap_or(1);
+            if pid.local() != 0 && !self.procs.contains_key(&pid) {
+                self.procs.insert(pid, Proc { blocked: Blocked::No, queue: VecDeque::new() });
+                return Ok(pid);
+            }
+        }
+    }
+
+    /// True if `pid` is a live local process.
+    pub fn is_alive(&self, pid: Pid) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The earliest time [`Engine::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ----- helpers shared by the submodules -----
+
+    fn is_local(&self, pid: Pid) -> bool {
+        Some(pid.host()) == self.host
+    }
+
+    fn fresh_seq(&mut self) -> u32 {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_seq
+    }
+
+    fn wake(&mut self, pid: Pid, completion: Completion) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.blocked = Blocked::No;
+        }
+        self.events.push_back(Event::Wake { pid, completion });
+    }
+
+    /// A header with our incarnation filled in.
+    fn header(&self, ptype: PacketType) -> Header {
+        let mut h = Header::new(ptype);
+        h.incarnation = self.incarnation;
+        h
+    }
+
+    /// Encodes and queues a packet, returning its bytes' index-free copy for caching.
+    fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) -> Vec<u8> {
+        let bytes = vipc_wire::to_vec(h, data, self.cfg.key.as_ref());
+        self.emit_raw(to, h.ptype, bytes.clone());
+        bytes
+    }
+
+    /// Queues already-encoded bytes.
+    fn emit_raw(&mut self, to: Destination, ptype: PacketType, bytes: Vec<u8>) {
+        self.stats.packets_out[ptype.index()] += 1;
+        self.stats.bytes_out += bytes.len() as u64;
+        self.transmits.push_back(Transmit { to, bytes });
+    }
+
+    /// Where to send a packet for `pid`: its cached host, or broadcast on a miss.
+    fn route(&mut self, pid: Pid) -> Destination {
+        match self.location.lookup(pid.host()) {
+            Some(a) => Destination::Addr(a),
+            None => {
+                self.stats.location_misses += 1;
+                Destination::Broadcast
+            }
+        }
+    }
+
+    fn arm(&mut self, at: Time, key: TimerKey) {
+        self.timers.push(Reverse((at, key)));
+    }
+
+    fn check_caller(&self, pid: Pid) -> Result<(), Error> {
+        match self.procs.get(&pid) {
+            None => Err(Error::NotLocalProcess(pid)),
+            Some(p) if p.blocked != Blocked::No => Err(Error::Busy(pid)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn set_blocked(&mut self, pid: Pid, b: Blocked) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.blocked = b;
+        }
+    }
+
+    fn unqueue(&mut self, receiver: Pid, item: Incoming) {
+        if let Some(p) = self.procs.get_mut(&receiver) {
+            p.queue.retain(|i| *i != item);
+        }
+    }
+
+    /// Removes an alien, its queue entry and its buffered bytes.
+    fn drop_alien(&mut self, src: Pid) -> Option<Alien> {
+        let a = self.aliens.remove(&src)?;
+        self.buffered -= a.appended.len();
+        if a.state == AlienState::Queued {
+            self.unqueue(a.dst, Incoming::Remote(src));
+        }
+        Some(a)
+    }
+
+    fn random_host_candidate(&mut self) -> HostId {
+        self.rng.gen_range(1..=vipc_wire::MAX_HOST_ID)
+    }
+}

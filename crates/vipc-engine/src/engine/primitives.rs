@@ -1,0 +1,488 @@
+//! Send, Receive, Reply, Forward, SetPid, GetPid and process destruction.
+
+use super::*;
+use vipc_wire::Flags;
+
+/// Reason codes carried in byte 0 of an nAck's message.
+pub(crate) mod nack {
+    pub const NO_SUCH_PROCESS: u8 = 1;
+    pub const NOT_AWAITING_REPLY: u8 = 2;
+    pub const NO_READ_ACCESS: u8 = 3;
+    pub const NO_WRITE_ACCESS: u8 = 4;
+    pub const OUT_OF_SEGMENT: u8 = 5;
+}
+
+/// Checks that `[offset, offset+len)` lies within a segment of `size` bytes.
+pub(crate) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), Error> {
+    if offset.checked_add(len).is_some_and(|end| end <= size) {
+        Ok(())
+    } else {
+        Err(Error::OutOfSegment { offset, len, size })
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<(), Error> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        Err(Error::BadName)
+    } else {
+        Ok(())
+    }
+}
+
+fn check_destination(to: Pid) -> Result<(), Error> {
+    if to.is_none() {
+        Err(Error::NullPid)
+    } else if to.is_group() {
+        Err(Error::GroupId(to))
+    } else {
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Send: `from` blocks until [`Completion::Send`]. Misuse and a
+    /// nonexistent local destination fail at once with `Err`.
+    pub fn send(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        opts: SendOptions,
+        segment: Option<Segment>,
+    ) -> Result<(), Error> {
+        self.check_caller(from)?;
+        check_destination(to)?;
+        if to == from {
+            return Err(Error::SendToSelf);
+        }
+        if let Some(s) = &segment {
+            if s.data.len() > u32::MAX as usize {
+                return Err(Error::TooLarge { what: "segment", len: s.data.len() as u64, limit: u32::MAX as u64 });
+            }
+        }
+        if self.is_local(to) && !self.procs.contains_key(&to) {
+            return Err(Error::NoSuchProcess(to));
+        }
+        self.exchanges.insert(
+            from,
+            Exchange {
+                to,
+                forwarder: from,
+                msg,
+                opts,
+                segment,
+                state: ExchangeState::Local { received_by: None },
+                timer_at: None,
+            },
+        );
+        self.set_blocked(from, Blocked::Send);
+        self.dispatch_exchange(now, from);
+        Ok(())
+    }
+
+    /// Routes the exchange of `sender` to its current destination: queued
+    /// locally, or sent as a fresh remote Send with new timers.
+    fn dispatch_exchange(&mut self, now: Time, sender: Pid) {
+        let Some(ex) = self.exchanges.get(&sender) else { return };
+        let to = ex.to;
+        if self.is_local(to) {
+            let Some(p) = self.procs.get_mut(&to) else {
+                self.exchanges.remove(&sender);
+                self.wake(sender, Completion::Send(Err(Error::NoSuchProcess(to))));
+                return;
+            };
+            p.queue.push_back(Incoming::Local(sender));
+            if let Some(ex) = self.exchanges.get_mut(&sender) {
+                ex.state = ExchangeState::Local { received_by: None };
+            }
+            self.try_deliver(to);
+        } else {
+            let seq = self.fresh_seq();
+            let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+            if let Some(ex) = self.exchanges.get_mut(&sender) {
+                ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
+                ex.timer_at = Some(retransmit);
+            }
+            self.arm(retransmit, TimerKey::Exchange(sender));
+            self.transmit_send(sender);
+        }
+    }
+
+    /// (Re)transmits the Send packet of a remote exchange.
+    pub(crate) fn transmit_send(&mut self, sender: Pid) {
+        let Some(ex) = self.exchanges.get(&sender) else { return };
+        let ExchangeState::Remote { seq, .. } = ex.state else { return };
+        let access = ex.access();
+        let mut h = self.header(PacketType::Send);
+        h.flags = Flags(0)
+            .with(Flags::IDEMPOTENT, ex.opts.idempotent)
+            .with(Flags::SEG_READ, access.read)
+            .with(Flags::SEG_WRITE, access.write);
+        h.seq = seq;
+        h.src = sender;
+        h.dst = ex.to;
+        h.fwd = ex.forwarder;
+        h.total_len = ex.segment_size() as u32;
+        h.message = ex.msg;
+        let appended = match (&ex.segment, access.read) {
+            (Some(s), true) => &s.data[..s.data.len().min(self.cfg.max_data())],
+            _ => &[][..],
+        };
+        let bytes = vipc_wire::to_vec(&h, appended, self.cfg.key.as_ref());
+        let to = self.route(h.dst);
+        self.emit_raw(to, PacketType::Send, bytes);
+    }
+
+    /// Receive (FCFS) or, with `only = Some(p)`, ReceiveSpecific. `pid` blocks
+    /// until [`Completion::Receive`]; up to `segment_capacity` bytes of an
+    /// appended segment are returned with the message.
+    pub fn receive(&mut self, _now: Time, pid: Pid, only: Option<Pid>, segment_capacity: usize) -> Result<(), Error> {
+        self.check_caller(pid)?;
+        if let Some(o) = only {
+            check_destination(o)?;
+            if self.is_local(o) && !self.procs.contains_key(&o) {
+                return Err(Error::NoSuchProcess(o));
+            }
+        }
+        self.set_blocked(pid, Blocked::Receive { only, capacity: segment_capacity });
+        self.try_deliver(pid);
+        Ok(())
+    }
+
+    /// If `receiver` waits in Receive and a matching message is queued, delivers it.
+    pub(crate) fn try_deliver(&mut self, receiver: Pid) {
+        let Some(p) = self.procs.get_mut(&receiver) else { return };
+        let Blocked::Receive { only, capacity } = p.blocked else { return };
+        let Some(idx) = p.queue.iter().position(|i| only.is_none_or(|o| o == i.sender())) else { return };
+        let item = p.queue.remove(idx).expect("index from position");
+        let received = match item {
+            Incoming::Local(sender) => {
+                let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+                ex.state = ExchangeState::Local { received_by: Some(receiver) };
+                let access = ex.access();
+                let segment = match (&ex.segment, access.read) {
+                    (Some(s), true) => s.data[..s.data.len().min(capacity)].to_vec(),
+                    _ => Vec::new(),
+                };
+                Received {
+                    from: sender,
+                    forwarder: ex.forwarder,
+                    msg: ex.msg,
+                    segment,
+                    segment_size: ex.segment_size() as u32,
+                    access,
+                }
+            }
+            Incoming::Remote(sender) => {
+                let Some(a) = self.aliens.get_mut(&sender) else { return };
+                a.state = AlienState::Received { by: receiver };
+                Received {
+                    from: sender,
+                    forwarder: a.forwarder,
+                    msg: a.msg,
+                    segment: a.appended[..a.appended.len().min(capacity)].to_vec(),
+                    segment_size: a.segment_size,
+                    access: a.access,
+                }
+            }
+        };
+        self.wake(receiver, Completion::Receive(Ok(received)));
+    }
+
+    /// Reply to `to`, which must be awaiting a reply from `from`. With a
+    /// segment `(offset, bytes)`, the bytes are written at `offset` of the
+    /// sender's write-granted segment (they must fit in one packet). Never blocks.
+    pub fn reply(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        segment: Option<(u32, Vec<u8>)>,
+    ) -> Result<(), Error> {
+        if !self.procs.contains_key(&from) {
+            return Err(Error::NotLocalProcess(from));
+        }
+        if let Some((_, data)) = &segment {
+            let limit = self.cfg.max_data();
+            if data.len() > limit {
+                return Err(Error::TooLarge { what: "reply segment", len: data.len() as u64, limit: limit as u64 });
+            }
+        }
+        if let Some(ex) = self.exchanges.get_mut(&to) {
+            if matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == from) {
+                if let Some((off, data)) = &segment {
+                    if !ex.access().write {
+                        return Err(Error::NoAccess("write"));
+                    }
+                    check_range(*off as u64, data.len() as u64, ex.segment_size() as u64)?;
+                    let seg = ex.segment.as_mut().expect("write access implies a segment");
+                    seg.data[*off as usize..*off as usize + data.len()].copy_from_slice(data);
+                }
+                let ex = self.exchanges.remove(&to).expect("just looked up");
+                self.stats.local_exchanges += 1;
+                self.wake(to, Completion::Send(Ok(SendOutcome { reply: msg, replier: from, segment: ex.segment })));
+                return Ok(());
+            }
+        }
+        let Some(a) = self.aliens.get(&to) else { return Err(Error::NotAwaitingReply(to)) };
+        if a.state != (AlienState::Received { by: from }) {
+            return Err(Error::NotAwaitingReply(to));
+        }
+        let (offset, data) = segment.unwrap_or_default();
+        if !data.is_empty() {
+            if !a.access.write {
+                return Err(Error::NoAccess("write"));
+            }
+            check_range(offset as u64, data.len() as u64, a.segment_size as u64)?;
+        }
+        let mut h = self.header(PacketType::Reply);
+        h.seq = a.seq;
+        h.src = from;
+        h.dst = to;
+        h.fwd = from;
+        h.total_len = a.segment_size;
+        h.remote_addr = offset;
+        h.message = msg;
+        let (addr, idempotent) = (a.addr, a.opts.idempotent);
+        let packet = self.emit(Destination::Addr(addr), &h, &data);
+        let released = {
+            let a = self.aliens.get_mut(&to).expect("looked up above");
+            a.state = if idempotent { AlienState::Done } else { AlienState::Replied { packet } };
+            a.last_heard = now;
+            std::mem::take(&mut a.appended).len()
+        };
+        self.buffered -= released;
+        Ok(())
+    }
+
+    /// Forward the message of `sender` (awaiting a reply from `from`) to `to`,
+    /// as if `sender` had sent `msg` to `to`. Never blocks.
+    pub fn forward(&mut self, now: Time, from: Pid, sender: Pid, to: Pid, msg: Message) -> Result<(), Error> {
+        if !self.procs.contains_key(&from) {
+            return Err(Error::NotLocalProcess(from));
+        }
+        check_destination(to)?;
+        if to == sender {
+            return Err(Error::SendToSelf);
+        }
+        if self.is_local(to) && !self.procs.contains_key(&to) {
+            return Err(Error::NoSuchProcess(to));
+        }
+        if let Some(ex) = self.exchanges.get_mut(&sender) {
+            if matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == from) {
+                ex.to = to;
+                ex.forwarder = from;
+                ex.msg = msg;
+                self.dispatch_exchange(now, sender);
+                return Ok(());
+            }
+        }
+        let Some(a) = self.aliens.get_mut(&sender) else { return Err(Error::NotAwaitingReply(sender)) };
+        if a.state != (AlienState::Received { by: from }) {
+            return Err(Error::NotAwaitingReply(sender));
+        }
+        a.last_heard = now;
+        if self.host == Some(to.host()) {
+            a.dst = to;
+            a.forwarder = from;
+            a.msg = msg;
+            a.state = AlienState::Queued;
+            self.procs.get_mut(&to).expect("checked alive").queue.push_back(Incoming::Remote(sender));
+            self.try_deliver(to);
+            return Ok(());
+        }
+        let (seq, addr) = (a.seq, a.addr);
+        let mut h = self.header(PacketType::Forward);
+        h.seq = seq;
+        h.src = from;
+        h.dst = sender;
+        h.fwd = to;
+        h.message = msg;
+        let packet = self.emit(Destination::Addr(addr), &h, &[]);
+        let a = self.aliens.get_mut(&sender).expect("looked up above");
+        a.state = AlienState::Forwarded { packet };
+        let released = std::mem::take(&mut a.appended).len();
+        self.buffered -= released;
+        Ok(())
+    }
+
+    /// The sender's node re-sends a forwarded exchange to its new destination.
+    pub(crate) fn on_forward(&mut self, now: Time, h: &Header) {
+        let Some(ex) = self.exchanges.get_mut(&h.dst) else { return self.stray() };
+        match ex.state {
+            ExchangeState::Remote { seq, .. } if seq == h.seq && ex.to.host() == h.src.host() => {}
+            _ => return self.stray(),
+        }
+        ex.to = h.fwd;
+        ex.forwarder = h.src;
+        ex.msg = h.message;
+        if h.fwd.is_none() || h.fwd.is_group() {
+            return self.stray();
+        }
+        self.dispatch_exchange(now, h.dst);
+    }
+
+    /// SetPid: registers `pid` under `name` with `scope` (overwrites). A null
+    /// pid removes the registration. Never blocks.
+    pub fn set_pid(&mut self, name: &[u8], pid: Pid, scope: Scope) -> Result<(), Error> {
+        check_name(name)?;
+        if pid.is_none() {
+            self.names.remove(name);
+            return Ok(());
+        }
+        if !self.names.contains_key(name) && self.names.len() >= self.cfg.max_names {
+            return Err(Error::Limit("names"));
+        }
+        self.names.insert(name.to_vec(), (pid, scope));
+        Ok(())
+    }
+
+    /// A registered pid visible to a lookup from `remote` (or local) callers.
+    fn lookup_name(&self, name: &[u8], remote: bool) -> Option<Pid> {
+        let &(pid, scope) = self.names.get(name)?;
+        let visible = if remote { scope != Scope::Local } else { scope != Scope::Remote };
+        let alive = !self.is_local(pid) || self.procs.contains_key(&pid);
+        (visible && alive).then_some(pid)
+    }
+
+    /// GetPid: `caller` blocks until [`Completion::GetPid`]. Local scope
+    /// completes at once; remote scope broadcasts and the first answer wins.
+    pub fn get_pid(&mut self, now: Time, caller: Pid, name: &[u8], scope: Scope) -> Result<(), Error> {
+        self.check_caller(caller)?;
+        check_name(name)?;
+        self.set_blocked(caller, Blocked::GetPid);
+        if scope != Scope::Remote {
+            let found = self.lookup_name(name, false);
+            if found.is_some() || scope == Scope::Local {
+                self.wake(caller, Completion::GetPid(found));
+                return Ok(());
+            }
+        }
+        let seq = self.fresh_seq();
+        let next = now + self.cfg.retransmit;
+        let deadline = now + self.cfg.getpid_timeout;
+        self.lookups.insert(
+            caller,
+            Lookup { seq, name: name.to_vec(), next_retransmit: next, deadline, timer_at: Some(next.min(deadline)) },
+        );
+        self.arm(next.min(deadline), TimerKey::Lookup(caller));
+        self.transmit_lookup(caller);
+        Ok(())
+    }
+
+    pub(crate) fn transmit_lookup(&mut self, caller: Pid) {
+        let Some(l) = self.lookups.get(&caller) else { return };
+        let mut h = self.header(PacketType::GetPid);
+        h.seq = l.seq;
+        h.src = caller;
+        h.total_len = l.name.len() as u32;
+        h.message[..l.name.len()].copy_from_slice(&l.name);
+        self.emit(Destination::Broadcast, &h, &[]);
+    }
+
+    pub(crate) fn on_get_pid(&mut self, from: SocketAddr, h: &Header) {
+        let len = h.total_len as usize;
+        if len == 0 || len > MAX_NAME {
+            return self.malformed();
+        }
+        let Some(pid) = self.lookup_name(&h.message[..len], true) else { return };
+        let host = self.host.expect("dispatch requires a host");
+        let mut r = self.header(PacketType::GetPidReply);
+        r.seq = h.seq;
+        r.src = Pid::new(host, 0);
+        r.dst = h.src;
+        r.fwd = pid;
+        r.total_len = h.total_len;
+        r.message = h.message;
+        self.emit(Destination::Addr(from), &r, &[]);
+    }
+
+    pub(crate) fn on_get_pid_reply(&mut self, h: &Header) {
+        match self.lookups.get(&h.dst) {
+            Some(l) if l.seq == h.seq && !h.fwd.is_none() => {
+                self.lookups.remove(&h.dst);
+                self.wake(h.dst, Completion::GetPid(Some(h.fwd)));
+            }
+            _ => self.stats.duplicates += 1,
+        }
+    }
+
+    /// Sends an nAck for a packet `h` that came from `addr`.
+    pub(crate) fn send_nack(&mut self, addr: SocketAddr, h: &Header, reason: u8, detail: [u32; 3]) {
+        let mut n = self.header(PacketType::NAck);
+        n.seq = h.seq;
+        n.src = h.dst;
+        n.dst = h.src;
+        n.fwd = h.dst;
+        n.message[0] = reason;
+        n.local_addr = detail[0];
+        n.total_len = detail[1];
+        n.remote_addr = detail[2];
+        self.emit(Destination::Addr(addr), &n, &[]);
+    }
+
+    /// Destroys a local process: its blocked call is abandoned (no completion),
+    /// local senders waiting on it fail with `NoSuchProcess` at once, remote ones
+    /// get an nAck, and its own remote exchange is cancelled at the peer.
+    pub fn destroy_process(&mut self, now: Time, pid: Pid) -> Result<(), Error> {
+        let _ = now;
+        let proc_ = self.procs.remove(&pid).ok_or(Error::NotLocalProcess(pid))?;
+        self.names.retain(|_, (p, _)| *p != pid);
+        self.lookups.remove(&pid);
+        if let Some(ex) = self.exchanges.remove(&pid) {
+            match ex.state {
+                ExchangeState::Local { received_by: None } => self.unqueue(ex.to, Incoming::Local(pid)),
+                ExchangeState::Local { .. } => {}
+                ExchangeState::Remote { seq, .. } => {
+                    let mut h = self.header(PacketType::Cancel);
+                    h.seq = seq;
+                    h.src = pid;
+                    h.dst = ex.to;
+                    let to = self.route(ex.to);
+                    self.emit(to, &h, &[]);
+                }
+            }
+        }
+        self.cancel_streams_of(pid);
+        // Senders queued on it or awaiting its reply learn at once that it is gone.
+        let local_waiting: Vec<Pid> = proc_
+            .queue
+            .iter()
+            .filter_map(|i| if let Incoming::Local(s) = i { Some(*s) } else { None })
+            .chain(self.exchanges.iter().filter_map(|(s, ex)| {
+                matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == pid).then_some(*s)
+            }))
+            .collect();
+        for s in local_waiting {
+            if self.exchanges.remove(&s).is_some() {
+                self.wake(s, Completion::Send(Err(Error::NoSuchProcess(pid))));
+            }
+        }
+        let remote_waiting: Vec<Pid> = self
+            .aliens
+            .iter()
+            .filter(|(_, a)| a.dst == pid && matches!(a.state, AlienState::Queued | AlienState::Received { .. }))
+            .map(|(s, _)| *s)
+            .collect();
+        for s in remote_waiting {
+            if let Some(a) = self.drop_alien(s) {
+                let mut h = self.header(PacketType::Send);
+                h.seq = a.seq;
+                h.src = s;
+                h.dst = pid;
+                self.send_nack(a.addr, &h, nack::NO_SUCH_PROCESS, [0; 3]);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stray(&mut self) {
+        self.stats.stray += 1;
+    }
+
+    pub(crate) fn malformed(&mut self) {
+        self.stats.malformed += 1;
+    }
+}

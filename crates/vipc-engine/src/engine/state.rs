@@ -1,0 +1,139 @@
+//! The records the engine keeps: processes, exchanges, aliens, lookups, timers.
+
+use crate::{Access, Message, Pid, Segment, SendOptions, Time};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// What a local process is blocked in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blocked {
+    /// Free to make a call.
+    No,
+    /// In Send, until its exchange completes.
+    Send,
+    /// In Receive (`only = None`) or ReceiveSpecific.
+    Receive { only: Option<Pid>, capacity: usize },
+    /// In MoveTo or MoveFrom.
+    Move,
+    /// In GetPid.
+    GetPid,
+}
+
+/// A message waiting in a receiver's queue: where its state lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// A local sender's exchange (`Engine::exchanges[sender]`).
+    Local(Pid),
+    /// A remote sender's alien (`Engine::aliens[sender]`).
+    Remote(Pid),
+}
+
+impl Incoming {
+    pub(crate) fn sender(self) -> Pid {
+        match self {
+            Incoming::Local(p) | Incoming::Remote(p) => p,
+        }
+    }
+}
+
+/// A local process.
+#[derive(Debug)]
+pub(crate) struct Proc {
+    pub blocked: Blocked,
+    /// Messages sent to it and not yet received, FCFS.
+    pub queue: VecDeque<Incoming>,
+}
+
+/// Where a local process's outstanding Send stands.
+#[derive(Debug)]
+pub(crate) enum ExchangeState {
+    /// The destination is local: queued, then received by `received_by`.
+    Local { received_by: Option<Pid> },
+    /// The destination is remote: sent with sequence number `seq`, retransmitted until answered.
+    Remote { seq: u32, next_retransmit: Time, deadline: Time },
+}
+
+/// A Send in progress by a local process (keyed by the sender's pid).
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    pub to: Pid,
+    pub forwarder: Pid,
+    pub msg: Message,
+    pub opts: SendOptions,
+    pub segment: Option<Segment>,
+    pub state: ExchangeState,
+    /// Expected heap entry (see `Timers`).
+    pub timer_at: Option<Time>,
+}
+
+impl Exchange {
+    pub fn access(&self) -> Access {
+        self.segment.as_ref().map(|s| s.access).unwrap_or_default()
+    }
+
+    pub fn segment_size(&self) -> usize {
+        self.segment.as_ref().map_or(0, |s| s.data.len())
+    }
+}
+
+/// Where a remote sender's exchange stands on the receiving node.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AlienState {
+    /// In `dst`'s queue.
+    Queued,
+    /// Taken by `by`, which owes the reply.
+    Received { by: Pid },
+    /// Replied (non-idempotent): the reply packet, resent to duplicates.
+    Replied { packet: Vec<u8> },
+    /// Replied (idempotent): nothing kept; a duplicate of this sequence number
+    /// is executed again, an older one dropped.
+    Done,
+    /// Forwarded to another node: the forward packet, resent to duplicates.
+    Forwarded { packet: Vec<u8> },
+}
+
+/// A remote sender's exchange, keyed by the sender's pid (one exchange per
+/// sender at a time; a newer sequence number supersedes an older one).
+#[derive(Debug)]
+pub(crate) struct Alien {
+    pub incarnation: u16,
+    pub seq: u32,
+    pub dst: Pid,
+    pub forwarder: Pid,
+    pub msg: Message,
+    pub opts: SendOptions,
+    pub access: Access,
+    pub segment_size: u32,
+    /// Appended segment data held for a receiver that was not yet waiting.
+    pub appended: Vec<u8>,
+    pub addr: SocketAddr,
+    pub state: AlienState,
+    pub last_heard: Time,
+    pub timer_at: Option<Time>,
+}
+
+/// A remote GetPid in progress.
+#[derive(Debug)]
+pub(crate) struct Lookup {
+    pub seq: u32,
+    pub name: Vec<u8>,
+    pub next_retransmit: Time,
+    pub deadline: Time,
+    pub timer_at: Option<Time>,
+}
+
+/// What a timer heap entry refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimerKey {
+    Exchange(Pid),
+    Alien(Pid),
+    Lookup(Pid),
+    StreamOut(Pid, u32),
+    StreamIn(Pid, u32),
+    HostAlloc,
+}
+
+/// True if sequence number `a` is newer than `b` (serial arithmetic).
+pub(crate) fn seq_newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}

@@ -1,0 +1,87 @@
+//! Timer dispatch: retransmission, timeouts and expiry of state.
+//!
+//! Timers live in one min-heap of `(time, key)`. Each record remembers the
+//! one entry it expects (`timer_at`); any other entry for it is stale and
+//! skipped, so re-arming never needs to search the heap.
+
+use super::*;
+
+impl Engine {
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&Reverse((at, key))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            match key {
+                TimerKey::Exchange(pid) => self.exchange_timer(now, pid, at),
+                TimerKey::Alien(pid) => self.alien_timer(now, pid, at),
+                TimerKey::Lookup(pid) => self.lookup_timer(now, pid, at),
+                TimerKey::StreamOut(p, s) => self.stream_out_timer(now, (p, s), at),
+                TimerKey::StreamIn(p, s) => self.stream_in_timer(now, (p, s), at),
+                TimerKey::HostAlloc if self.host_alloc_due(at) => self.host_alloc_timer(now),
+                TimerKey::HostAlloc => {}
+            }
+        }
+    }
+
+    fn exchange_timer(&mut self, now: Time, pid: Pid, at: Time) {
+        let Some(ex) = self.exchanges.get_mut(&pid) else { return };
+        let ExchangeState::Remote { next_retransmit, deadline, .. } = &mut ex.state else { return };
+        if ex.timer_at != Some(at) {
+            return;
+        }
+        if now >= *deadline {
+            let ex = self.exchanges.remove(&pid).expect("present");
+            self.stats.timeouts += 1;
+            self.wake(pid, Completion::Send(Err(Error::Timeout(ex.to))));
+            return;
+        }
+        let mut resend = false;
+        if now >= *next_retransmit {
+            *next_retransmit = now + self.cfg.retransmit;
+            resend = true;
+        }
+        let next = (*next_retransmit).min(*deadline);
+        ex.timer_at = Some(next);
+        self.arm(next, TimerKey::Exchange(pid));
+        if resend {
+            self.stats.retransmissions += 1;
+            self.transmit_send(pid);
+        }
+    }
+
+    fn alien_timer(&mut self, now: Time, src: Pid, at: Time) {
+        let Some(a) = self.aliens.get_mut(&src) else { return };
+        if a.timer_at != Some(at) {
+            return;
+        }
+        let expiry = a.last_heard + self.cfg.timeout;
+        if now >= expiry {
+            // The sender fell silent for T_t: it died, gave up, or has its reply.
+            self.drop_alien(src);
+        } else {
+            a.timer_at = Some(expiry);
+            self.arm(expiry, TimerKey::Alien(src));
+        }
+    }
+
+    fn lookup_timer(&mut self, now: Time, caller: Pid, at: Time) {
+        let Some(l) = self.lookups.get_mut(&caller) else { return };
+        if l.timer_at != Some(at) {
+            return;
+        }
+        if now >= l.deadline {
+            self.lookups.remove(&caller);
+            self.wake(caller, Completion::GetPid(None));
+            return;
+        }
+        l.next_retransmit = now + self.cfg.retransmit;
+        let next = l.next_retransmit.min(l.deadline);
+        l.timer_at = Some(next);
+        self.arm(next, TimerKey::Lookup(caller));
+        self.stats.retransmissions += 1;
+        self.transmit_lookup(caller);
+    }
+}

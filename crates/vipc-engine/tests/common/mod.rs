@@ -1,0 +1,151 @@
+//! A tiny two-or-more-engine network for the engine's rule tests: direct
+//! delivery on virtual time, with a hook to drop or duplicate datagrams.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+use vipc_engine::*;
+
+pub type Filter = Box<dyn FnMut(usize, &Destination, &[u8]) -> usize>;
+
+pub struct Net {
+    pub nodes: Vec<Engine>,
+    pub now: Time,
+    /// Per datagram: how many copies to deliver (0 = drop). Default 1.
+    pub filter: Option<Filter>,
+    pub events: Vec<(usize, Event)>,
+    pub sent: usize,
+    pending: VecDeque<(usize, SocketAddr, Vec<u8>)>,
+}
+
+pub fn addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16))
+}
+
+pub fn config(host: u16) -> Config {
+    Config { host_id: HostIdConfig::Fixed(host), seed: host as u64, ..Config::default() }
+}
+
+impl Net {
+    pub fn new(n: usize) -> Net {
+        Net::with(n, |_| {})
+    }
+
+    pub fn with(n: usize, tweak: impl Fn(&mut Config)) -> Net {
+        let nodes = (0..n)
+            .map(|i| {
+                let mut c = config(i as u16 + 1);
+                tweak(&mut c);
+                Engine::new(c, Time::ZERO)
+            })
+            .collect();
+        let mut net =
+            Net { nodes, now: Time::ZERO, filter: None, events: Vec::new(), sent: 0, pending: VecDeque::new() };
+        net.settle();
+        net.events.clear();
+        net
+    }
+
+    /// Moves every queued datagram and event until nothing is in flight (no time passes).
+    pub fn settle(&mut self) {
+        loop {
+            for i in 0..self.nodes.len() {
+                while let Some(t) = self.nodes[i].poll_transmit() {
+                    self.sent += 1;
+                    let copies = match &mut self.filter {
+                        Some(f) => f(i, &t.to, &t.bytes),
+                        None => 1,
+                    };
+                    for _ in 0..copies {
+                        match t.to {
+                            Destination::Addr(a) => {
+                                let j = (a.port() - 9000) as usize;
+                                if j < self.nodes.len() {
+                                    self.pending.push_back((j, addr(i), t.bytes.clone()));
+                                }
+                            }
+                            Destination::Broadcast => {
+                                for j in 0..self.nodes.len() {
+                                    if j != i {
+                                        self.pending.push_back((j, addr(i), t.bytes.clone()));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                while let Some(e) = self.nodes[i].poll_event() {
+                    self.events.push((i, e));
+                }
+            }
+            let Some((j, from, bytes)) = self.pending.pop_front() else { return };
+            let now = self.now;
+            self.nodes[j].handle_datagram(now, from, &bytes);
+        }
+    }
+
+    /// Advances virtual time by `d`, firing timers on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            self.settle();
+            let next = self.nodes.iter().filter_map(|n| n.poll_timeout()).min();
+            match next {
+                Some(t) if t <= end => {
+                    self.now = self.now.max(t);
+                    let now = self.now;
+                    for n in &mut self.nodes {
+                        n.handle_timeout(now);
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = end;
+        self.settle();
+    }
+
+    /// Takes the completion delivered to `pid` on node `i`, if any.
+    pub fn take(&mut self, i: usize, pid: Pid) -> Option<Completion> {
+        let idx =
+            self.events.iter().position(|(n, e)| *n == i && matches!(e, Event::Wake { pid: p, .. } if *p == pid))?;
+        match self.events.remove(idx).1 {
+            Event::Wake { completion, .. } => Some(completion),
+            _ => unreachable!(),
+        }
+    }
+
+    pub fn take_received(&mut self, i: usize, pid: Pid) -> Received {
+        match self.take(i, pid) {
+            Some(Completion::Receive(Ok(r))) => r,
+            other => panic!("expected a receive completion for {pid}, got {other:?}"),
+        }
+    }
+
+    pub fn take_send(&mut self, i: usize, pid: Pid) -> Result<SendOutcome, Error> {
+        match self.take(i, pid) {
+            Some(Completion::Send(r)) => r,
+            other => panic!("expected a send completion for {pid}, got {other:?}"),
+        }
+    }
+
+    pub fn take_move(&mut self, i: usize, pid: Pid) -> Result<Vec<u8>, Error> {
+        match self.take(i, pid) {
+            Some(Completion::Move(r)) => r,
+            other => panic!("expected a move completion for {pid}, got {other:?}"),
+        }
+    }
+
+    pub fn proc(&mut self, i: usize) -> Pid {
+        self.nodes[i].create_process().unwrap()
+    }
+
+    pub fn stats(&self, i: usize) -> Stats {
+        self.nodes[i].stats()
+    }
+}
+
+pub fn msg(b: u8) -> Message {
+    [b; 32]
+}
