@@ -30,6 +30,8 @@
 //! assert_eq!((pid, r.reply), (client, [8; 32]));
 //! ```
 
+#![deny(missing_docs)]
+
 mod config;
 mod engine;
 mod error;

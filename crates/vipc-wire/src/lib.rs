@@ -18,6 +18,8 @@
 //! assert_eq!(p.data, b"page");
 //! ```
 
+#![deny(missing_docs)]
+
 mod auth;
 mod packet;
 mod pid;
