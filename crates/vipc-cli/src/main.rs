@@ -1,1 +1,115 @@
-fn main() {}
+//! `vipc`: run a node, ping a process, read a node's counters, make a key,
+//! or run the demo cluster that exercises every primitive.
+
+mod cmd_keygen;
+mod cmd_node;
+mod cmd_ping;
+mod cmd_stat;
+mod demo;
+mod error;
+mod opts;
+mod target;
+
+use clap::{Parser, Subcommand};
+use opts::NodeArgs;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Transparent message passing for a cluster: the V kernel's IPC over UDP.
+#[derive(Parser, Debug)]
+#[command(
+    name = "vipc",
+    version,
+    about = "vipc: transparent message passing for a cluster (the V kernel IPC over UDP)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a node hosting the kernel server and the echo service (name `echo`) until SIGINT/SIGTERM.
+    Node {
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Measure exchange latency with a process (a pid like 0012.0003, or a name such as `echo`).
+    Ping {
+        /// The process: HOST.LOCAL in hex, or a registered name.
+        target: String,
+        /// Number of exchanges.
+        #[arg(short = 'c', long, default_value_t = 100)]
+        count: u32,
+        /// Bytes of read-write segment sent with each message and written back by the echo service.
+        #[arg(long, default_value_t = 0)]
+        size: usize,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Print a node's counters (TARGET: a logical host id, a pid, or a name).
+    Stat {
+        /// Logical host (decimal or 0x hex), pid (HOST.LOCAL) or registered name.
+        target: String,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Write a fresh random cluster key (hex) to FILE, readable by the owner only.
+    Keygen {
+        /// The key file to create.
+        file: PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Start a 3-node cluster on loopback in this process and exercise every primitive.
+    Demo,
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIPC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("vipc: error: {first}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing();
+    let r = match &cli.cmd {
+        Cmd::Node { node } => cmd_node::run(node),
+        Cmd::Ping { target, count, size, node } => cmd_ping::run(target, *count, *size, node),
+        Cmd::Stat { target, node } => cmd_stat::run(target, node),
+        Cmd::Keygen { file, force } => cmd_keygen::run(file, *force),
+        Cmd::Demo => demo::run(),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vipc: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! `vipc demo`: a 3-node cluster on loopback in this process that exercises
+//! every primitive and prints what happened, how long it took and how many
+//! packets went over the wire.
+
+use crate::error::{CliError, CliResult};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+use vipc::{services, Message, Node, NodeConfig, Pid, Process, ProtocolError, Scope, SegmentRef, SendOptions};
+
+const OP_ECHO: u8 = 0x10;
+const OP_APPENDED: u8 = 0x11;
+const OP_PAGE_READ: u8 = 0x12;
+const OP_FORWARD: u8 = 0x13;
+const OP_MOVE_FROM: u8 = 0x14;
+const OP_MOVE_TO: u8 = 0x15;
+const STATUS_FAILED: u8 = 0xEE;
+
+/// Size of a "page" for the 2-packet page read/write.
+const PAGE: usize = 1024;
+/// Size of the bulk moves.
+const BULK: usize = 1 << 20;
+
+/// Deterministic test bytes.
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + 7) % 251) as u8 ^ salt).collect()
+}
+
+/// FNV-1a, 32 bits: a checksum for the demo's data.
+fn fnv(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
+}
+
+fn put32(msg: &mut Message, at: usize, v: u32) {
+    msg[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get32(msg: &Message, at: usize) -> u32 {
+    u32::from_le_bytes([msg[at], msg[at + 1], msg[at + 2], msg[at + 3]])
+}
+
+/// The demo's server process: byte 0 of each message selects what it does.
+fn server(p: Process) {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let mut msg: Message = [0; 32];
+        let Ok(info) = p.receive_with_segment(&mut msg, &mut buf) else { return };
+        let size = info.segment_size as usize;
+        let r = match msg[0] {
+            OP_ECHO => p.reply(&msg, info.from),
+            OP_APPENDED => {
+                put32(&mut msg, 4, info.len as u32);
+                put32(&mut msg, 8, fnv(&buf[..info.len]));
+                p.reply(&msg, info.from)
+            }
+            OP_PAGE_READ => p.reply_with_segment(&msg, info.from, 0, &pattern(size.min(PAGE), 1)),
+            OP_FORWARD => {
+                let to = Pid(get32(&msg, 4));
+                msg[0] = OP_ECHO;
+                p.forward(&msg, info.from, to)
+            }
+            OP_MOVE_FROM => {
+                let mut data = vec![0u8; size];
+                match p.move_from(info.from, 0, &mut data) {
+                    Ok(()) => put32(&mut msg, 8, fnv(&data)),
+                    Err(_) => msg[0] = STATUS_FAILED,
+                }
+                p.reply(&msg, info.from)
+            }
+            OP_MOVE_TO => {
+                if p.move_to(info.from, 0, &pattern(size, 2)).is_err() {
+                    msg[0] = STATUS_FAILED;
+                }
+                p.reply(&msg, info.from)
+            }
+            _ => {
+                msg[0] = STATUS_FAILED;
+                p.reply(&msg, info.from)
+            }
+        };
+        if let Err(vipc::Error::NodeStopped) = r {
+            return;
+        }
+    }
+}
+
+/// Three free UDP ports on 127.0.0.1 (bound together so they differ, then released).
+fn free_addrs(n: usize) -> std::io::Result<Vec<SocketAddr>> {
+    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))).collect::<Result<_, _>>()?;
+    socks.iter().map(UdpSocket::local_addr).collect()
+}
+
+fn start_cluster() -> CliResult<Vec<Node>> {
+    let mut last = None;
+    for _ in 0..5 {
+        let addrs = free_addrs(3)?;
+        let started: Result<Vec<Node>, vipc::Error> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Node::start(NodeConfig::fixed(i as u16 + 1, *a, addrs.clone())))
+            .collect();
+        match started {
+            Ok(nodes) => return Ok(nodes),
+            Err(e @ vipc::Error::Bind { .. }) => last = Some(e), // a port was taken meanwhile: retry
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.map(CliError::from).unwrap_or_else(|| "cannot start the demo cluster".into()))
+}
+
+/// Packets on the wire so far: everything the cluster's nodes sent.
+fn wire(nodes: &[Node]) -> u64 {
+    nodes.iter().map(|n| n.stats().packets_out.iter().sum::<u64>()).sum()
+}
+
+fn fmt_dur(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+struct Demo {
+    nodes: Vec<Node>,
+    failures: u32,
+}
+
+impl Demo {
+    /// Runs one step, printing what happened, its time and the packets it cost.
+    fn step(&mut self, what: &str, f: impl FnOnce() -> Result<String, String>) {
+        let p0 = wire(&self.nodes);
+        let t = Instant::now();
+        let r = f();
+        let dt = t.elapsed();
+        let packets = wire(&self.nodes) - p0;
+        match r {
+            Ok(detail) => println!("ok    {what}: {detail} [{}, {packets} packets]", fmt_dur(dt)),
+            Err(e) => {
+                self.failures += 1;
+                println!("FAIL  {what}: {e} [{}, {packets} packets]", fmt_dur(dt));
+            }
+        }
+    }
+}
+
+fn expect(cond: bool, ok: String, bad: String) -> Result<String, String> {
+    if cond {
+        Ok(ok)
+    } else {
+        Err(bad)
+    }
+}
+
+fn expect_err(r: vipc::Result<Pid>, want: impl Fn(&ProtocolError) -> bool) -> Result<String, String> {
+    match r {
+        Err(vipc::Error::Protocol(e)) if want(&e) => Ok(format!("failed as it should: {e}")),
+        Err(e) => Err(format!("wrong error: {e}")),
+        Ok(p) => Err(format!("unexpectedly answered by {p}")),
+    }
+}
+
+/// Runs the demo; an error if any step failed.
+pub fn run() -> CliResult<()> {
+    let nodes = start_cluster()?;
+    println!("vipc demo: 3 nodes on loopback");
+    for n in &nodes {
+        println!(
+            "  node host {:04x} at {} (kernel server {})",
+            n.host_id(),
+            n.local_addr(),
+            services::kernel_pid(n.host_id())
+        );
+    }
+    let (n1, n2, n3) = (nodes[0].clone(), nodes[1].clone(), nodes[2].clone());
+    let (srv1, _) = n1.spawn(server)?;
+    let (srv3, _) = n3.spawn(server)?;
+    n1.set_pid("demo-server", srv1, Scope::Any)?;
+    let local_client = n1.attach()?;
+    let client = n2.attach()?;
+    println!(
+        "  server {srv1} on host 1, server {srv3} on host 3, clients {} (host 1) and {} (host 2)",
+        local_client.pid(),
+        client.pid()
+    );
+    let mut d = Demo { nodes: nodes.clone(), failures: 0 };
+    let send = |p: &Process, op: u8, to: Pid| -> vipc::Result<(Message, Pid)> {
+        let mut m: Message = [0; 32];
+        m[0] = op;
+        m[16..32].copy_from_slice(b"hello, V kernel!");
+        let r = p.send(&mut m, to)?;
+        Ok((m, r))
+    };
+    let e = |e: vipc::Error| e.to_string();
+
+    d.step("local Send/Receive/Reply (host 1 -> host 1)", || {
+        let (m, r) = send(&local_client, OP_ECHO, srv1).map_err(e)?;
+        expect(&m[16..] == b"hello, V kernel!" && r == srv1, format!("reply from {r}"), "wrong reply".into())
+    });
+    d.step("first remote Send (host 2 -> host 1, location-cache miss: broadcast)", || {
+        let (_, r) = send(&client, OP_ECHO, srv1).map_err(e)?;
+        Ok(format!("reply from {r}; host 1's address now cached"))
+    });
+    d.step("remote Send/Receive/Reply (host 2 -> host 1)", || {
+        let (m, r) = send(&client, OP_ECHO, srv1).map_err(e)?;
+        expect(&m[16..] == b"hello, V kernel!", format!("reply from {r}"), "wrong reply".into())
+    });
+    d.step("Send with appended segment: 1 KiB page write (host 2 -> host 1)", || {
+        let page = pattern(PAGE, 3);
+        let mut m: Message = [0; 32];
+        m[0] = OP_APPENDED;
+        client.send_with(&mut m, srv1, Some(SegmentRef::Read(&page)), SendOptions::default()).map_err(e)?;
+        expect(
+            get32(&m, 4) as usize == PAGE && get32(&m, 8) == fnv(&page),
+            format!("receiver got all {PAGE} bytes with the message"),
+            format!("receiver got {} bytes", get32(&m, 4)),
+        )
+    });
+    d.step("ReplyWithSegment: 1 KiB page read (host 2 -> host 1)", || {
+        let mut page = vec![0u8; PAGE];
+        let mut m: Message = [0; 32];
+        m[0] = OP_PAGE_READ;
+        client.send_with(&mut m, srv1, Some(SegmentRef::Write(&mut page)), SendOptions::default()).map_err(e)?;
+        expect(page == pattern(PAGE, 1), format!("{PAGE} bytes arrived with the reply"), "page contents wrong".into())
+    });
+    d.step("Forward (host 2 -> server on host 1 -> forwarded to server on host 3)", || {
+        let mut m: Message = [0; 32];
+        m[0] = OP_FORWARD;
+        put32(&mut m, 4, srv3.0);
+        let r = client.send(&mut m, srv1).map_err(e)?;
+        expect(r == srv3, format!("reply came from {r}"), format!("reply came from {r}, not {srv3}"))
+    });
+    d.step("MoveFrom 1 MiB (server on host 1 reads the client's segment on host 2)", || {
+        let data = pattern(BULK, 4);
+        let mut m: Message = [0; 32];
+        m[0] = OP_MOVE_FROM;
+        let t = Instant::now();
+        client.send_with(&mut m, srv1, Some(SegmentRef::Read(&data)), SendOptions::default()).map_err(e)?;
+        let mbps = BULK as f64 / t.elapsed().as_secs_f64() / 1e6;
+        expect(
+            m[0] == OP_MOVE_FROM && get32(&m, 8) == fnv(&data),
+            format!("1 MiB arrived intact ({mbps:.0} MB/s)"),
+            "data corrupted or move failed".into(),
+        )
+    });
+    d.step("MoveTo 1 MiB (server on host 1 writes the client's segment on host 2)", || {
+        let mut data = vec![0u8; BULK];
+        let mut m: Message = [0; 32];
+        m[0] = OP_MOVE_TO;
+        let t = Instant::now();
+        client.send_with(&mut m, srv1, Some(SegmentRef::Write(&mut data)), SendOptions::default()).map_err(e)?;
+        let mbps = BULK as f64 / t.elapsed().as_secs_f64() / 1e6;
+        expect(
+            m[0] == OP_MOVE_TO && data == pattern(BULK, 2),
+            format!("1 MiB arrived intact ({mbps:.0} MB/s)"),
+            "data corrupted or move failed".into(),
+        )
+    });
+    d.step("GetPid \"demo-server\", scope local (host 1)", || {
+        let r = local_client.get_pid("demo-server", Scope::Local).map_err(e)?;
+        expect(r == Some(srv1), format!("found {srv1}"), format!("got {r:?}"))
+    });
+    d.step("GetPid \"demo-server\", scope remote (from host 2: broadcast)", || {
+        let r = client.get_pid("demo-server", Scope::Remote).map_err(e)?;
+        expect(r == Some(srv1), format!("found {srv1}"), format!("got {r:?}"))
+    });
+    d.step("GetPid \"no-such-name\", scope any (from host 2)", || {
+        let r = client.get_pid("no-such-name", Scope::Any).map_err(e)?;
+        expect(r.is_none(), "not found, as it should be".into(), format!("got {r:?}"))
+    });
+    d.step("Send to a nonexistent local pid (host 2)", || {
+        let r = send(&client, OP_ECHO, Pid::new(n2.host_id(), 999)).map(|x| x.1);
+        expect_err(r, |e| matches!(e, ProtocolError::NoSuchProcess(_)))
+    });
+    d.step("Send to a nonexistent remote pid (host 3: nAck)", || {
+        let r = send(&client, OP_ECHO, Pid::new(n3.host_id(), 999)).map(|x| x.1);
+        expect_err(r, |e| matches!(e, ProtocolError::NoSuchProcess(_)))
+    });
+    d.step("Send to a process destroyed while the sender waits (host 2 -> host 3)", || {
+        let victim = n3.attach().map_err(e)?;
+        let vpid = victim.pid();
+        let (_, waiter) = n2
+            .spawn(move |p| {
+                let t = Instant::now();
+                let mut m: Message = [0; 32];
+                (p.send(&mut m, vpid), t.elapsed())
+            })
+            .map_err(e)?;
+        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        drop(victim);
+        let (r, _) = waiter.join().map_err(|_| "sender thread panicked".to_string())?;
+        let after = t.elapsed();
+        let first = expect_err(r, |e| matches!(e, ProtocolError::NoSuchProcess(_) | ProtocolError::Destroyed(_)))?;
+        let again =
+            expect_err(send(&client, OP_ECHO, vpid).map(|x| x.1), |e| matches!(e, ProtocolError::NoSuchProcess(_)))?;
+        Ok(format!("{first} ({} after the destruction); a later Send {again}", fmt_dur(after)))
+    });
+
+    println!("counters:");
+    for n in &nodes {
+        let s = n.stats();
+        println!(
+            "  host {:04x}: packets out {:>5} in {:>5}, local exchanges {}, remote exchanges {}, retransmissions {}, duplicates {}, timeouts {}, MAC failures {}",
+            n.host_id(),
+            s.packets_out.iter().sum::<u64>(),
+            s.packets_in.iter().sum::<u64>(),
+            s.local_exchanges,
+            s.remote_exchanges,
+            s.retransmissions,
+            s.duplicates,
+            s.timeouts,
+            s.mac_failures
+        );
+    }
+    drop(local_client);
+    drop(client);
+    let failures = d.failures;
+    drop(d);
+    for n in &nodes {
+        n.shutdown();
+    }
+    if failures > 0 {
+        return Err(CliError(format!("demo: {failures} step(s) failed")));
+    }
+    println!("vipc demo: every step succeeded");
+    Ok(())
+}

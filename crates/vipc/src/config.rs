@@ -1,0 +1,133 @@
+//! Node configuration: sockets, broadcast channel, key, fault injection and
+//! the protocol knobs of the engine.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+use vipc_engine::{AuthKey, Config, HostIdConfig};
+
+/// The default multicast group of the broadcast channel.
+pub const DEFAULT_GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 86, 73), 7700);
+
+/// Everything [`crate::Node::start`] needs. `NodeConfig::default()` is a node on
+/// `127.0.0.1` (ephemeral port) that allocates its logical host id over the
+/// loopback multicast group [`DEFAULT_GROUP`].
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Address of the node's unicast socket. Every datagram is sent from it, so
+    /// peers learn this address. Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// How the logical host id is chosen (overrides `engine.host_id`).
+    pub host_id: HostIdConfig,
+    /// Cluster key (overrides `engine.key`): when set every packet is MACed and
+    /// packets without a valid MAC are dropped and counted.
+    pub key: Option<AuthKey>,
+    /// Protocol knobs: T_r (`retransmit`), T_t (`timeout`), host allocation
+    /// wait, packet size, bulk window, limits. `host_id` and `key` are taken
+    /// from this struct; a `seed` of 0 is replaced by a random one.
+    pub engine: Config,
+    /// Where broadcasts (host allocation, location-cache misses, remote GetPid) go.
+    pub broadcast: Broadcast,
+    /// Faults injected into outgoing datagrams (testing under loss).
+    pub faults: FaultConfig,
+    /// SO_RCVBUF and SO_SNDBUF requested for the sockets (the kernel may cap them).
+    pub socket_buffer: usize,
+    /// After a fixed host id is announced, how long start-up waits for another
+    /// node to complain that it holds the id ([`crate::Error::HostConflict`]).
+    pub conflict_grace: Duration,
+    /// Create the kernel server ([`crate::services::kernel_server`]) as the first
+    /// process, so that it is `Pid::new(host, 1)`.
+    pub kernel_server: bool,
+    /// TODO (performance issue): busy-poll the socket for this long before
+    /// sleeping, to cut wake-up latency. Currently ignored.
+    pub poll_spin: Option<Duration>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> NodeConfig {
+        NodeConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            host_id: HostIdConfig::Allocate,
+            key: None,
+            engine: Config::default(),
+            broadcast: Broadcast::default(),
+            faults: FaultConfig::default(),
+            socket_buffer: 4 << 20,
+            conflict_grace: Duration::from_millis(50),
+            kernel_server: true,
+            poll_spin: None,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// A node on `listen` with a fixed logical host id, no multicast and the
+    /// given static peers: the usual setup of tests and of clusters without multicast.
+    pub fn fixed(host: vipc_engine::HostId, listen: SocketAddr, peers: Vec<SocketAddr>) -> NodeConfig {
+        NodeConfig {
+            listen,
+            host_id: HostIdConfig::Fixed(host),
+            broadcast: Broadcast { multicast: None, peers },
+            ..NodeConfig::default()
+        }
+    }
+}
+
+/// The broadcast channel: an IP multicast group and/or a list of static peers.
+/// A broadcast is sent to the group (if enabled) and to every peer.
+#[derive(Clone, Debug)]
+pub struct Broadcast {
+    /// The multicast group, if any (IPv4 only).
+    pub multicast: Option<Multicast>,
+    /// Static peers: nodes that get every broadcast by unicast. Use them where
+    /// multicast does not reach (IPv6, routed networks, containers without multicast).
+    pub peers: Vec<SocketAddr>,
+}
+
+impl Default for Broadcast {
+    fn default() -> Broadcast {
+        Broadcast { multicast: Some(Multicast::default()), peers: Vec::new() }
+    }
+}
+
+/// An IPv4 multicast group used as the broadcast channel. Traffic to the group
+/// leaves only through `interface` (IP_MULTICAST_IF) and the group is joined on
+/// that interface only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Multicast {
+    /// Group address and port. Every node of a cluster uses the same one.
+    pub group: SocketAddrV4,
+    /// Address of the local interface to send and join on. The default,
+    /// `127.0.0.1`, keeps the cluster on this machine; use a LAN address to span machines.
+    pub interface: Ipv4Addr,
+    /// IP_MULTICAST_TTL; 1 keeps datagrams on the local link.
+    pub ttl: u32,
+    /// IP_MULTICAST_LOOP: deliver the group's datagrams to other nodes on this machine.
+    pub loopback: bool,
+}
+
+impl Default for Multicast {
+    fn default() -> Multicast {
+        Multicast { group: DEFAULT_GROUP, interface: Ipv4Addr::LOCALHOST, ttl: 1, loopback: true }
+    }
+}
+
+/// Faults injected into outgoing datagrams, independently per datagram and
+/// destination, from a seeded generator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Probability a datagram is dropped.
+    pub loss: f64,
+    /// Probability a datagram is sent twice.
+    pub duplicate: f64,
+    /// Probability a datagram is held back 0.2–2 ms, so that later ones overtake it.
+    pub reorder: f64,
+    /// Seed of the fault generator.
+    pub seed: u64,
+}
+
+impl FaultConfig {
+    /// True if no fault is configured.
+    pub fn is_none(&self) -> bool {
+        self.loss <= 0.0 && self.duplicate <= 0.0 && self.reorder <= 0.0
+    }
+}

@@ -1,0 +1,215 @@
+//! V processes: a thread with a pid, and the IPC primitives it calls.
+
+use crate::node::Shared;
+use crate::{Error, Result};
+use std::sync::Arc;
+use vipc_engine::{Access, Completion, Message, Pid, Scope, Segment, SendOptions, Stats};
+
+/// A segment of the caller's memory lent to the receiver for one Send.
+///
+/// The bytes are copied into the node when the Send starts; with write access
+/// they are copied back into the caller's buffer when the reply arrives.
+#[derive(Debug)]
+pub enum SegmentRef<'a> {
+    /// The receiver may read (MoveFrom) the segment; its first part travels with the Send.
+    Read(&'a [u8]),
+    /// The receiver may write (MoveTo, reply with segment) the segment.
+    Write(&'a mut [u8]),
+    /// The receiver may read and write the segment.
+    ReadWrite(&'a mut [u8]),
+}
+
+/// What [`Process::receive_with_segment`] returns besides the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveInfo {
+    /// The original sender: the process to reply to.
+    pub from: Pid,
+    /// The process that forwarded the message (equal to `from` if not forwarded).
+    pub forwarder: Pid,
+    /// Bytes of the appended segment placed at the start of the buffer.
+    pub len: usize,
+    /// Size of the whole segment the sender granted (0 if none).
+    pub segment_size: u32,
+    /// Access the sender granted to it.
+    pub access: Access,
+}
+
+/// A V process: a pid on a node, used by one thread at a time. Blocking
+/// primitives block the calling thread. Dropping it destroys the process:
+/// senders waiting on it fail at once and its own exchanges are cleaned up.
+pub struct Process {
+    shared: Arc<Shared>,
+    pid: Pid,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process").field("pid", &self.pid).finish()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.shared.destroy_process(self.pid);
+    }
+}
+
+fn mismatch(what: &str, c: &Completion) -> Error {
+    Error::Internal(format!("{what} completed with {c:?}"))
+}
+
+impl Process {
+    pub(crate) fn new(shared: Arc<Shared>, pid: Pid) -> Process {
+        Process { shared, pid }
+    }
+
+    /// This process's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The counters of the node this process lives on.
+    pub fn node_stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Send: sends the 32-byte `msg` to `to` and blocks until the reply, which
+    /// overwrites `msg`. Returns the replier (differs from `to` after a Forward).
+    pub fn send(&self, msg: &mut Message, to: Pid) -> Result<Pid> {
+        self.send_with(msg, to, None, SendOptions::default())
+    }
+
+    /// Send with a segment of the caller's memory lent to the receiver and/or options.
+    pub fn send_with(
+        &self,
+        msg: &mut Message,
+        to: Pid,
+        segment: Option<SegmentRef<'_>>,
+        opts: SendOptions,
+    ) -> Result<Pid> {
+        let (seg, back) = match segment {
+            None => (None, None),
+            Some(SegmentRef::Read(b)) => (Some(Segment { data: b.to_vec(), access: Access::READ }), None),
+            Some(SegmentRef::Write(b)) => (Some(Segment { data: b.to_vec(), access: Access::WRITE }), Some(b)),
+            Some(SegmentRef::ReadWrite(b)) => (Some(Segment { data: b.to_vec(), access: Access::READ_WRITE }), Some(b)),
+        };
+        let (me, m) = (self.pid, *msg);
+        match self.shared.block(me, |e, now| e.send(now, me, to, m, opts, seg))? {
+            Completion::Send(Ok(o)) => {
+                *msg = o.reply;
+                if let (Some(buf), Some(s)) = (back, o.segment) {
+                    let n = buf.len().min(s.data.len());
+                    buf[..n].copy_from_slice(&s.data[..n]);
+                }
+                Ok(o.replier)
+            }
+            Completion::Send(Err(e)) => Err(e.into()),
+            c => Err(mismatch("send", &c)),
+        }
+    }
+
+    /// Receive: blocks until a message arrives (first come, first served),
+    /// places it in `msg` and returns the sender.
+    pub fn receive(&self, msg: &mut Message) -> Result<Pid> {
+        Ok(self.receive_inner(msg, None, &mut [])?.from)
+    }
+
+    /// ReceiveSpecific: like [`Process::receive`], but only from `from`.
+    pub fn receive_specific(&self, msg: &mut Message, from: Pid) -> Result<Pid> {
+        Ok(self.receive_inner(msg, Some(from), &mut [])?.from)
+    }
+
+    /// ReceiveWithSegment: like [`Process::receive`], and places up to
+    /// `buf.len()` bytes of the segment appended by the sender (the first part
+    /// of a read-granted segment) at the start of `buf`.
+    pub fn receive_with_segment(&self, msg: &mut Message, buf: &mut [u8]) -> Result<ReceiveInfo> {
+        self.receive_inner(msg, None, buf)
+    }
+
+    fn receive_inner(&self, msg: &mut Message, only: Option<Pid>, buf: &mut [u8]) -> Result<ReceiveInfo> {
+        let (me, cap) = (self.pid, buf.len());
+        match self.shared.block(me, |e, now| e.receive(now, me, only, cap))? {
+            Completion::Receive(Ok(r)) => {
+                *msg = r.msg;
+                let len = r.segment.len().min(buf.len());
+                buf[..len].copy_from_slice(&r.segment[..len]);
+                Ok(ReceiveInfo {
+                    from: r.from,
+                    forwarder: r.forwarder,
+                    len,
+                    segment_size: r.segment_size,
+                    access: r.access,
+                })
+            }
+            Completion::Receive(Err(e)) => Err(e.into()),
+            c => Err(mismatch("receive", &c)),
+        }
+    }
+
+    /// Reply: sends `msg` as the reply to `to`, which must be awaiting a reply
+    /// from this process. Never blocks.
+    pub fn reply(&self, msg: &Message, to: Pid) -> Result<()> {
+        let (me, m) = (self.pid, *msg);
+        self.shared.call(|e, now| e.reply(now, me, to, m, None))
+    }
+
+    /// ReplyWithSegment: replies and writes `data` at `offset` of the sender's
+    /// write-granted segment, in the same packet (`data` must fit in one packet).
+    pub fn reply_with_segment(&self, msg: &Message, to: Pid, offset: u32, data: &[u8]) -> Result<()> {
+        let (me, m, d) = (self.pid, *msg, data.to_vec());
+        self.shared.call(|e, now| e.reply(now, me, to, m, Some((offset, d))))
+    }
+
+    /// Forward: passes the message of `sender` (awaiting a reply from this
+    /// process) on to `to`, as if `sender` had sent `msg` to `to`. Never blocks.
+    pub fn forward(&self, msg: &Message, sender: Pid, to: Pid) -> Result<()> {
+        let (me, m) = (self.pid, *msg);
+        self.shared.call(|e, now| e.forward(now, me, sender, to, m))
+    }
+
+    /// MoveTo: writes `data` at `offset` of the write-granted segment of
+    /// `dest`, which must be awaiting a reply from this process. Blocks until done.
+    pub fn move_to(&self, dest: Pid, offset: u32, data: &[u8]) -> Result<()> {
+        let (me, d) = (self.pid, data.to_vec());
+        match self.shared.block(me, |e, now| e.move_to(now, me, dest, offset, d))? {
+            Completion::Move(Ok(_)) => Ok(()),
+            Completion::Move(Err(e)) => Err(e.into()),
+            c => Err(mismatch("move_to", &c)),
+        }
+    }
+
+    /// MoveFrom: fills `buf` from `offset` of the read-granted segment of
+    /// `src`, which must be awaiting a reply from this process. Blocks until done.
+    pub fn move_from(&self, src: Pid, offset: u32, buf: &mut [u8]) -> Result<()> {
+        let me = self.pid;
+        let len = u32::try_from(buf.len()).map_err(|_| vipc_engine::Error::TooLarge {
+            what: "move_from buffer",
+            len: buf.len() as u64,
+            limit: u32::MAX as u64,
+        })?;
+        match self.shared.block(me, |e, now| e.move_from(now, me, src, offset, len))? {
+            Completion::Move(Ok(data)) => {
+                let n = data.len().min(buf.len());
+                buf[..n].copy_from_slice(&data[..n]);
+                Ok(())
+            }
+            Completion::Move(Err(e)) => Err(e.into()),
+            c => Err(mismatch("move_from", &c)),
+        }
+    }
+
+    /// SetPid: registers `pid` under `name` with `scope`. A null pid removes the name.
+    pub fn set_pid(&self, name: &str, pid: Pid, scope: Scope) -> Result<()> {
+        self.shared.call(|e, _| e.set_pid(name.as_bytes(), pid, scope))
+    }
+
+    /// GetPid: looks `name` up in `scope`; a remote lookup broadcasts and the
+    /// first answer wins. `None` if nobody has registered the name.
+    pub fn get_pid(&self, name: &str, scope: Scope) -> Result<Option<Pid>> {
+        let me = self.pid;
+        match self.shared.block(me, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
+            Completion::GetPid(p) => Ok(p),
+            c => Err(mismatch("get_pid", &c)),
+        }
+    }
+}
