@@ -1,0 +1,202 @@
+//! Failures: nonexistent and destroyed processes, dead nodes, misuse,
+//! shutdown, authentication, lossy networks, configuration errors.
+
+mod common;
+
+use common::{cluster, cluster_with, pattern, short_timers};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vipc::{AuthKey, Error, FaultConfig, Node, NodeConfig, Pid, ProtocolError, SegmentRef, SendOptions};
+
+fn is(e: &Error, f: impl Fn(&ProtocolError) -> bool) -> bool {
+    matches!(e, Error::Protocol(p) if f(p))
+}
+
+#[test]
+fn nonexistent_pids_fail_with_no_such_process() {
+    let nodes = cluster(2);
+    let c = nodes[1].attach().unwrap();
+    let t = Instant::now();
+    let e = c.send(&mut [0; 32], Pid::new(nodes[1].host_id(), 777)).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::NoSuchProcess(_))), "{e}");
+    let e = c.send(&mut [0; 32], Pid::new(nodes[0].host_id(), 777)).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::NoSuchProcess(_))), "remote: nAck, {e}");
+    assert!(t.elapsed() < Duration::from_millis(500), "an nAck is fast, not a timeout");
+    let e = c.send(&mut [0; 32], Pid::NONE).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::NullPid)), "{e}");
+    let e = c.send(&mut [0; 32], c.pid()).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::SendToSelf)), "{e}");
+}
+
+#[test]
+fn dead_node_times_out_within_tt() {
+    let nodes = cluster_with(2, 1, |_, c| short_timers(c));
+    let echo = vipc::services::spawn_echo(&nodes[0], None).unwrap();
+    let c = nodes[1].attach().unwrap();
+    c.send(&mut [0; 32], echo).unwrap();
+    nodes[0].shutdown();
+    let t = Instant::now();
+    let e = c.send(&mut [0; 32], echo).unwrap_err();
+    let took = t.elapsed();
+    assert!(is(&e, |p| matches!(p, ProtocolError::Timeout(_))), "{e}");
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took < Duration::from_millis(300 + 700), "T_t is 300 ms, took {took:?}");
+    assert!(nodes[1].stats().timeouts >= 1);
+}
+
+#[test]
+fn destroying_a_receiver_fails_its_waiting_senders() {
+    let nodes = cluster(3);
+    for (victim_node, sender_node) in [(0, 0), (0, 1)] {
+        let victim = nodes[victim_node].attach().unwrap();
+        let vpid = victim.pid();
+        let (_, t) = nodes[sender_node]
+            .spawn(move |p| {
+                let r = p.send(&mut [0; 32], vpid);
+                (r, Instant::now())
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let dropped = Instant::now();
+        drop(victim);
+        let (r, at) = t.join().unwrap();
+        let e = r.unwrap_err();
+        assert!(is(&e, |p| matches!(p, ProtocolError::NoSuchProcess(_) | ProtocolError::Destroyed(_))), "{e}");
+        assert!(at.duration_since(dropped) < Duration::from_millis(500), "at once, not after T_t");
+        let c = nodes[2].attach().unwrap();
+        let e = c.send(&mut [0; 32], vpid).unwrap_err();
+        assert!(is(&e, |p| matches!(p, ProtocolError::NoSuchProcess(_))), "{e}");
+    }
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let nodes = cluster(2);
+    let p = Arc::new(nodes[0].attach().unwrap());
+    let other = nodes[0].attach().unwrap();
+    let e = p.reply(&[0; 32], other.pid()).unwrap_err();
+    assert!(is(&e, |x| matches!(x, ProtocolError::NotAwaitingReply(_))), "{e}");
+    let third = nodes[0].attach().unwrap();
+    let e = p.forward(&[0; 32], other.pid(), third.pid()).unwrap_err();
+    assert!(is(&e, |x| matches!(x, ProtocolError::NotAwaitingReply(_))), "{e}");
+    let mut b = [0u8; 4];
+    let e = p.move_from(other.pid(), 0, &mut b).unwrap_err();
+    assert!(is(&e, |x| matches!(x, ProtocolError::NotAwaitingReply(_))), "{e}");
+    let e = p.set_pid("", other.pid(), vipc::Scope::Any).unwrap_err();
+    assert!(is(&e, |x| matches!(x, ProtocolError::BadName)), "{e}");
+    // Two threads in one process: the second blocking call is refused.
+    let p2 = p.clone();
+    let t = std::thread::spawn(move || p2.receive(&mut [0; 32]));
+    std::thread::sleep(Duration::from_millis(50));
+    let e = p.receive(&mut [0; 32]).unwrap_err();
+    assert!(is(&e, |x| matches!(x, ProtocolError::Busy(_))), "{e}");
+    // Shutting the node down unblocks the first receive.
+    nodes[0].shutdown();
+    assert!(matches!(t.join().unwrap(), Err(Error::NodeStopped)));
+}
+
+#[test]
+fn shutdown_wakes_blocked_calls_with_node_stopped() {
+    let nodes = cluster(1);
+    let (_, t) = nodes[0].spawn(|p| p.receive(&mut [0; 32])).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let s = Instant::now();
+    nodes[0].shutdown();
+    let r = t.join().unwrap();
+    assert!(matches!(r, Err(Error::NodeStopped)), "{r:?}");
+    assert!(s.elapsed() < Duration::from_secs(1));
+    assert!(matches!(nodes[0].attach(), Err(Error::NodeStopped)));
+}
+
+#[test]
+fn a_node_with_the_wrong_key_cannot_make_a_keyed_node_do_anything() {
+    let good = AuthKey::from_bytes([7; 32]);
+    let bad = AuthKey::from_bytes([8; 32]);
+    let nodes = cluster_with(3, 1, |i, c| {
+        short_timers(c);
+        c.key = match i {
+            0 | 1 => Some(good.clone()),
+            _ => Some(bad.clone()),
+        };
+    });
+    let echo = vipc::services::spawn_echo(&nodes[0], Some("echo")).unwrap();
+    // Same key: works.
+    let friend = nodes[1].attach().unwrap();
+    friend.send(&mut [1; 32], echo).unwrap();
+    // Wrong key: nothing happens; the keyed node counts MAC failures.
+    let before = nodes[0].stats();
+    let intruder = nodes[2].attach().unwrap();
+    let e = intruder.send(&mut [2; 32], echo).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::Timeout(_))), "{e}");
+    assert_eq!(intruder.get_pid("echo", vipc::Scope::Remote).unwrap(), None);
+    let after = nodes[0].stats();
+    assert!(after.mac_failures > before.mac_failures, "{} -> {}", before.mac_failures, after.mac_failures);
+    // (Host announcements of the good nodes may still arrive: look at the rest.)
+    assert_eq!(after.packets_in[2..], before.packets_in[2..], "no packet from the intruder was accepted");
+    // And an unkeyed node fares no better.
+    let open = Node::start(NodeConfig::fixed(9, "127.0.0.1:0".parse().unwrap(), vec![nodes[0].local_addr()]));
+    let open = open.unwrap();
+    let mut cfg = open.attach().unwrap();
+    let e = cfg.send(&mut [3; 32], echo).unwrap_err();
+    assert!(is(&e, |p| matches!(p, ProtocolError::Timeout(_))), "{e}");
+    cfg = friend;
+    cfg.send(&mut [4; 32], echo).unwrap();
+}
+
+#[test]
+fn two_hundred_exchanges_under_twenty_percent_loss() {
+    let nodes = cluster_with(2, 1, |i, c| {
+        c.faults = FaultConfig { loss: 0.2, duplicate: 0.05, reorder: 0.05, seed: 11 + i as u64 };
+        c.engine.timeout = Duration::from_secs(3);
+    });
+    let echo = vipc::services::spawn_echo(&nodes[0], None).unwrap();
+    let c = nodes[1].attach().unwrap();
+    for i in 0..200u32 {
+        let mut m = [0u8; 32];
+        m[..4].copy_from_slice(&i.to_le_bytes());
+        let sent = m;
+        c.send(&mut m, echo).unwrap_or_else(|e| panic!("exchange {i}: {e}"));
+        assert_eq!(m, sent);
+    }
+    // A bulk transfer under the same loss.
+    let mut big = pattern(256 * 1024, 5);
+    let want = big.clone();
+    c.send_with(&mut [0; 32], echo, Some(SegmentRef::ReadWrite(&mut big)), SendOptions::default()).unwrap();
+    assert_eq!(big, want);
+    let s = nodes[1].stats();
+    assert!(s.retransmissions > 0, "loss was injected");
+    assert_eq!(s.remote_exchanges, 201);
+}
+
+#[test]
+fn a_duplicate_fixed_host_id_is_reported_at_start() {
+    let nodes = cluster(1);
+    let mut cfg = NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![nodes[0].local_addr()]);
+    cfg.conflict_grace = Duration::from_millis(200);
+    match Node::start(cfg) {
+        Err(Error::HostConflict { host, addr }) => {
+            assert_eq!(host, 1);
+            assert_eq!(addr, nodes[0].local_addr());
+            assert_eq!(
+                Error::HostConflict { host, addr }.to_string(),
+                format!("logical host 1 is already in use by {addr}")
+            );
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(n) => panic!("started host {} despite the conflict", n.host_id()),
+    }
+}
+
+#[test]
+fn configuration_errors_are_clear() {
+    let nodes = cluster(1);
+    let taken = nodes[0].local_addr();
+    let e = Node::start(NodeConfig::fixed(5, taken, vec![])).unwrap_err();
+    assert!(matches!(&e, Error::Bind { addr, .. } if *addr == taken), "{e}");
+    assert!(e.to_string().contains("in use"), "{e}");
+    let e = Node::start(NodeConfig::fixed(0, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    let v6 = NodeConfig { listen: "[::1]:0".parse().unwrap(), ..NodeConfig::default() };
+    let e = Node::start(v6).unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}

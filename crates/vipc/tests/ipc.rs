@@ -1,0 +1,329 @@
+//! The primitives between nodes on loopback: Send/Receive/Reply, segments,
+//! Forward, MoveTo/MoveFrom, SetPid/GetPid.
+
+mod common;
+
+use common::{cluster, packets, pattern};
+use std::time::{Duration, Instant};
+use vipc::{Access, Message, ProtocolError, Scope, SegmentRef, SendOptions};
+
+fn msg(b: u8) -> Message {
+    let mut m = [0u8; 32];
+    m[0] = b;
+    m[31] = b.wrapping_mul(3);
+    m
+}
+
+#[test]
+fn local_send_receive_reply() {
+    let nodes = cluster(1);
+    let n = &nodes[0];
+    let (server, t) = n
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let from = p.receive(&mut m).unwrap();
+            m[0] += 1;
+            p.reply(&m, from).unwrap();
+            from
+        })
+        .unwrap();
+    let c = n.attach().unwrap();
+    let mut m = msg(10);
+    let before = packets(n);
+    assert_eq!(c.send(&mut m, server).unwrap(), server);
+    assert_eq!(m[0], 11);
+    assert_eq!(m[31], 30);
+    assert_eq!(t.join().unwrap(), c.pid());
+    assert_eq!(packets(n), before, "a local exchange sends no packets");
+    assert_eq!(n.stats().local_exchanges, 1);
+}
+
+#[test]
+fn remote_send_receive_reply_is_two_packets() {
+    let nodes = cluster(2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (server, t) = a
+        .spawn(|p| {
+            for _ in 0..5 {
+                let mut m = [0u8; 32];
+                let from = p.receive(&mut m).unwrap();
+                m[0] = m[0].wrapping_add(1);
+                p.reply(&m, from).unwrap();
+            }
+        })
+        .unwrap();
+    let c = b.attach().unwrap();
+    let mut m = msg(1);
+    c.send(&mut m, server).unwrap(); // warms the location cache
+    assert_eq!(m[0], 2);
+    for i in 0..4u8 {
+        let before = (packets(b), b.stats().retransmissions);
+        let mut m = msg(i);
+        assert_eq!(c.send(&mut m, server).unwrap(), server);
+        assert_eq!(m[0], i + 1);
+        if b.stats().retransmissions == before.1 {
+            assert_eq!(packets(b) - before.0, 2, "send + reply");
+        }
+    }
+    t.join().unwrap();
+    assert_eq!(b.stats().remote_exchanges, 5);
+}
+
+#[test]
+fn receive_specific_takes_only_the_named_sender() {
+    let nodes = cluster(2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let server = a.attach().unwrap();
+    let spid = server.pid();
+    let (c1, t1) = b.spawn(move |p| p.send(&mut msg(1), spid).map(|_| ())).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let (c2, t2) = a.spawn(move |p| p.send(&mut msg(2), spid).map(|_| ())).unwrap();
+    let mut m = [0u8; 32];
+    assert_eq!(server.receive_specific(&mut m, c2).unwrap(), c2);
+    assert_eq!(m[0], 2);
+    server.reply(&m, c2).unwrap();
+    assert_eq!(server.receive(&mut m).unwrap(), c1);
+    assert_eq!(m[0], 1);
+    server.reply(&m, c1).unwrap();
+    t1.join().unwrap().unwrap();
+    t2.join().unwrap().unwrap();
+}
+
+#[test]
+fn appended_segment_arrives_with_the_message() {
+    let nodes = cluster(2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (server, t) = a
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let mut buf = vec![0u8; 4096];
+            let info = p.receive_with_segment(&mut m, &mut buf).unwrap();
+            p.reply(&m, info.from).unwrap();
+            (info, buf[..info.len].to_vec())
+        })
+        .unwrap();
+    let c = b.attach().unwrap();
+    c.send(&mut msg(0), vipc::services::kernel_pid(a.host_id())).unwrap(); // warm the cache
+    let page = pattern(1000, 9);
+    let (p0, r0) = (packets(b), b.stats().retransmissions);
+    let mut m = msg(5);
+    c.send_with(&mut m, server, Some(SegmentRef::Read(&page)), SendOptions::default()).unwrap();
+    let (info, got) = t.join().unwrap();
+    assert_eq!(info.from, c.pid());
+    assert_eq!(info.len, 1000);
+    assert_eq!(info.segment_size, 1000);
+    assert_eq!(info.access, Access::READ);
+    assert_eq!(got, page);
+    if b.stats().retransmissions == r0 {
+        assert_eq!(packets(b) - p0, 2, "a page write is 2 packets");
+    }
+}
+
+#[test]
+fn reply_with_segment_writes_the_senders_buffer() {
+    let nodes = cluster(2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let page = pattern(1024, 4);
+    let sent = page.clone();
+    let (server, t) = a
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            assert_eq!(info.access, Access::WRITE);
+            assert_eq!(info.segment_size, 2048);
+            p.reply_with_segment(&m, info.from, 512, &sent).unwrap();
+        })
+        .unwrap();
+    let c = b.attach().unwrap();
+    let mut buf = vec![0xAAu8; 2048];
+    c.send_with(&mut msg(1), server, Some(SegmentRef::Write(&mut buf)), SendOptions::default()).unwrap();
+    t.join().unwrap();
+    assert!(buf[..512].iter().all(|&x| x == 0xAA), "bytes before the offset untouched");
+    assert_eq!(&buf[512..1536], &page[..]);
+    assert!(buf[1536..].iter().all(|&x| x == 0xAA), "bytes after the data untouched");
+}
+
+#[test]
+fn forward_reaches_a_third_node_and_the_reply_comes_from_there() {
+    let nodes = cluster(3);
+    let (final_srv, t3) = nodes[2]
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let mut buf = [0u8; 64];
+            let info = p.receive_with_segment(&mut m, &mut buf).unwrap();
+            m[1] = 0xF3;
+            p.reply(&m, info.from).unwrap();
+            info
+        })
+        .unwrap();
+    let (fwd, t1) = nodes[0]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let from = p.receive(&mut m).unwrap();
+            m[2] = 0xF1;
+            p.forward(&m, from, final_srv).unwrap();
+            // Once forwarded, the sender no longer awaits our reply.
+            let e = p.reply(&m, from).unwrap_err();
+            assert!(matches!(e, vipc::Error::Protocol(ProtocolError::NotAwaitingReply(_))), "{e}");
+        })
+        .unwrap();
+    let c = nodes[1].attach().unwrap();
+    let mut m = msg(7);
+    let replier = c.send(&mut m, fwd).unwrap();
+    assert_eq!(replier, final_srv);
+    assert_eq!((m[0], m[1], m[2]), (7, 0xF3, 0xF1));
+    let info = t3.join().unwrap();
+    assert_eq!(info.from, c.pid());
+    assert_eq!(info.forwarder, fwd);
+    t1.join().unwrap();
+}
+
+#[test]
+fn move_from_and_move_to_one_mebibyte_remote() {
+    const N: usize = 1 << 20;
+    let nodes = cluster(2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (server, t) = a
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            assert_eq!(info.segment_size as usize, N);
+            let mut data = vec![0u8; N];
+            p.move_from(info.from, 0, &mut data).unwrap();
+            let ok = data == pattern(N, 1);
+            // A read past the end is refused.
+            let mut one = [0u8; 1];
+            let e = p.move_from(info.from, N as u32, &mut one).unwrap_err();
+            assert!(matches!(e, vipc::Error::Protocol(ProtocolError::OutOfSegment { .. })), "{e}");
+            for x in data.iter_mut() {
+                *x = !*x;
+            }
+            p.move_to(info.from, 0, &data).unwrap();
+            m[0] = ok as u8;
+            p.reply(&m, info.from).unwrap();
+        })
+        .unwrap();
+    let c = b.attach().unwrap();
+    let mut buf = pattern(N, 1);
+    let mut m = [0u8; 32];
+    let t0 = Instant::now();
+    c.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut buf)), SendOptions::default()).unwrap();
+    t.join().unwrap();
+    assert_eq!(m[0], 1, "the server read the segment intact");
+    let want: Vec<u8> = pattern(N, 1).iter().map(|x| !x).collect();
+    assert!(buf == want, "the server's MoveTo arrived intact");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn moves_need_the_granted_access() {
+    let nodes = cluster(2);
+    let (server, t) = nodes[0]
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            let e = p.move_to(info.from, 0, b"nope").unwrap_err();
+            assert!(matches!(e, vipc::Error::Protocol(ProtocolError::NoAccess(_))), "{e}");
+            let mut buf = [0u8; 8];
+            p.move_from(info.from, 0, &mut buf).unwrap();
+            p.reply(&m, info.from).unwrap();
+            buf
+        })
+        .unwrap();
+    let c = nodes[1].attach().unwrap();
+    c.send_with(&mut msg(0), server, Some(SegmentRef::Read(b"readonly")), SendOptions::default()).unwrap();
+    assert_eq!(&t.join().unwrap(), b"readonly");
+    // And no move at all to a process that is not awaiting our reply.
+    let other = nodes[0].attach().unwrap();
+    let e = other.move_to(c.pid(), 0, b"x").unwrap_err();
+    assert!(matches!(e, vipc::Error::Protocol(ProtocolError::NotAwaitingReply(_))), "{e}");
+}
+
+#[test]
+fn get_pid_local_remote_and_any() {
+    let nodes = cluster(3);
+    let svc = nodes[0].attach().unwrap();
+    nodes[0].set_pid("svc", svc.pid(), Scope::Any).unwrap();
+    let local_only = nodes[0].attach().unwrap();
+    local_only.set_pid("hidden", local_only.pid(), Scope::Local).unwrap();
+
+    assert_eq!(svc.get_pid("svc", Scope::Local).unwrap(), Some(svc.pid()));
+    let c = nodes[2].attach().unwrap();
+    assert_eq!(c.get_pid("svc", Scope::Remote).unwrap(), Some(svc.pid()));
+    assert_eq!(c.get_pid("svc", Scope::Any).unwrap(), Some(svc.pid()));
+    assert_eq!(c.get_pid("svc", Scope::Local).unwrap(), None);
+    assert_eq!(c.get_pid("hidden", Scope::Any).unwrap(), None, "a local registration is not visible remotely");
+    assert_eq!(c.get_pid("nobody", Scope::Any).unwrap(), None);
+    let e = c.get_pid("", Scope::Local).unwrap_err();
+    assert!(matches!(e, vipc::Error::Protocol(ProtocolError::BadName)), "{e}");
+}
+
+#[test]
+fn kernel_server_is_process_one_and_reports_counters() {
+    let nodes = cluster(2);
+    let c = nodes[1].attach().unwrap();
+    let h = nodes[0].host_id();
+    vipc::services::ping_kernel(&c, h).unwrap();
+    let fields = vipc::services::query_stats(&c, h).unwrap();
+    let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|x| x.1);
+    assert_eq!(fields.len(), nodes[0].stats().fields().len());
+    assert!(get("packets_in.send").unwrap() >= 2, "{fields:?}");
+    assert!(get("processes").unwrap() >= 1);
+    assert_eq!(get("mac_failures"), Some(0));
+    // An unknown operation gets status 1.
+    let mut m = [0u8; 32];
+    m[0] = 99;
+    c.send(&mut m, vipc::services::kernel_pid(h)).unwrap();
+    assert_eq!(m[0], vipc::services::STATUS_UNKNOWN_OP);
+}
+
+#[test]
+fn echo_service_echoes_message_and_segment() {
+    let nodes = cluster(2);
+    let echo = vipc::services::spawn_echo(&nodes[0], Some("echo")).unwrap();
+    let c = nodes[1].attach().unwrap();
+    assert_eq!(c.get_pid("echo", Scope::Any).unwrap(), Some(echo));
+    let mut m = msg(42);
+    c.send(&mut m, echo).unwrap();
+    assert_eq!(m, msg(42));
+    // Small read-write segment: appended, written back with the reply.
+    let mut small = pattern(500, 2);
+    let want = small.clone();
+    c.send_with(&mut m, echo, Some(SegmentRef::ReadWrite(&mut small)), SendOptions::default()).unwrap();
+    assert_eq!(small, want);
+    // Large read-write segment: MoveFrom + MoveTo.
+    let mut big = pattern(300_000, 3);
+    let want = big.clone();
+    c.send_with(&mut m, echo, Some(SegmentRef::ReadWrite(&mut big)), SendOptions::default()).unwrap();
+    assert_eq!(big, want);
+}
+
+#[test]
+fn idempotent_sends_complete() {
+    let nodes = cluster(2);
+    let echo = vipc::services::spawn_echo(&nodes[0], None).unwrap();
+    let c = nodes[1].attach().unwrap();
+    for i in 0..20 {
+        let mut m = msg(i);
+        c.send_with(&mut m, echo, None, SendOptions { idempotent: true }).unwrap();
+        assert_eq!(m, msg(i));
+    }
+}
+
+#[test]
+fn ipv6_loopback_with_static_peers() {
+    let probe = std::net::UdpSocket::bind("[::1]:0");
+    let Ok(probe) = probe else {
+        eprintln!("skipped: no IPv6 loopback");
+        return;
+    };
+    drop(probe);
+    let a = vipc::Node::start(vipc::NodeConfig::fixed(1, "[::1]:0".parse().unwrap(), vec![])).unwrap();
+    let b = vipc::Node::start(vipc::NodeConfig::fixed(2, "[::1]:0".parse().unwrap(), vec![a.local_addr()])).unwrap();
+    let echo = vipc::services::spawn_echo(&a, Some("echo6")).unwrap();
+    let c = b.attach().unwrap();
+    assert_eq!(c.get_pid("echo6", Scope::Remote).unwrap(), Some(echo));
+    let mut m = msg(6);
+    assert_eq!(c.send(&mut m, echo).unwrap(), echo);
+    assert_eq!(m, msg(6));
+}

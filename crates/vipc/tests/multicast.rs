@@ -1,0 +1,56 @@
+//! Discovery over the loopback multicast group: logical-host allocation by
+//! announcement–complaint, location by broadcast, remote GetPid — no static peers.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+use vipc::{Multicast, Node, NodeConfig, Scope};
+
+/// A group of its own for each test run, so parallel runs do not hear each other.
+fn random_group() -> SocketAddrV4 {
+    let r: u32 = rand_u32();
+    SocketAddrV4::new(Ipv4Addr::new(239, 255, (r >> 8) as u8, r as u8 | 1), 20_000 + (r >> 16) as u16 % 40_000)
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.finish() as u32
+}
+
+fn config(group: SocketAddrV4) -> NodeConfig {
+    let mut cfg = NodeConfig::default();
+    cfg.broadcast.multicast = Some(Multicast { group, ..Multicast::default() });
+    cfg.engine.host_alloc_wait = Duration::from_millis(200);
+    cfg
+}
+
+#[test]
+fn nodes_allocate_distinct_hosts_and_find_each_other_over_multicast() {
+    let group = random_group();
+    let nodes: Vec<Node> = (0..3).map(|_| Node::start(config(group)).unwrap()).collect();
+    let mut hosts: Vec<u16> = nodes.iter().map(Node::host_id).collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "distinct logical hosts: {hosts:?}");
+    assert!(hosts.iter().all(|&h| (1..=0x7fff).contains(&h)));
+
+    let echo = vipc::services::spawn_echo(&nodes[0], Some("mc-echo")).unwrap();
+    let c = nodes[2].attach().unwrap();
+    assert_eq!(c.get_pid("mc-echo", Scope::Remote).unwrap(), Some(echo));
+    let mut m = [9u8; 32];
+    assert_eq!(c.send(&mut m, echo).unwrap(), echo);
+    assert_eq!(m, [9u8; 32]);
+    // Host 2's kernel server, never contacted before: located by broadcast.
+    let c2 = nodes[0].attach().unwrap();
+    vipc::services::ping_kernel(&c2, nodes[1].host_id()).unwrap();
+
+    // A node on another group hears none of it.
+    let mut other = random_group();
+    while other == group {
+        other = random_group();
+    }
+    let loner = Node::start(config(other)).unwrap();
+    let l = loner.attach().unwrap();
+    assert_eq!(l.get_pid("mc-echo", Scope::Remote).unwrap(), None);
+}
