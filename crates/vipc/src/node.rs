@@ -51,6 +51,8 @@ pub(crate) struct State {
     outq: Outgoing,
     /// True while some thread is sending from `outq` (it sends everything queued).
     sending: bool,
+    /// Start-up is over: conflicts are now logged rather than returned.
+    started: bool,
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -121,9 +123,11 @@ impl Shared {
                     self.ready_cv.notify_all();
                 }
                 Event::HostConflict { host, addr } => {
-                    tracing::warn!(
-                        "logical host {host} is also claimed by the node at {addr}: check the configuration"
-                    );
+                    if st.started {
+                        tracing::warn!(
+                            "logical host {host} is also claimed by the node at {addr}: check the configuration"
+                        );
+                    }
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
@@ -434,6 +438,7 @@ impl Node {
                 conflict: None,
                 outq: VecDeque::new(),
                 sending: false,
+                started: false,
             }),
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
@@ -504,6 +509,7 @@ impl Node {
             }
         }
         handle.host = host;
+        shared.lock().started = true;
         let node = Node { handle: Arc::new(handle) };
         if config.kernel_server {
             node.spawn(services::kernel_server)?;

@@ -1,0 +1,315 @@
+//! The `vipc` binary as a user runs it: nodes as separate OS processes on
+//! loopback, `ping`, `stat`, `keygen`, `demo`, and one-line errors.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
+
+/// A child process that is killed when the guard is dropped (also on panic).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `vipc node`, with what its first line said.
+struct NodeProc {
+    guard: Guard,
+    host: u16,
+    addr: SocketAddr,
+}
+
+/// Starts `vipc node ARGS` and waits for its "listening" line.
+fn start_node(args: &[&str]) -> NodeProc {
+    let mut child = Command::new(VIPC)
+        .arg("node")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vipc node");
+    let stdout = child.stdout.take().unwrap();
+    let guard = Guard(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc node printed nothing");
+    // "vipc node: host HHHH listening on ADDR"
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert!(line.starts_with("vipc node: host ") && words.len() == 7, "unexpected first line {line:?}");
+    let host = u16::from_str_radix(words[3], 16).unwrap();
+    let addr = words[6].parse().unwrap();
+    NodeProc { guard, host, addr }
+}
+
+/// Runs `vipc ARGS` to completion (with a time limit).
+fn run(args: &[&str]) -> Output {
+    let child =
+        Command::new(VIPC).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn vipc");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("vipc {args:?} did not finish within 120 s");
+        }
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts the command failed with exactly one `vipc: error:` line containing `want`.
+fn assert_one_line_error(o: &Output, want: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success; stdout {}", stdout(o));
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected, got {err:?}");
+    assert!(lines[0].starts_with("vipc: error: "), "{err:?}");
+    assert!(lines[0].contains(want), "{err:?} lacks {want:?}");
+}
+
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
+    socks.iter().map(|s| s.local_addr().unwrap()).collect()
+}
+
+/// A multicast group of this test's own (random address and port).
+fn random_group() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    let r = h.finish();
+    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r >> 16) as u16 % 40_000)
+}
+
+fn packets_per_exchange(out: &str) -> f64 {
+    let line = out.lines().find(|l| l.starts_with("packets per exchange: ")).expect("packets line");
+    line["packets per exchange: ".len()..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn nodes_as_processes_answer_ping_and_stat_over_multicast() {
+    let g = random_group();
+    let n1 = start_node(&["--group", &g]);
+    let n2 = start_node(&["--group", &g]);
+    assert_ne!(n1.host, n2.host, "two nodes allocated distinct hosts");
+
+    let o = run(&["ping", "echo", "-c", "20", "--group", &g]);
+    assert!(o.status.success(), "ping failed: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("20 exchanges"), "{out}");
+    assert!(out.contains("median"), "{out}");
+    let ppe = packets_per_exchange(&out);
+    assert!((2.0..3.0).contains(&ppe), "packets per exchange {ppe}: {out}");
+
+    // A pid target with a bulk segment: the echo service moves it both ways.
+    let echo2 = format!("{:04x}.0002", n2.host);
+    let o = run(&["ping", &echo2, "-c", "3", "--size", "200000", "--group", &g]);
+    assert!(o.status.success(), "ping with a segment failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("200000-byte segment"), "{}", stdout(&o));
+
+    // stat by host id (decimal and hex) and by name.
+    for target in [n1.host.to_string(), format!("0x{:x}", n2.host), "echo".to_string()] {
+        let o = run(&["stat", &target, "--group", &g]);
+        assert!(o.status.success(), "stat {target} failed: {}", stderr(&o));
+        let out = stdout(&o);
+        let fields: Vec<(&str, u64)> = out
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next().unwrap(), w.next().unwrap().parse().unwrap())
+            })
+            .collect();
+        let get = |k: &str| fields.iter().find(|f| f.0 == k).map(|f| f.1);
+        assert!(get("packets_in.send").unwrap() >= 1, "{out}");
+        assert_eq!(get("mac_failures"), Some(0), "{out}");
+        assert!(get("processes").unwrap() >= 2, "kernel server and echo: {out}");
+        assert!(fields.len() >= 40, "{out}");
+    }
+    // The first node served 20+ pings' worth of exchanges or the second did; together at least 20.
+    drop((n1.guard, n2.guard));
+}
+
+#[test]
+fn static_peers_without_multicast() {
+    let addrs = free_addrs(2);
+    let (a, b) = (addrs[0].to_string(), addrs[1].to_string());
+    let n1 = start_node(&["--listen", &a, "--host-id", "11", "--peer", &b, "--no-multicast"]);
+    let n2 = start_node(&["--listen", &b, "--host-id", "0xc", "--peer", &a, "--no-multicast"]);
+    assert_eq!((n1.host, n2.host), (11, 12));
+    assert_eq!(n1.addr.to_string(), a);
+    let o = run(&["ping", "echo", "-c", "10", "--no-multicast", "--peer", &a, "--peer", &b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["stat", "12", "--no-multicast", "--peer", &a, "--peer", &b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("vipc stat: host 000c"), "{}", stdout(&o));
+
+    // Errors: a name nobody registered, a process that does not exist, a second
+    // node claiming host 11, a port already in use.
+    let o = run(&["ping", "nosuchname", "--no-multicast", "--peer", &a]);
+    assert_one_line_error(&o, "no process is registered as \"nosuchname\"");
+    let o = run(&["ping", "000b.0777", "--no-multicast", "--peer", &a]);
+    assert_one_line_error(&o, "no process 000b.0777");
+    let o = run(&["node", "--host-id", "11", "--peer", &a, "--no-multicast"]);
+    assert_one_line_error(&o, &format!("logical host 11 is already in use by {a}"));
+    let o = run(&["node", "--listen", &a, "--no-multicast"]);
+    assert_one_line_error(&o, "address already in use");
+    drop((n1.guard, n2.guard));
+}
+
+#[test]
+fn node_not_running_and_bad_arguments_are_one_line_errors() {
+    let dead = free_addrs(1)[0].to_string();
+    let t = Instant::now();
+    let o = run(&["ping", "0001.0002", "--no-multicast", "--peer", &dead, "--timeout-ms", "300"]);
+    assert_one_line_error(&o, "no answer from 0001.0002 (wrong key, or node not running?)");
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    let o = run(&["ping", "echo", "--listen", "not-an-address"]);
+    assert_one_line_error(&o, "invalid address \"not-an-address\"");
+    let o = run(&["node", "--peer", "1.2.3.4"]);
+    assert_one_line_error(&o, "expected IP:PORT");
+    let o = run(&["node", "--host-id", "0"]);
+    assert_one_line_error(&o, "invalid logical host");
+    let o = run(&["stat", "zz.1"]);
+    assert_one_line_error(&o, "invalid pid");
+    let o = run(&["node", "--listen", "192.0.2.77:7000", "--no-multicast"]);
+    assert_one_line_error(&o, "cannot listen on 192.0.2.77:7000");
+    let o = run(&["frobnicate"]);
+    assert_one_line_error(&o, "frobnicate");
+    let o = run(&["node", "--key", "/nonexistent/key"]);
+    assert_one_line_error(&o, "cannot read key file /nonexistent/key");
+}
+
+#[test]
+fn keyed_nodes_ignore_a_client_with_the_wrong_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = dir.path().join("k1");
+    let k2 = dir.path().join("k2");
+    let (k1s, k2s) = (k1.to_str().unwrap(), k2.to_str().unwrap());
+    assert!(run(&["keygen", k1s]).status.success());
+    assert!(run(&["keygen", k2s]).status.success());
+    let addr = free_addrs(1)[0].to_string();
+    let n = start_node(&["--listen", &addr, "--host-id", "21", "--no-multicast", "--key", k1s]);
+    let echo = "0015.0002";
+    let common = ["--no-multicast", "--peer", &addr, "--host-id", "22", "--timeout-ms", "300"];
+    let mut args = vec!["ping", echo, "-c", "5"];
+    args.extend(common);
+    args.extend(["--key", k1s]);
+    let o = run(&args);
+    assert!(o.status.success(), "right key: {}", stderr(&o));
+    let mut args = vec!["ping", echo, "-c", "5"];
+    args.extend(common);
+    args.extend(["--key", k2s]);
+    let o = run(&args);
+    assert_one_line_error(&o, "no answer from 0015.0002 (wrong key, or node not running?)");
+    let mut args = vec!["stat", "21"];
+    args.extend(common);
+    args.extend(["--key", k1s]);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mac = stdout(&o).lines().find(|l| l.starts_with("mac_failures")).unwrap().to_string();
+    let count: u64 = mac.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(count >= 1, "the keyed node counted the wrong key's packets: {mac}");
+    drop(n.guard);
+}
+
+#[test]
+fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("cluster.key");
+    let fs = f.to_str().unwrap();
+    let o = run(&["keygen", fs]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let key = std::fs::read_to_string(&f).unwrap();
+    assert_eq!(key.trim().len(), 64);
+    assert!(key.trim().chars().all(|c| c.is_ascii_hexdigit()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let o = run(&["keygen", fs]);
+    assert_one_line_error(&o, "already exists");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), key, "not overwritten");
+    let o = run(&["keygen", fs, "--force"]);
+    assert!(o.status.success());
+    assert_ne!(std::fs::read_to_string(&f).unwrap(), key, "a fresh key");
+}
+
+#[test]
+fn config_file_and_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addrs(1)[0];
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!("listen = \"{addr}\"\nhost_id = 31\nmulticast = false\nretransmit_ms = 10\ntimeout_ms = 500\n"),
+    )
+    .unwrap();
+    let mut n = start_node(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!((n.host, n.addr), (31, addr));
+    let a = addr.to_string();
+    let o = run(&["ping", "001f.0001", "-c", "3", "--no-multicast", "--peer", &a]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // SIGTERM stops the node cleanly.
+    let pid = n.guard.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let t = Instant::now();
+    loop {
+        if let Some(st) = n.guard.0.try_wait().unwrap() {
+            assert!(st.success(), "exit status {st}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "node still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A bad config file is a one-line error.
+    std::fs::write(&cfg, "listen = 5\n").unwrap();
+    let o = run(&["node", "--config", cfg.to_str().unwrap()]);
+    assert_one_line_error(&o, "config file");
+}
+
+#[test]
+fn demo_exercises_every_primitive_and_exits_zero() {
+    let o = run(&["demo"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "demo failed:\n{out}\n{}", stderr(&o));
+    assert!(!out.contains("FAIL"), "{out}");
+    for what in [
+        "local Send",
+        "remote Send",
+        "appended segment",
+        "ReplyWithSegment",
+        "Forward",
+        "MoveFrom 1 MiB",
+        "MoveTo 1 MiB",
+        "GetPid",
+        "nonexistent",
+        "destroyed",
+    ] {
+        assert!(out.contains(what), "demo output lacks {what:?}:\n{out}");
+    }
+    assert!(out.contains("every step succeeded"), "{out}");
+}
