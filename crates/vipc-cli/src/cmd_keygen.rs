@@ -32,6 +32,6 @@ pub fn run(path: &Path, force: bool) -> CliResult<()> {
         f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
     writeln!(f, "{}", key.to_hex()).map_err(|e| CliError(format!("cannot write {}: {e}", path.display())))?;
-    println!("vipc keygen: wrote a new cluster key to {}", path.display());
+    say!("vipc keygen: wrote a new cluster key to {}", path.display());
     Ok(())
 }

@@ -15,7 +15,7 @@ pub fn run(args: &NodeArgs) -> CliResult<()> {
     .map_err(|e| CliError(format!("cannot install the signal handler: {e}")))?;
     let node = Node::start(cfg)?;
     services::spawn_echo(&node, Some("echo"))?;
-    println!("vipc node: host {:04x} listening on {}", node.host_id(), node.local_addr());
+    say!("vipc node: host {:04x} listening on {}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
     node.shutdown();

@@ -56,15 +56,15 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
     let after = packets(&node.stats());
     lat.sort();
     let (out, inn) = (after.0 - before.0, after.1 - before.1);
-    println!("vipc ping: {pid} ({target}) from {}: {count} exchanges, 32-byte message, {size}-byte segment", p.pid());
-    println!(
+    say!("vipc ping: {pid} ({target}) from {}: {count} exchanges, 32-byte message, {size}-byte segment", p.pid());
+    say!(
         "latency µs: min {}  median {}  p99 {}  max {}",
         us(lat[0]),
         us(quantile(&lat, 0.5)),
         us(quantile(&lat, 0.99)),
         us(lat[lat.len() - 1])
     );
-    println!("packets per exchange: {:.2} (out {out}, in {inn})", (out + inn) as f64 / f64::from(count));
+    say!("packets per exchange: {:.2} (out {out}, in {inn})", (out + inn) as f64 / f64::from(count));
     drop(p);
     node.shutdown();
     Ok(())

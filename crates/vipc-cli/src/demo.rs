@@ -134,10 +134,10 @@ impl Demo {
         let dt = t.elapsed();
         let packets = wire(&self.nodes) - p0;
         match r {
-            Ok(detail) => println!("ok    {what}: {detail} [{}, {packets} packets]", fmt_dur(dt)),
+            Ok(detail) => say!("ok    {what}: {detail} [{}, {packets} packets]", fmt_dur(dt)),
             Err(e) => {
                 self.failures += 1;
-                println!("FAIL  {what}: {e} [{}, {packets} packets]", fmt_dur(dt));
+                say!("FAIL  {what}: {e} [{}, {packets} packets]", fmt_dur(dt));
             }
         }
     }
@@ -162,9 +162,9 @@ fn expect_err(r: vipc::Result<Pid>, want: impl Fn(&ProtocolError) -> bool) -> Re
 /// Runs the demo; an error if any step failed.
 pub fn run() -> CliResult<()> {
     let nodes = start_cluster()?;
-    println!("vipc demo: 3 nodes on loopback");
+    say!("vipc demo: 3 nodes on loopback");
     for n in &nodes {
-        println!(
+        say!(
             "  node host {:04x} at {} (kernel server {})",
             n.host_id(),
             n.local_addr(),
@@ -177,7 +177,7 @@ pub fn run() -> CliResult<()> {
     n1.set_pid("demo-server", srv1, Scope::Any)?;
     let local_client = n1.attach()?;
     let client = n2.attach()?;
-    println!(
+    say!(
         "  server {srv1} on host 1, server {srv3} on host 3, clients {} (host 1) and {} (host 2)",
         local_client.pid(),
         client.pid()
@@ -296,10 +296,10 @@ pub fn run() -> CliResult<()> {
         Ok(format!("{first} ({} after the destruction); a later Send {again}", fmt_dur(after)))
     });
 
-    println!("counters:");
+    say!("counters:");
     for n in &nodes {
         let s = n.stats();
-        println!(
+        say!(
             "  host {:04x}: packets out {:>5} in {:>5}, local exchanges {}, remote exchanges {}, retransmissions {}, duplicates {}, timeouts {}, MAC failures {}",
             n.host_id(),
             s.packets_out.iter().sum::<u64>(),
@@ -322,6 +322,6 @@ pub fn run() -> CliResult<()> {
     if failures > 0 {
         return Err(CliError(format!("demo: {failures} step(s) failed")));
     }
-    println!("vipc demo: every step succeeded");
+    say!("vipc demo: every step succeeded");
     Ok(())
 }

@@ -1,6 +1,19 @@
 //! `vipc`: run a node, ping a process, read a node's counters, make a key,
 //! or run the demo cluster that exercises every primitive.
 
+/// `println!` that ends the program quietly when stdout is a closed pipe
+/// (e.g. `vipc stat 1 | head`) instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 mod cmd_keygen;
 mod cmd_node;
 mod cmd_ping;

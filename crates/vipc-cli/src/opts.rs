@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vipc::{AuthKey, Broadcast, HostIdConfig, Multicast, NodeConfig};
+use vipc::{AuthKey, Broadcast, FaultConfig, HostIdConfig, Multicast, NodeConfig};
 
 /// Parses `IP:PORT` with a one-line error.
 pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
@@ -73,6 +73,26 @@ pub struct NodeArgs {
     /// T_t: timeout in milliseconds [default: 1000].
     #[arg(long, value_name = "N")]
     pub timeout_ms: Option<u64>,
+    /// Testing: drop this fraction (0..1) of outgoing datagrams.
+    #[arg(long, value_name = "P", value_parser = parse_probability, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Testing: send this fraction (0..1) of outgoing datagrams twice.
+    #[arg(long, value_name = "P", value_parser = parse_probability, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Testing: delay this fraction (0..1) of outgoing datagrams so later ones overtake them.
+    #[arg(long, value_name = "P", value_parser = parse_probability, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Testing: seed of the fault generator.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub fault_seed: u64,
+}
+
+/// Parses a probability in 0..=1.
+pub fn parse_probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("invalid probability {s:?}: expected a number from 0 to 1")),
+    }
 }
 
 /// The TOML configuration file: the same settings as the flags.
@@ -171,6 +191,12 @@ impl NodeArgs {
             },
             key,
             broadcast: Broadcast { multicast, peers },
+            faults: FaultConfig {
+                loss: self.loss,
+                duplicate: self.duplicate,
+                reorder: self.reorder,
+                seed: self.fault_seed,
+            },
             ..NodeConfig::default()
         };
         if let Some(ms) = self.retransmit_ms.or(file.retransmit_ms) {

@@ -292,6 +292,26 @@ fn config_file_and_sigterm() {
 }
 
 #[test]
+fn ping_under_injected_loss_between_processes() {
+    let addrs = free_addrs(1);
+    let a = addrs[0].to_string();
+    let loss = ["--loss", "0.2", "--duplicate", "0.05", "--reorder", "0.05"];
+    let mut args = vec!["--listen", a.as_str(), "--host-id", "41", "--no-multicast", "--fault-seed", "7"];
+    args.extend(loss);
+    let n = start_node(&args);
+    let mut args = vec!["ping", "0029.0002", "-c", "100", "--no-multicast", "--peer", a.as_str(), "--host-id", "42"];
+    args.extend(loss);
+    args.extend(["--timeout-ms", "3000"]);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("100 exchanges"), "{}", stdout(&o));
+    assert!(packets_per_exchange(&stdout(&o)) > 2.0, "loss forces retransmissions: {}", stdout(&o));
+    let o = run(&["ping", "x", "--loss", "2"]);
+    assert_one_line_error(&o, "invalid probability");
+    drop(n.guard);
+}
+
+#[test]
 fn demo_exercises_every_primitive_and_exits_zero() {
     let o = run(&["demo"]);
     let out = stdout(&o);
