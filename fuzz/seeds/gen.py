@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of the engine_datagram fuzz target (fuzz/seeds/engine_datagram/).
+
+The byte layout is the script format decoded by fuzz_targets/engine_datagram.rs
+(`Harness::step`); each seed walks one path that random mutation finds slowly:
+a remote Send received and replied to, moves in both directions, answers to the
+engine's own packets. libFuzzer mutates them from there. Run after changing the
+script format:  python3 fuzz/seeds/gen.py
+"""
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_datagram")
+
+SEND, REPLY, MOVE_TO_DATA, MOVE_FROM_DATA = 2, 3, 9, 12  # indices into PacketType::ALL
+SEG_READ, SEG_WRITE, IDEMPOTENT = 2, 4, 1
+
+LOCAL0 = 0x00  # pick_pid: locals[0] (the server in Receive)
+PEER0 = 0x02   # pick_pid: PEERS[0]
+SENDER = 0x04  # pick_pid: the last sender received
+
+
+def u16(v):
+    return struct.pack(">H", v)
+
+
+def crafted(ptype, flags=0, src=PEER0, dst=LOCAL0, total=0, local=0, remote=0, data=b"", seq_sel=0):
+    """op 1: a well-formed packet. sel bit 0 = 0: incarnation 7; bits 3..4: seq."""
+    sel = (seq_sel & 3) << 3
+    return (bytes([1, sel, ptype]) + u16(flags) + bytes([src, dst]) + u16(total) + u16(local)
+            + u16(remote) + b"MSG-SEED" + u16(len(data)) + data)
+
+
+def answer(index, sel=0, fields=0, n_sel=0):
+    """op 4: answer the engine's recent packet `index` with its natural reply type."""
+    return bytes([4, index, sel, fields, n_sel])
+
+
+def wait(kind, b=0):
+    """op 9: time passes (kind 1 = T_r, 2 = T_t)."""
+    return bytes([9, (b & ~3) | kind])
+
+
+def api(action, rest, who=0):
+    """op 11: API call by locals[who]."""
+    return bytes([11, who, action]) + rest
+
+
+def reply(seg=None):
+    rest = bytes([SENDER]) + b"REPLY-00"
+    if seg is None:
+        return api(3, rest + bytes([0]))
+    off, data = seg
+    return api(3, rest + bytes([1]) + u16(off) + u16(len(data)) + data)
+
+
+def move_from(length_byte, off=0):
+    return api(7, bytes([SENDER]) + u16(off) + bytes([length_byte]))
+
+
+def move_to(length_byte, off=0):
+    return api(6, bytes([SENDER]) + u16(off) + bytes([length_byte]))
+
+
+def receive():
+    return api(0, bytes([0x10, 0x00]))  # capacity 4096
+
+
+seeds = {
+    # A remote Send, received and replied to; then a duplicate and a newer Send.
+    "send-reply": crafted(SEND) + reply() + bytes([8]) + crafted(SEND, seq_sel=1) + wait(1),
+    # A read/write-granted 4 KiB segment with 1000 bytes appended; MoveFrom 1401
+    # bytes, answered with MoveFromData; reply with a segment.
+    "move-from": crafted(SEND, SEG_READ | SEG_WRITE, total=4096, data=bytes(range(256)) * 4)
+    + move_from(0x01) + answer(0xff) + answer(0xfe) + wait(1) + answer(0xff)
+    + reply((16, b"written-by-reply")) + wait(2),
+    # A write-granted 16 KiB segment; MoveTo 4608 bytes, acknowledged.
+    "move-to": crafted(SEND, SEG_WRITE, total=0x4000) + move_to(0x12) + answer(0xff) + answer(0xfe)
+    + wait(1) + answer(0xff) + reply() + wait(2),
+    # The clients' Sends answered: a Reply, then replyPending and time passing.
+    "client-replies": answer(1) + answer(2, sel=1, fields=0) + wait(1) + answer(0) + wait(2) + wait(2),
+    # A remote server writes into client 1's segment (MoveToData on its exchange).
+    "client-segment": bytes([4, 1, 1, MOVE_TO_DATA, 0, 1]) + bytes([4, 1, 1, MOVE_FROM_DATA - 9, 0, 0])
+    + wait(1) + answer(1),
+    # Receive again after a reply, with an idempotent Send in between.
+    "idempotent": crafted(SEND, IDEMPOTENT) + reply() + receive() + crafted(SEND, IDEMPOTENT) + bytes([8]),
+}
+
+os.makedirs(OUT, exist_ok=True)
+for name, body in seeds.items():
+    for keyed in (0, 1):
+        with open(os.path.join(OUT, f"{name}-{'keyed' if keyed else 'plain'}"), "wb") as f:
+            f.write(bytes([keyed]) + body)
+print(f"wrote {2 * len(seeds)} seeds to {OUT}")
