@@ -1,20 +1,6 @@
 //! The node: the engine behind a mutex, its sockets, the network threads and
-//! the timer thread, and the slots where blocked processes wait.
-//!
-//! # Threads and wake-ups
-//! - One **network thread per socket** blocks in `recv_from` (with a
-//!   [`RECV_POLL`](crate::net::RECV_POLL) read timeout so it notices shutdown),
-//!   feeds each datagram to the engine under the lock, then drains the engine.
-//! - One **timer thread** sleeps on a condition variable until the engine's
-//!   [`poll_timeout`](vipc_engine::Engine::poll_timeout) (or a held-back faulty
-//!   datagram) is due. Whoever drains the engine — an application thread after
-//!   an API call, a network thread after a datagram — compares the engine's
-//!   next deadline with the one the timer thread sleeps towards and notifies it
-//!   if the new one is earlier, so deadlines armed from any thread are met.
-//! - **Application threads** call the engine directly under the lock, drain it,
-//!   send the resulting datagrams after releasing the lock, then wait on their
-//!   process's slot (a completion plus a condition variable, guarded by the
-//!   same mutex) until the engine's `Event::Wake` for them fills it.
+//! the timer thread, and the slots where blocked processes wait. See
+//! [`Node`] for how the threads cooperate.
 
 use crate::config::NodeConfig;
 use crate::faults::Faults;
@@ -332,14 +318,14 @@ fn net_loop(shared: Arc<Shared>, multicast: bool) {
     let Some(sock) = sock else { return };
     let mut buf = vec![0u8; 65_536];
     loop {
-        let r = sock.recv_from(&mut buf);
-        if shared.lock().stopped {
-            return;
-        }
-        let (n, from) = match r {
+        let (n, from) = match sock.recv_from(&mut buf) {
             Ok(x) => x,
             Err(e) => {
                 use std::io::ErrorKind::*;
+                if shared.lock().stopped {
+                    return;
+                }
+                // ConnectionRefused: an ICMP port-unreachable from a peer that is down.
                 if !matches!(e.kind(), WouldBlock | TimedOut | Interrupted | ConnectionRefused) {
                     tracing::warn!("receive failed: {e}");
                     std::thread::sleep(Duration::from_millis(10));
@@ -347,13 +333,13 @@ fn net_loop(shared: Arc<Shared>, multicast: bool) {
                 continue;
             }
         };
-        if shared.own.contains(&from) {
-            continue; // our own broadcast, looped back
-        }
         {
             let mut st = shared.lock();
             if st.stopped {
                 return;
+            }
+            if shared.own.contains(&from) {
+                continue; // our own broadcast, looped back
             }
             let now = shared.now();
             st.engine.handle_datagram(now, from, &buf[..n]);
@@ -395,6 +381,32 @@ impl Drop for Handle {
 /// [`Node::shutdown`] is called or the last `Node` handle is dropped
 /// ([`Process`]es do not keep it running: their calls then fail with
 /// [`Error::NodeStopped`]).
+///
+/// # Threads and wake-ups
+/// The sans-IO engine sits behind one mutex, together with a slot per local
+/// process (its pending completion and a condition variable).
+/// - One **network thread per socket** (unicast, and multicast if enabled)
+///   blocks in `recv_from` with a 100 ms read timeout (so that it notices
+///   shutdown), feeds each datagram to the engine under the lock and drains it.
+/// - One **timer thread** sleeps on a condition variable until the engine's
+///   [`poll_timeout`](vipc_engine::Engine::poll_timeout) (or the release of a
+///   datagram held back by fault injection) is due, then runs
+///   [`handle_timeout`](vipc_engine::Engine::handle_timeout). Whoever drains
+///   the engine — an application thread after an API call, a network thread
+///   after a datagram — compares the engine's next deadline with the one the
+///   timer thread sleeps towards and notifies it if the new one is earlier, so
+///   a deadline armed from any thread is met.
+/// - **Application threads** (V processes) call the engine directly under the
+///   lock, drain it, send, and then wait on their own slot until the engine's
+///   `Event::Wake` for them fills it.
+///
+/// Draining moves completions into slots and datagrams into a send queue;
+/// the datagrams are sent after the lock is released, by one thread at a
+/// time in queue order (a thread that finds another one sending leaves its
+/// datagrams to it), so the wire order is the engine's order.
+///
+/// TODO (performance): [`NodeConfig::poll_spin`] — busy-polling before
+/// sleeping — is not implemented yet.
 #[derive(Clone)]
 pub struct Node {
     handle: Arc<Handle>,
