@@ -63,3 +63,4 @@ pub use vipc_engine::{
     Access, AuthKey, Config as EngineConfig, Error as ProtocolError, HostId, HostIdConfig, Message, Pid, Scope,
     SendOptions, Stats,
 };
+pub use vipc_wire::PacketType;

@@ -37,8 +37,9 @@ pub(crate) struct State {
     outq: Outgoing,
     /// True while some thread is sending from `outq` (it sends everything queued).
     sending: bool,
-    /// Start-up is over: conflicts are now logged rather than returned.
-    started: bool,
+    /// Log host conflicts (false while the start-up of a fixed-id node
+    /// returns them as an error instead).
+    log_conflicts: bool,
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -109,7 +110,7 @@ impl Shared {
                     self.ready_cv.notify_all();
                 }
                 Event::HostConflict { host, addr } => {
-                    if st.started {
+                    if st.log_conflicts {
                         tracing::warn!(
                             "logical host {host} is also claimed by the node at {addr}: check the configuration"
                         );
@@ -450,7 +451,7 @@ impl Node {
                 conflict: None,
                 outq: VecDeque::new(),
                 sending: false,
-                started: false,
+                log_conflicts: !matches!(config.host_id, HostIdConfig::Fixed(_)),
             }),
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
@@ -484,10 +485,11 @@ impl Node {
         // Wait for the logical host id.
         let wait = ecfg.host_alloc_wait * 20 + Duration::from_secs(2);
         let deadline = Instant::now() + wait;
+        let fixed = matches!(config.host_id, HostIdConfig::Fixed(_));
         let host = {
             let mut st = shared.lock();
             loop {
-                if let Some((host, addr)) = st.conflict {
+                if let (true, Some((host, addr))) = (fixed, st.conflict) {
                     drop(st);
                     return Err(Error::HostConflict { host, addr });
                 }
@@ -505,7 +507,7 @@ impl Node {
                 st = shared.ready_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
             }
         };
-        if matches!(config.host_id, HostIdConfig::Fixed(_)) {
+        if fixed {
             let deadline = Instant::now() + config.conflict_grace;
             let mut st = shared.lock();
             loop {
@@ -521,7 +523,7 @@ impl Node {
             }
         }
         handle.host = host;
-        shared.lock().started = true;
+        shared.lock().log_conflicts = true;
         let node = Node { handle: Arc::new(handle) };
         if config.kernel_server {
             node.spawn(services::kernel_server)?;
