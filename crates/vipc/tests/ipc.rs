@@ -327,3 +327,17 @@ fn ipv6_loopback_with_static_peers() {
     assert_eq!(c.send(&mut m, echo).unwrap(), echo);
     assert_eq!(m, msg(6));
 }
+
+#[test]
+fn sixty_four_mebibytes_both_ways() {
+    const N: usize = 64 << 20;
+    let nodes = cluster(2);
+    let echo = vipc::services::spawn_echo(&nodes[0], None).unwrap();
+    let c = nodes[1].attach().unwrap();
+    let mut big = pattern(N, 8);
+    let t = Instant::now();
+    c.send_with(&mut [0; 32], echo, Some(SegmentRef::ReadWrite(&mut big)), SendOptions::default()).unwrap();
+    let took = t.elapsed();
+    assert!(big == pattern(N, 8), "64 MiB came back intact");
+    eprintln!("64 MiB MoveFrom + MoveTo in {took:?}");
+}
