@@ -43,7 +43,7 @@ fn vipc_max_host() -> u32 {
 /// Flags that configure the node a command runs.
 #[derive(Args, Debug, Default, Clone)]
 pub struct NodeArgs {
-    /// Address of the node's UDP socket [default: 127.0.0.1:0, an ephemeral port].
+    /// Address of the node's UDP socket [default: an ephemeral port on the --interface address, else on 127.0.0.1].
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub listen: Option<SocketAddr>,
     /// Fixed logical host id (decimal or 0x hex) [default: allocated on the broadcast channel].
@@ -145,15 +145,6 @@ impl NodeArgs {
         for p in &file.peers {
             peers.push(parse_addr(p)?);
         }
-        let listen = match (self.listen, &file.listen) {
-            (Some(a), _) => a,
-            (None, Some(s)) => parse_addr(s)?,
-            (None, None) => match peers.iter().find(|p| p.is_ipv6()) {
-                Some(p) if p.ip().is_loopback() => SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
-                Some(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
-                None => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            },
-        };
         let group = match (self.group, &file.group) {
             (Some(g), _) => Some(g),
             (None, Some(s)) => Some(parse_group(s)?),
@@ -163,6 +154,18 @@ impl NodeArgs {
             (Some(i), _) => Some(i),
             (None, Some(s)) => Some(parse_ipv4(s)?),
             (None, None) => None,
+        };
+        // Without a listen address: an ephemeral port on the multicast
+        // interface, or on the loopback of the peers' address family.
+        let listen = match (self.listen, &file.listen) {
+            (Some(a), _) => a,
+            (None, Some(s)) => parse_addr(s)?,
+            (None, None) => match (interface, peers.iter().find(|p| p.is_ipv6())) {
+                (Some(i), _) => SocketAddr::from((i, 0)),
+                (None, Some(p)) if p.ip().is_loopback() => SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
+                (None, Some(_)) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+                (None, None) => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            },
         };
         let multicast_on = !self.no_multicast && file.multicast.unwrap_or(true);
         // An IPv6 node without an explicit group uses static peers only.
