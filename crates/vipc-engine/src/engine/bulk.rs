@@ -8,7 +8,8 @@
 //! for an acknowledgement every half window and on the last chunk. An
 //! acknowledgement carries the count of chunks received contiguously from the
 //! start and a 256-bit map of the chunks after those. A chunk is resent when
-//! a chunk sent after it has been acknowledged (it was lost, not late), or
+//! a chunk sent three or more transmissions after it has been acknowledged
+//! (it was lost, not merely overtaken), or
 //! when nothing at all has been acknowledged for T_r (then the first missing
 //! chunk is resent with an acknowledgement request). T_t without any
 //! acknowledgement fails the transfer.
@@ -19,6 +20,10 @@ use vipc_wire::Flags;
 
 /// Bits in an acknowledgement's chunk map (the 32-byte message field).
 const ACK_MAP_BITS: usize = 256;
+
+/// A chunk counts as lost once a chunk sent this many transmissions after it
+/// is acknowledged: smaller gaps may be reordering (TCP's duplicate-ack threshold).
+const REORDER_TOLERANCE: u64 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StreamKind {
@@ -469,7 +474,9 @@ impl Engine {
         }
         // Resend every chunk overtaken by a later-sent acknowledged chunk: lost, not late.
         let reported = s.next_new.min(cum + ACK_MAP_BITS);
-        let lost: Vec<usize> = (s.cum..reported).filter(|&i| !s.acked[i] && s.sent_order[i] < s.acked_order).collect();
+        let lost: Vec<usize> = (s.cum..reported)
+            .filter(|&i| !s.acked[i] && s.sent_order[i] + REORDER_TOLERANCE <= s.acked_order)
+            .collect();
         let last = lost.len().saturating_sub(1);
         for (k, i) in lost.into_iter().enumerate() {
             self.stats.retransmissions += 1;
