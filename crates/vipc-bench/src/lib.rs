@@ -1,0 +1,1 @@
+//! vipc benchmark suites (under construction).
