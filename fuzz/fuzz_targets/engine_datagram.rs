@@ -24,8 +24,8 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 use vipc_engine::{
-    Access, AuthKey, Completion, Config, Destination, Engine, Event, HostIdConfig, Message, Pid,
-    Scope, Segment, SendOptions, Time,
+    Access, AuthKey, Completion, Config, Destination, Engine, Event, HostIdConfig, Message, Pid, Scope, Segment,
+    SendOptions, Time,
 };
 use vipc_wire::{parse, to_vec, Flags, Header, PacketType, MAX_DATA};
 
@@ -253,6 +253,15 @@ impl Harness {
         }
     }
 
+    /// The process a server acts on: mostly the sender it received last.
+    fn pick_partner(&self, input: &mut Input) -> Pid {
+        let b = input.u8();
+        match self.senders.back() {
+            Some(&p) if b < 0xc0 => p,
+            _ => self.pick_pid(b, input),
+        }
+    }
+
     fn pick_local(&self, b: u8) -> Option<Pid> {
         (!self.locals.is_empty()).then(|| self.locals[b as usize % self.locals.len()])
     }
@@ -376,7 +385,7 @@ impl Harness {
                 self.blocking(me, |e, now| e.send(now, me, to, msg, opts, segment));
             }
             3 | 4 => {
-                let to = self.pick_pid(input.u8(), input);
+                let to = self.pick_partner(input);
                 let msg = input.message();
                 let seg = match input.u8() % 3 {
                     0 => None,
@@ -390,21 +399,21 @@ impl Harness {
                 self.drain();
             }
             5 => {
-                let sender = self.pick_pid(input.u8(), input);
+                let sender = self.pick_partner(input);
                 let to = self.pick_pid(input.u8(), input);
                 let msg = input.message();
                 let _ = self.e.forward(now, me, sender, to, msg);
                 self.drain();
             }
             6 => {
-                let dest = self.pick_pid(input.u8(), input);
+                let dest = self.pick_partner(input);
                 let off = input.u16() as u32;
                 let n = input_len(input.u8());
                 let data = input.filled(n);
                 self.blocking(me, |e, now| e.move_to(now, me, dest, off, data));
             }
             7 => {
-                let src = self.pick_pid(input.u8(), input);
+                let src = self.pick_partner(input);
                 let off = input.u16() as u32;
                 let len = input_len(input.u8()) as u32;
                 self.blocking(me, |e, now| e.move_from(now, me, src, off, len));

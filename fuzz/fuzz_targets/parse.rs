@@ -6,9 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vipc_wire::{
-    encoded_len, parse, to_vec, AuthKey, Flags, Header, PacketType, Pid, HEADER_LEN, MAX_DATA,
-};
+use vipc_wire::{encoded_len, parse, to_vec, AuthKey, Flags, Header, PacketType, Pid, HEADER_LEN, MAX_DATA};
 
 fuzz_target!(|data: &[u8]| {
     let key = AuthKey::from_bytes([0x5a; 32]);

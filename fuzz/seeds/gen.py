@@ -17,7 +17,7 @@ SEG_READ, SEG_WRITE, IDEMPOTENT = 2, 4, 1
 
 LOCAL0 = 0x00  # pick_pid: locals[0] (the server in Receive)
 PEER0 = 0x02   # pick_pid: PEERS[0]
-SENDER = 0x04  # pick_pid: the last sender received
+SENDER = 0x00  # pick_partner: the last sender received
 
 
 def u16(v):
