@@ -1,0 +1,224 @@
+//! Scenarios: which faults the network injects and how hard the workload pushes.
+
+use std::time::Duration;
+
+/// How the nodes get their logical host ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostIds {
+    /// Node `i` is configured with `HostIdConfig::Fixed(i + 1)`.
+    Fixed,
+    /// Announcement–complaint. Node 0 is configured with the id node 1 would
+    /// pick first (found by a dry run of node 1's engine), so at least one
+    /// complaint is certain; the ids must be distinct at the end.
+    Allocate,
+}
+
+/// One kind of simulated world. Every field is an upper bound or a probability;
+/// each seed draws its concrete values from them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Short name, used by `VIPC_SIM_SCENARIO` and in failure messages.
+    pub name: &'static str,
+    /// Fewest nodes.
+    pub min_nodes: usize,
+    /// Most nodes.
+    pub max_nodes: usize,
+    /// How host ids are assigned.
+    pub host_ids: HostIds,
+    /// Per-datagram loss probability (each seed uses a value in `[loss/2, loss]`).
+    pub loss: f64,
+    /// Probability that a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a datagram is held back by up to `reorder_delay`.
+    pub reorder: f64,
+    /// The extra delay of a reordered datagram, at most.
+    pub reorder_delay: Duration,
+    /// Cut links between groups of nodes for random intervals.
+    pub partitions: bool,
+    /// Crash nodes (their engines are dropped with all their state).
+    pub crashes: bool,
+    /// Restart crashed nodes (same fixed host id, fresh engine) after a while.
+    pub restarts: bool,
+    /// Destroy random processes (and create replacements).
+    pub destroy: bool,
+    /// Fraction of requests that lend the server a segment.
+    pub segments: f64,
+    /// Fraction of requests sent idempotent (at-least-once).
+    pub idempotent: f64,
+    /// Fraction of requests sent to a pid that does not exist (a local id
+    /// never handed out, or a host no node has).
+    pub bad_targets: f64,
+    /// Probability that a segment is 1 MiB (otherwise up to 64 KiB).
+    pub big_segment: f64,
+    /// How long the application issues new calls.
+    pub workload: Duration,
+    /// How long the run continues at least after the workload stops (and
+    /// faults heal) before the final checks; longer while calls are
+    /// outstanding (up to 40 s), and at least 3 s after the last completion.
+    pub drain: Duration,
+}
+
+impl Scenario {
+    /// Reliable network: no loss, duplication, reordering, partitions or crashes.
+    /// Every failure must be explained by a destroyed process or a bad pid.
+    pub fn calm() -> Scenario {
+        Scenario {
+            name: "calm",
+            min_nodes: 3,
+            max_nodes: 6,
+            host_ids: HostIds::Fixed,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::ZERO,
+            partitions: false,
+            crashes: false,
+            restarts: false,
+            destroy: true,
+            segments: 0.6,
+            idempotent: 0.3,
+            bad_targets: 0.12,
+            big_segment: 0.01,
+            workload: Duration::from_millis(1500),
+            drain: Duration::from_secs(1),
+        }
+    }
+
+    /// 10% loss with duplication and reordering.
+    pub fn lossy() -> Scenario {
+        Scenario {
+            name: "lossy",
+            loss: 0.10,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            ..Scenario::calm()
+        }
+    }
+
+    /// 30% loss with duplication and reordering.
+    pub fn heavy_loss() -> Scenario {
+        Scenario {
+            name: "heavy-loss",
+            loss: 0.30,
+            duplicate: 0.10,
+            reorder: 0.20,
+            reorder_delay: Duration::from_millis(10),
+            ..Scenario::calm()
+        }
+    }
+
+    /// Light loss plus network partitions, some longer than T_t.
+    pub fn partitions() -> Scenario {
+        Scenario {
+            name: "partitions",
+            loss: 0.05,
+            duplicate: 0.02,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            partitions: true,
+            ..Scenario::calm()
+        }
+    }
+
+    /// Light loss plus node crashes, most followed by a restart.
+    pub fn crashes() -> Scenario {
+        Scenario {
+            name: "crashes",
+            loss: 0.05,
+            duplicate: 0.02,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            crashes: true,
+            restarts: true,
+            ..Scenario::calm()
+        }
+    }
+
+    /// Host ids by announcement–complaint (with a forced collision), then the
+    /// usual workload on a network with duplication and reordering but no loss.
+    pub fn allocate() -> Scenario {
+        Scenario {
+            name: "allocate",
+            host_ids: HostIds::Allocate,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            ..Scenario::calm()
+        }
+    }
+
+    /// Every scenario of the standard suite, in seed order: seed `s` belongs to
+    /// `all()[s % all().len()]`.
+    pub fn all() -> Vec<Scenario> {
+        vec![
+            Scenario::calm(),
+            Scenario::lossy(),
+            Scenario::heavy_loss(),
+            Scenario::partitions(),
+            Scenario::crashes(),
+            Scenario::allocate(),
+        ]
+    }
+
+    /// The scenario of the standard suite that seed `seed` runs.
+    pub fn for_seed(seed: u64) -> Scenario {
+        let all = Scenario::all();
+        let n = all.len() as u64;
+        all.into_iter().nth((seed % n) as usize).expect("non-empty suite")
+    }
+
+    /// A scenario of the standard suite by name.
+    pub fn by_name(name: &str) -> Option<Scenario> {
+        Scenario::all().into_iter().find(|s| s.name == name)
+    }
+
+    /// Applies comma-separated tweaks that switch parts of the workload off,
+    /// to narrow down a failure: `no-destroy`, `no-idempotent`,
+    /// `no-bad-targets`, `no-segments`.
+    pub fn tweak(&mut self, tweaks: &str) -> Result<(), String> {
+        for t in tweaks.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            match t {
+                "no-destroy" => self.destroy = false,
+                "no-idempotent" => self.idempotent = 0.0,
+                "no-bad-targets" => self.bad_targets = 0.0,
+                "no-segments" => self.segments = 0.0,
+                other => {
+                    return Err(format!(
+                        "unknown tweak {other:?} (no-destroy, no-idempotent, no-bad-targets, no-segments)"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True if the network never loses a datagram for good: no loss,
+    /// partitions or crashes. Then every remote GetPid of a live name must
+    /// succeed, and no timeout is ever acceptable.
+    pub fn reliable(&self) -> bool {
+        self.loss == 0.0 && !self.partitions && !self.crashes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suite_names_are_unique_and_seeds_map_round_robin() {
+        let all = Scenario::all();
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(Scenario::by_name(s.name).as_ref(), Some(s));
+            assert_eq!(Scenario::for_seed(i as u64).name, s.name);
+            assert_eq!(Scenario::for_seed((i + all.len()) as u64).name, s.name);
+        }
+        assert!(Scenario::calm().reliable());
+        assert!(!Scenario::lossy().reliable());
+        assert!(Scenario::by_name("nope").is_none());
+        let mut s = Scenario::calm();
+        s.tweak("no-destroy, no-idempotent,no-bad-targets,no-segments").unwrap();
+        assert!(!s.destroy && s.idempotent == 0.0 && s.bad_targets == 0.0 && s.segments == 0.0);
+        assert!(s.tweak("no-such").is_err());
+    }
+}
