@@ -2,10 +2,10 @@
 //! run's fingerprint), for exploring seeds beyond the test suite.
 //!
 //! ```text
-//! cargo run --release -p vipc-sim --example explore -- [SCENARIO|all] [FROM] [COUNT] [--fingerprints] [--tweak=no-destroy,no-idempotent,no-bad-targets]
+//! cargo run --release -p vipc-sim --example explore -- [SCENARIO|all] [FROM] [COUNT] [--fingerprints] [--trace] [--tweak=no-destroy,no-idempotent,no-bad-targets]
 //! ```
 
-use vipc_sim::{run, Scenario};
+use vipc_sim::{run_with, Options, Scenario};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,7 +24,8 @@ fn main() {
         if let Some(t) = args.iter().find_map(|a| a.strip_prefix("--tweak=")) {
             sc.tweak(t).unwrap_or_else(|e| panic!("{e}"));
         }
-        match run(seed, &sc) {
+        let opts = Options { trace: flag("--trace"), ..Options::default() };
+        match run_with(seed, &sc, &opts) {
             Ok(r) => {
                 ok += 1;
                 if flag("--fingerprints") {

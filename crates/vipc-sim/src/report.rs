@@ -47,6 +47,8 @@ pub struct Report {
     pub crashes: u64,
     /// Partitions.
     pub partitions: u64,
+    /// Logical-host complaints delivered (announcement–complaint at work).
+    pub complaints: u64,
     /// Datagrams delivered to an engine.
     pub delivered: u64,
     /// Datagrams that vanished with a crashed node.

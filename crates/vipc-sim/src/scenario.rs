@@ -48,6 +48,9 @@ pub struct Scenario {
     /// Fraction of requests sent to a pid that does not exist (a local id
     /// never handed out, or a host no node has).
     pub bad_targets: f64,
+    /// Servers sometimes misuse the API on purpose (a reply after forwarding,
+    /// a move from a client awaiting another server) and expect typed errors.
+    pub probes: bool,
     /// Probability that a segment is 1 MiB (otherwise up to 64 KiB).
     pub big_segment: f64,
     /// How long the application issues new calls.
@@ -77,6 +80,7 @@ impl Scenario {
             destroy: true,
             segments: 0.6,
             idempotent: 0.3,
+            probes: true,
             bad_targets: 0.12,
             big_segment: 0.01,
             workload: Duration::from_millis(1500),
@@ -175,7 +179,7 @@ impl Scenario {
 
     /// Applies comma-separated tweaks that switch parts of the workload off,
     /// to narrow down a failure: `no-destroy`, `no-idempotent`,
-    /// `no-bad-targets`, `no-segments`.
+    /// `no-bad-targets`, `no-segments`, `no-probes`.
     pub fn tweak(&mut self, tweaks: &str) -> Result<(), String> {
         for t in tweaks.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             match t {
@@ -183,9 +187,10 @@ impl Scenario {
                 "no-idempotent" => self.idempotent = 0.0,
                 "no-bad-targets" => self.bad_targets = 0.0,
                 "no-segments" => self.segments = 0.0,
+                "no-probes" => self.probes = false,
                 other => {
                     return Err(format!(
-                        "unknown tweak {other:?} (no-destroy, no-idempotent, no-bad-targets, no-segments)"
+                        "unknown tweak {other:?} (no-destroy, no-idempotent, no-bad-targets, no-segments, no-probes)"
                     ))
                 }
             }

@@ -87,6 +87,9 @@ struct Job {
     delayed: bool,
     /// When the current blocking move was made.
     call_started: Time,
+    /// A MoveFrom from a client that is not awaiting our reply is in flight:
+    /// it must fail with `NotAwaitingReply`.
+    probe: Option<Pid>,
 }
 
 #[derive(Clone, Debug)]
@@ -98,7 +101,7 @@ enum Role {
 
 /// A GetPid in progress: the name, scope, what is registered under the name
 /// (pid and registering process) and when the lookup started.
-type LookupCall = (String, Scope, Option<(Pid, ProcId)>, Time);
+type LookupCall = (String, Scope, Option<(Pid, ProcId, Scope)>, Time);
 
 #[derive(Debug)]
 struct Proc {
@@ -151,7 +154,7 @@ pub struct Sim {
     calls: Calls,
     requests: BTreeMap<u64, RequestRec>,
     servers: Vec<Pid>,
-    names: BTreeMap<String, (Pid, ProcId)>,
+    names: BTreeMap<String, (Pid, ProcId, Scope)>,
     next_rid: u64,
     running: bool,
     begin: Time,
@@ -315,7 +318,7 @@ impl Sim {
         if self.sc.host_ids == HostIds::Allocate {
             // Node 0 squats on the id node 1 would choose first, so node 1 must
             // hear a complaint and choose again.
-            let probe = engine_config(self.seed, 1, 0, HostIdConfig::Allocate);
+            let probe = engine_config(self.seed, 1, 1, HostIdConfig::Allocate); // node 1, first incarnation
             let squat = probe_candidate(probe);
             self.squatted = squat;
             for (i, node) in self.nodes.iter_mut().enumerate() {
@@ -496,6 +499,9 @@ impl Sim {
         self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
         self.trace(|| format!("n{from} => n{to} {}", describe(&bytes)));
         if let Ok(p) = vipc_wire::parse(&bytes, None) {
+            if p.header.ptype == vipc_wire::PacketType::HostComplaint {
+                self.report.complaints += 1;
+            }
             if let Some(&proc) = self.by_pid.get(&p.header.dst) {
                 self.calls.progress(proc, self.now);
             }
@@ -625,12 +631,17 @@ impl Sim {
         match kind {
             Kind::Server => {
                 let name = server_name(pid);
-                let r = self.with_engine(node, |e, _| e.set_pid(name.as_bytes(), pid, Scope::Any));
+                let scope = match self.rng.gen_range(0..10) {
+                    0..=5 => Scope::Any,
+                    6 | 7 => Scope::Local,
+                    _ => Scope::Remote,
+                };
+                let r = self.with_engine(node, |e, _| e.set_pid(name.as_bytes(), pid, scope));
                 if let Err(e) = r {
                     let v = self.violation_at(Invariant::Naming, format!("set_pid({name}) failed: {e}"));
                     return self.fail(v);
                 }
-                self.names.insert(name, (pid, id));
+                self.names.insert(name, (pid, id, scope));
                 self.servers.push(pid);
                 self.server_receive(id);
             }
@@ -925,16 +936,26 @@ impl Sim {
         let Some((name, scope, registered, started)) = current.take() else { return };
         self.report.lookups += 1;
         let own_host = self.nodes[node].host;
-        let visible = registered.filter(|(r, _)| match scope {
-            Scope::Local => Some(r.host()) == own_host,
-            Scope::Remote => Some(r.host()) != own_host,
-            Scope::Any => true,
-        });
-        let alive = visible.is_some_and(|(_, p)| {
+        // 000 §5.6.3: a local lookup sees names registered Local or Any, a
+        // remote one (answered by the name's node) those registered Remote or
+        // Any; scope Any looks locally first, then remotely.
+        let sees = |&(r, _, reg): &(Pid, ProcId, Scope)| {
+            let same = Some(r.host()) == own_host;
+            match (same, scope) {
+                (true, Scope::Local | Scope::Any) => reg != Scope::Remote,
+                (false, Scope::Remote | Scope::Any) => reg != Scope::Local,
+                _ => false,
+            }
+        };
+        // The name may have been registered again (after a restart, with
+        // another scope) while the lookup ran: either registration counts.
+        let now_registered = self.names.get(&name).copied();
+        let visible = registered.filter(sees).or(now_registered.filter(sees));
+        let alive = registered.filter(sees).is_some_and(|(_, p, _)| {
             let l = &self.hist.procs[p as usize];
             l.born <= started && l.died.is_none()
         });
-        let local = visible.is_some_and(|(r, _)| Some(r.host()) == own_host);
+        let local = visible.is_some_and(|(r, _, _)| Some(r.host()) == own_host);
         let must_find = alive && (local || self.sc.reliable());
         let r = check::check_get_pid(self.now, &name, answer, visible.map(|v| v.0), must_find);
         // A remote answer may name a process that died meanwhile; that is still the registered pid.
@@ -1000,11 +1021,15 @@ impl Sim {
             written: vec![],
             delayed: false,
             call_started: self.now,
+            probe: None,
         };
         if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
             *j = Some(job);
         }
         self.trace(|| format!("n{node} {pid} executes #{}", req.rid));
+        if self.sc.probes && self.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid) {
+            return;
+        }
         self.server_continue(id);
     }
 
@@ -1030,6 +1055,18 @@ impl Sim {
         match self.with_engine(node, |e, now| e.forward(now, pid, client, to, msg)) {
             Ok(()) => {
                 self.report.forwards += 1;
+                if self.sc.probes && self.rng.gen_bool(0.05) {
+                    // The forwarder no longer owes the reply.
+                    let msg = Reply { rid: req.rid, status: Status::Ok, executor: pid }.encode();
+                    let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
+                    let c = check::check_misuse(self.now, "a reply after forwarding", r.as_ref().map(|_| ()), |e| {
+                        matches!(e, Error::NotAwaitingReply(_))
+                    });
+                    if self.fail_if(c) {
+                        return;
+                    }
+                    self.report.misuses += 1;
+                }
                 if let Some(&cproc) = self.by_pid.get(&client) {
                     if self.requests[&req.rid].pending() {
                         self.calls.set_bounded(cproc, to.host() != client.host(), self.now);
@@ -1053,6 +1090,63 @@ impl Sim {
         }
     }
 
+    /// Tries a MoveFrom from a client that awaits someone else's reply.
+    /// Returns true if the probe is in flight (the job continues on its completion).
+    fn foreign_probe(&mut self, id: ProcId, rid: u64) -> bool {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let others: Vec<Pid> = self
+            .procs
+            .values()
+            .filter_map(|p| match p.role {
+                Role::Client { current: Some(r) } if r != rid => Some((p.pid, r)),
+                _ => None,
+            })
+            .filter(|&(_, r)| self.requests[&r].pending() && !self.requests[&r].chain().any(|q| q == pid))
+            .map(|(p, _)| p)
+            .collect();
+        let Some(&other) = others.choose(&mut self.rng) else { return false };
+        let started = self.now;
+        let r = self.with_engine(node, |e, now| e.move_from(now, pid, other, 0, 1));
+        self.trace(|| format!("n{node} {pid} probes MoveFrom of {other}: {r:?}"));
+        match r {
+            Ok(()) => {
+                self.set_job(id, |j| j.probe = Some(other));
+                self.begin(id, CallKind::Move(rid), true);
+                true
+            }
+            Err(e) => {
+                self.check_probe(id, other, started, Err(e));
+                false
+            }
+        }
+    }
+
+    /// Judges a foreign MoveFrom's outcome; true if the run goes on.
+    fn check_probe(&mut self, id: ProcId, other: Pid, started: Time, r: Result<(), Error>) -> bool {
+        let node = self.procs[&id].node;
+        let other_node = self.nodes.iter().position(|n| n.host == Some(other.host()));
+        let gone = !self.hist.alive_throughout(other, started, self.now)
+            || other_node.is_some_and(|o| self.hist.disturbed(node, &[o], started, self.now));
+        let ok = match &r {
+            Err(Error::NotAwaitingReply(p)) => *p == other,
+            Err(Error::NoSuchProcess(_) | Error::Timeout(_) | Error::Destroyed(_)) => gone,
+            _ => false,
+        };
+        if ok {
+            self.report.misuses += 1;
+            return true;
+        }
+        let v = self.violation_at(
+            Invariant::Misuse,
+            format!(
+                "MoveFrom by {} of {other}, which awaits another process's reply: expected NotAwaitingReply, got {r:?}",
+                self.procs[&id].pid
+            ),
+        );
+        self.fail(v);
+        false
+    }
+
     fn forward_failed(&mut self, id: ProcId, rid: u64, client: Pid) {
         let job = Job {
             rid,
@@ -1062,6 +1156,7 @@ impl Sim {
             written: vec![],
             delayed: true,
             call_started: self.now,
+            probe: None,
         };
         if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
             *j = Some(job);
@@ -1154,8 +1249,15 @@ impl Sim {
         });
     }
 
-    fn server_moved(&mut self, id: ProcId, _call: Call, r: Result<Vec<u8>, Error>) {
+    fn server_moved(&mut self, id: ProcId, call: Call, r: Result<Vec<u8>, Error>) {
         let Role::Server { job: Some(job), .. } = self.procs[&id].role.clone() else { return };
+        if let Some(other) = job.probe {
+            self.set_job(id, |j| j.probe = None);
+            if self.check_probe(id, other, call.started, r.map(|_| ())) {
+                self.server_continue(id);
+            }
+            return;
+        }
         let plan = self.requests[&job.rid].plan.clone();
         let Some(&step) = job.step.checked_sub(1).and_then(|i| plan.steps.get(i)) else { return };
         match (r, step) {

@@ -39,7 +39,7 @@
 //!   when a forward target on that node is destroyed: a retransmission still
 //!   in flight is then delivered as a new request.
 use std::time::Instant;
-use vipc_sim::{run, run_with, Failure, Options, Report, Scenario};
+use vipc_sim::{run, run_with, Failure, HostIds, Options, Report, Scenario};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -78,6 +78,7 @@ fn suite(name: &str, tweaks: &str) {
                 total.events += r.events;
                 total.misuses += r.misuses;
                 total.lookups += r.lookups;
+                total.complaints += r.complaints;
             }
             Err(f) => {
                 if tweaks.is_empty() {
@@ -107,6 +108,10 @@ fn suite(name: &str, tweaks: &str) {
     );
     assert!(failures.is_empty(), "{} of {ran} {name} seeds failed; first: {}", failures.len(), failures[0]);
     assert!(ran == 0 || total.replies > 0, "{name}: no request ever succeeded");
+    if sc.host_ids == HostIds::Allocate {
+        // Node 0 squats on node 1's first choice: every run has a complaint.
+        assert!(total.complaints >= ran, "{name}: {} complaints in {ran} runs", total.complaints);
+    }
 }
 
 #[test]
