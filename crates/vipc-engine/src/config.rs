@@ -1,5 +1,6 @@
 //! Engine configuration and its defaults.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_wire::{AuthKey, HostId, HEADER_LEN, MAC_LEN};
 
@@ -28,10 +29,19 @@ pub struct Config {
     pub host_alloc_announcements: u32,
     /// How long a remote GetPid waits for the first answer.
     pub getpid_timeout: Duration,
-    /// Largest UDP payload this node sends (header + data + MAC).
+    /// Largest UDP payload this node sends (header + data + MAC), except
+    /// bulk-transfer chunks to loopback peers (see `loopback_packet`).
     pub max_packet: usize,
+    /// If set, the largest UDP payload of a bulk-transfer chunk sent to a
+    /// peer on a loopback address (127.0.0.0/8, ::1): the loopback MTU is
+    /// 64 KiB, so up to 65,507 bytes travel unfragmented. `None`: `max_packet`.
+    pub loopback_packet: Option<usize>,
     /// Bulk-transfer window: data packets in flight before an acknowledgement.
     pub window: usize,
+    /// Bulk-transfer window in bytes: a stream keeps at most
+    /// `min(window, window_bytes / chunk)` (at least 2) chunks unacknowledged.
+    /// Keep it within the receiver's socket buffer.
+    pub window_bytes: usize,
     /// Host-location cache capacity (logical hosts).
     pub location_cache: usize,
     /// Bytes of appended segment data kept for receivers not yet waiting.
@@ -58,7 +68,9 @@ impl Default for Config {
             host_alloc_announcements: 3,
             getpid_timeout: Duration::from_millis(300),
             max_packet: 1472,
+            loopback_packet: None,
             window: 64,
+            window_bytes: 4 << 20,
             location_cache: 256,
             buffer_limit: 4 << 20,
             max_aliens: 4096,
@@ -73,7 +85,24 @@ impl Default for Config {
 impl Config {
     /// Data bytes that fit in one packet after header and MAC.
     pub fn max_data(&self) -> usize {
+        self.data_in(self.max_packet)
+    }
+
+    /// Data bytes of one bulk-transfer chunk sent to `peer` (see `loopback_packet`).
+    pub fn chunk_to(&self, peer: SocketAddr) -> usize {
+        match self.loopback_packet {
+            Some(p) if peer.ip().is_loopback() => self.data_in(p),
+            _ => self.max_data(),
+        }
+    }
+
+    /// Chunks a stream of `chunk`-byte chunks keeps unacknowledged at most.
+    pub fn window_chunks(&self, chunk: usize) -> usize {
+        self.window.min(self.window_bytes / chunk.max(1)).max(2)
+    }
+
+    fn data_in(&self, packet: usize) -> usize {
         let mac = if self.key.is_some() { MAC_LEN } else { 0 };
-        self.max_packet.clamp(HEADER_LEN + mac + 64, vipc_wire::MAX_DATAGRAM) - HEADER_LEN - mac
+        packet.clamp(HEADER_LEN + mac + 64, vipc_wire::MAX_DATAGRAM) - HEADER_LEN - mac
     }
 }

@@ -157,3 +157,33 @@ fn state_is_freed_once_traffic_stops() {
         assert_eq!((s.active_exchanges, s.active_aliens, s.active_transfers), (0, 0, 0), "node {i}");
     }
 }
+
+/// Bug B1 of the simulator: a MoveFrom meant for a client's earlier exchange
+/// must be refused, not served from the segment of the client's next exchange.
+#[test]
+fn a_stale_move_never_touches_the_clients_next_exchange() {
+    let mut net = Net::new(2);
+    let (server, client) = exchange_with_segment(&mut net, 100, Access::READ);
+    let held = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let keep = held.clone();
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        if vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::MoveFromRequest {
+            *keep.borrow_mut() = bytes.to_vec();
+        }
+        0 // partition
+    }));
+    let now = net.now;
+    net.nodes[0].move_from(now, server, client, 0, 100).unwrap();
+    net.advance(Duration::from_millis(1100));
+    assert_eq!(net.take_send(1, client), Err(Error::Timeout(server)));
+    net.filter = None;
+    let now = net.now;
+    let next = Segment { data: vec![0xbb; 100], access: Access::READ };
+    net.nodes[1].send(now, client, server, msg(2), SendOptions::default(), Some(next)).unwrap();
+    net.settle();
+    let stale = held.borrow().clone();
+    net.nodes[1].handle_datagram(now, addr(0), &stale);
+    let answer = net.nodes[1].poll_transmit().expect("an answer to the stale request");
+    let h = vipc_wire::parse(&answer.bytes, None).unwrap().header;
+    assert_eq!(h.ptype, PacketType::NAck, "the stale MoveFrom was served from the next exchange's segment");
+}

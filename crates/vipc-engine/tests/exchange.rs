@@ -361,7 +361,8 @@ fn destroying_a_receiver_fails_its_senders_at_once() {
     net.settle();
     assert_eq!(net.take_send(0, local_client), Err(Error::NoSuchProcess(server)));
     assert_eq!(net.take_send(1, remote_client), Err(Error::NoSuchProcess(server)));
-    assert_eq!(net.stats(0).active_aliens, 0);
+    net.advance(Duration::from_millis(2100));
+    assert_eq!(net.stats(0).active_aliens, 0, "the tombstone expires after 2 T_t");
     assert_eq!(net.nodes[0].destroy_process(now, server), Err(Error::NotLocalProcess(server)));
     assert_eq!(net.nodes[0].receive(now, server, None, 0), Err(Error::NotLocalProcess(server)));
 }
@@ -376,8 +377,45 @@ fn destroying_a_remote_sender_cancels_its_alien() {
     assert_eq!(net.stats(0).active_aliens, 1);
     net.nodes[1].destroy_process(now, client).unwrap();
     net.settle();
-    assert_eq!(net.stats(0).active_aliens, 0);
     assert_eq!(net.stats(1).active_exchanges, 0);
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    assert!(net.take(0, server).is_none(), "the cancelled message is not delivered");
+    net.advance(Duration::from_millis(2100));
+    assert_eq!(net.stats(0).active_aliens, 0, "the tombstone expires after 2 T_t");
+}
+
+/// Bug B3 of the simulator: once a sender's newer Send was refused (nAck), a
+/// late retransmission of its previous, already executed request must still
+/// be recognised as stale and not executed again.
+#[test]
+fn a_late_duplicate_after_a_refused_send_is_not_executed_again() {
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let captured = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let keep = captured.clone();
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        if vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::Send && keep.borrow().is_empty() {
+            *keep.borrow_mut() = bytes.to_vec();
+        }
+        1
+    }));
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+    net.settle();
+    net.take_send(1, client).unwrap();
+    net.nodes[1].send(now, client, Pid::new(1, 999), msg(3), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client), Err(Error::NoSuchProcess(Pid::new(1, 999))));
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    let late = captured.borrow().clone();
+    net.nodes[0].handle_datagram(now, addr(1), &late);
+    net.settle();
+    assert!(net.take(0, server).is_none(), "the old request ran a second time");
 }
 
 #[test]

@@ -35,6 +35,8 @@ pub(crate) enum StreamKind {
 #[derive(Debug)]
 pub(crate) struct StreamOut {
     kind: StreamKind,
+    /// MoveTo: the client's exchange (its Send's seq) the data belong to.
+    exchange: u32,
     /// The local process the stream belongs to (mover for MoveTo, client for MoveFrom).
     local: Pid,
     addr: SocketAddr,
@@ -61,6 +63,8 @@ pub(crate) struct StreamOut {
 #[derive(Debug)]
 pub(crate) struct StreamIn {
     kind: StreamKind,
+    /// The client's exchange (its Send's seq) the data belong to.
+    exchange: u32,
     /// The local process (client for MoveTo, mover for MoveFrom).
     local: Pid,
     addr: SocketAddr,
@@ -84,8 +88,16 @@ pub(crate) struct StreamIn {
 struct Grant {
     access: Access,
     size: u64,
-    /// The client's node, or `None` if the client is local.
-    remote: Option<SocketAddr>,
+    /// The client's node and its exchange's seq, or `None` if the client is local.
+    remote: Option<(SocketAddr, u32)>,
+}
+
+/// Where data packets and MoveFrom requests carry the client's exchange seq
+/// (message bytes 4..8; bytes 0..4 of a data packet hold the chunk size).
+const EXCHANGE_AT: usize = 4;
+
+fn exchange_of(h: &Header) -> u32 {
+    u32::from_be_bytes(h.message[EXCHANGE_AT..EXCHANGE_AT + 4].try_into().expect("4 bytes"))
 }
 
 fn chunks(total: usize, chunk: usize) -> usize {
@@ -102,7 +114,7 @@ impl Engine {
         }
         match self.aliens.get(&client) {
             Some(a) if a.state == (AlienState::Received { by: mover }) => {
-                Ok(Grant { access: a.access, size: a.segment_size as u64, remote: Some(a.addr) })
+                Ok(Grant { access: a.access, size: a.segment_size as u64, remote: Some((a.addr, a.seq)) })
             }
             _ => Err(Error::NotAwaitingReply(client)),
         }
@@ -118,7 +130,7 @@ impl Engine {
         }
         check_range(offset as u64, data.len() as u64, g.size)?;
         self.set_blocked(from, Blocked::Move);
-        let Some(addr) = g.remote.filter(|_| !data.is_empty()) else {
+        let Some((addr, exchange)) = g.remote.filter(|_| !data.is_empty()) else {
             if let Some(seg) = self.exchanges.get_mut(&dest).and_then(|ex| ex.segment.as_mut()) {
                 seg.data[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
             }
@@ -126,7 +138,7 @@ impl Engine {
             return Ok(());
         };
         let seq = self.fresh_seq();
-        self.start_stream_out(now, StreamKind::MoveTo, from, dest, seq, addr, offset, data);
+        self.start_stream_out(now, StreamKind::MoveTo, exchange, from, dest, seq, addr, offset, data);
         Ok(())
     }
 
@@ -140,7 +152,7 @@ impl Engine {
         }
         check_range(offset as u64, len as u64, g.size)?;
         self.set_blocked(from, Blocked::Move);
-        let Some(addr) = g.remote.filter(|_| len > 0) else {
+        let Some((addr, exchange)) = g.remote.filter(|_| len > 0) else {
             let data = self
                 .exchanges
                 .get(&src)
@@ -156,6 +168,7 @@ impl Engine {
             (src, seq),
             StreamIn {
                 kind: StreamKind::MoveFrom,
+                exchange,
                 local: from,
                 addr,
                 base: offset,
@@ -184,6 +197,7 @@ impl Engine {
         h.dst = src;
         h.total_len = s.total as u32;
         h.local_addr = s.base;
+        h.message[EXCHANGE_AT..EXCHANGE_AT + 4].copy_from_slice(&s.exchange.to_be_bytes());
         let addr = s.addr;
         self.emit(Destination::Addr(addr), &h, &[]);
     }
@@ -193,6 +207,7 @@ impl Engine {
         &mut self,
         now: Time,
         kind: StreamKind,
+        exchange: u32,
         local: Pid,
         peer: Pid,
         seq: u32,
@@ -200,13 +215,14 @@ impl Engine {
         base: u32,
         data: Vec<u8>,
     ) {
-        let chunk = self.cfg.max_data();
+        let chunk = self.cfg.chunk_to(addr);
         let n = chunks(data.len(), chunk);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
         self.streams_out.insert(
             (peer, seq),
             StreamOut {
                 kind,
+                exchange,
                 local,
                 addr,
                 base,
@@ -230,9 +246,9 @@ impl Engine {
 
     /// Sends new chunks while the window allows.
     fn pump(&mut self, peer: Pid, seq: u32) {
-        let window = self.cfg.window.max(2);
         loop {
             let Some(s) = self.streams_out.get(&(peer, seq)) else { return };
+            let window = self.cfg.window_chunks(s.chunk);
             let n = s.acked.len();
             let in_flight = s.next_new - s.acked_count;
             // Never outrun what an acknowledgement's chunk map can describe.
@@ -263,6 +279,7 @@ impl Engine {
         h.local_addr = s.base;
         h.remote_addr = (i * s.chunk) as u32;
         h.message[..4].copy_from_slice(&(s.chunk as u32).to_be_bytes());
+        h.message[EXCHANGE_AT..EXCHANGE_AT + 4].copy_from_slice(&s.exchange.to_be_bytes());
         let end = ((i + 1) * s.chunk).min(s.data.len());
         let bytes = vipc_wire::to_vec(&h, &s.data[i * s.chunk..end], key.as_ref());
         let addr = s.addr;
@@ -275,7 +292,7 @@ impl Engine {
             return;
         }
         let (offset, len) = (h.local_addr, h.total_len);
-        let checked = self.check_client_segment(h.dst, h.src, false, offset, len);
+        let checked = self.check_client_segment(h.dst, h.src, exchange_of(h), false, offset, len);
         let data = match checked {
             Ok(()) => {
                 let seg = self.exchanges[&h.dst].segment.as_ref().expect("read access implies a segment");
@@ -283,14 +300,17 @@ impl Engine {
             }
             Err((reason, detail)) => return self.send_nack(from, h, reason, detail),
         };
-        self.start_stream_out(now, StreamKind::MoveFrom, h.dst, h.src, h.seq, from, offset, data);
+        self.start_stream_out(now, StreamKind::MoveFrom, 0, h.dst, h.src, h.seq, from, offset, data);
     }
 
-    /// On the client's node: may `mover` read (or write) `[offset, offset+len)` of `client`'s segment?
+    /// On the client's node: may `mover` read (or write) `[offset, offset+len)`
+    /// of the segment of `client`'s exchange `exchange`? (A move meant for an
+    /// earlier exchange of the same client must never touch the current one.)
     fn check_client_segment(
         &self,
         client: Pid,
         mover: Pid,
+        exchange: u32,
         write: bool,
         offset: u32,
         len: u32,
@@ -300,7 +320,7 @@ impl Engine {
                 if self.procs.contains_key(&client) { nack::NOT_AWAITING_REPLY } else { nack::NO_SUCH_PROCESS };
             return Err((reason, [0; 3]));
         };
-        if !matches!(ex.state, ExchangeState::Remote { .. }) || ex.to.host() != mover.host() {
+        if !matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == exchange) || ex.to.host() != mover.host() {
             return Err((nack::NOT_AWAITING_REPLY, [0; 3]));
         }
         let access = ex.access();
@@ -332,13 +352,16 @@ impl Engine {
             if kind == StreamKind::MoveFrom {
                 return self.stray(); // MoveFrom streams exist from the request on
             }
-            if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, true, h.local_addr, h.total_len) {
+            if let Err((reason, detail)) =
+                self.check_client_segment(h.dst, h.src, exchange_of(h), true, h.local_addr, h.total_len)
+            {
                 return self.send_nack(from, h, reason, detail);
             }
             self.streams_in.insert(
                 key,
                 StreamIn {
                     kind,
+                    exchange: exchange_of(h),
                     local: h.dst,
                     addr: from,
                     base: h.local_addr,
@@ -356,7 +379,9 @@ impl Engine {
             );
         }
         let s = self.streams_in.get_mut(&key).expect("present");
+        let same_exchange = kind == StreamKind::MoveFrom || s.exchange == exchange_of(h);
         if s.kind != kind
+            || !same_exchange
             || s.total != total
             || s.base != h.local_addr
             || s.local != h.dst
@@ -392,8 +417,13 @@ impl Engine {
                 StreamKind::MoveFrom => s.buf[at..at + data.len()].copy_from_slice(data),
                 StreamKind::MoveTo => {
                     let dest = (s.base as usize) + at;
-                    // The exchange may have ended meanwhile (reply overtook late data): then drop.
-                    if let Some(seg) = self.exchanges.get_mut(&h.dst).and_then(|ex| ex.segment.as_mut()) {
+                    let exchange = s.exchange;
+                    // Only into the exchange the stream belongs to: it may have ended meanwhile.
+                    let current = self
+                        .exchanges
+                        .get_mut(&h.dst)
+                        .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == exchange));
+                    if let Some(seg) = current.and_then(|ex| ex.segment.as_mut()) {
                         if dest + data.len() <= seg.data.len() {
                             seg.data[dest..dest + data.len()].copy_from_slice(data);
                         }

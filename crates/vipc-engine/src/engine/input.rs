@@ -42,7 +42,7 @@ impl Engine {
             PacketType::ReplyPending => self.on_reply_pending(now, &h),
             PacketType::Forward => self.on_forward(now, &h),
             PacketType::NAck => self.on_nack(&h),
-            PacketType::Cancel => self.on_cancel(&h),
+            PacketType::Cancel => self.on_cancel(now, &h),
             PacketType::GetPid => self.on_get_pid(from, &h),
             PacketType::GetPidReply => self.on_get_pid_reply(&h),
             PacketType::MoveToData | PacketType::MoveFromData => self.on_data(now, from, &h, pkt.data),
@@ -95,6 +95,8 @@ impl Engine {
                         self.emit_raw(Destination::Addr(from), ptype, packet);
                         return;
                     }
+                    AlienState::Gone { nack: true } => return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]),
+                    AlienState::Gone { nack: false } => return,
                     // Idempotent and already replied: the reply was lost, execute again.
                     AlienState::Done => {}
                 }
@@ -106,10 +108,11 @@ impl Engine {
             // cached reply), or the sender's node restarted.
             self.drop_alien(h.src);
         }
-        if !self.procs.contains_key(&h.dst) {
-            return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
-        }
+        let exists = self.procs.contains_key(&h.dst);
         if self.aliens.len() >= self.cfg.max_aliens {
+            if !exists {
+                return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
+            }
             let mut p = self.header(PacketType::ReplyPending);
             p.seq = h.seq;
             p.src = h.dst;
@@ -118,7 +121,7 @@ impl Engine {
             return;
         }
         let read = h.flags.has(Flags::SEG_READ);
-        let appended = if !read || data.is_empty() {
+        let appended = if !exists || !read || data.is_empty() {
             Vec::new()
         } else if self.buffered + data.len() <= self.cfg.buffer_limit {
             self.buffered += data.len();
@@ -127,7 +130,7 @@ impl Engine {
             self.stats.appended_dropped += 1;
             Vec::new()
         };
-        let expiry = now + self.cfg.timeout;
+        let expiry = now + self.alien_lifetime();
         self.aliens.insert(
             h.src,
             Alien {
@@ -141,12 +144,17 @@ impl Engine {
                 segment_size: h.total_len,
                 appended,
                 addr: from,
-                state: AlienState::Queued,
+                state: if exists { AlienState::Queued } else { AlienState::Gone { nack: true } },
                 last_heard: now,
                 timer_at: Some(expiry),
             },
         );
         self.arm(expiry, TimerKey::Alien(h.src));
+        if !exists {
+            // Remembered as a tombstone, so that a late retransmission of this
+            // sender's previous request is still recognised as stale.
+            return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
+        }
         self.procs.get_mut(&h.dst).expect("checked above").queue.push_back(Incoming::Remote(h.src));
         self.try_deliver(h.dst);
     }
@@ -212,11 +220,9 @@ impl Engine {
         self.wake(h.dst, Completion::Send(Err(err)));
     }
 
-    fn on_cancel(&mut self, h: &Header) {
+    fn on_cancel(&mut self, now: Time, h: &Header) {
         match self.aliens.get(&h.src) {
-            Some(a) if a.seq == h.seq && a.incarnation == h.incarnation => {
-                self.drop_alien(h.src);
-            }
+            Some(a) if a.seq == h.seq && a.incarnation == h.incarnation => self.bury_alien(now, h.src, false),
             _ => self.stray(),
         }
     }

@@ -20,11 +20,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use state::*;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use vipc_wire::{Header, PacketType};
 
 pub(crate) use bulk::{StreamIn, StreamOut};
+
+/// Hash maps with a fixed hasher: iteration order, and so every output of the
+/// engine, is a function of its inputs (and FxHash is fast on small keys).
+type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
+type HashSet<K> = rustc_hash::FxHashSet<K>;
 
 /// One node's protocol state machine. See the crate docs.
 pub struct Engine {
@@ -68,20 +73,20 @@ impl Engine {
             alloc: None,
             next_seq,
             next_local: 1,
-            procs: HashMap::new(),
-            exchanges: HashMap::new(),
-            aliens: HashMap::new(),
-            lookups: HashMap::new(),
-            names: HashMap::new(),
-            streams_out: HashMap::new(),
-            streams_in: HashMap::new(),
+            procs: HashMap::default(),
+            exchanges: HashMap::default(),
+            aliens: HashMap::default(),
+            lookups: HashMap::default(),
+            names: HashMap::default(),
+            streams_out: HashMap::default(),
+            streams_in: HashMap::default(),
             timers: BinaryHeap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
             buffered: 0,
-            version_reported: HashSet::new(),
-            conflicts_reported: HashSet::new(),
+            version_reported: HashSet::default(),
+            conflicts_reported: HashSet::default(),
         };
         e.start_host_alloc(now);
         e
@@ -227,6 +232,27 @@ impl Engine {
             self.unqueue(a.dst, Incoming::Remote(src));
         }
         Some(a)
+    }
+
+    /// Ends an alien without a reply but keeps its sequence number (see
+    /// [`AlienState::Gone`]) until it has been silent for the expiry time.
+    fn bury_alien(&mut self, now: Time, src: Pid, nack: bool) {
+        let Some(a) = self.aliens.get_mut(&src) else { return };
+        let (queued, dst) = (a.state == AlienState::Queued, a.dst);
+        let released = std::mem::take(&mut a.appended).len();
+        a.state = AlienState::Gone { nack };
+        a.last_heard = now;
+        self.buffered -= released;
+        if queued {
+            self.unqueue(dst, Incoming::Remote(src));
+        }
+    }
+
+    /// How long an alien outlives the last packet from its sender: twice T_t,
+    /// so that it outlives every retransmission the sender can still make
+    /// (a sender gives up T_t after its last sign of progress).
+    fn alien_lifetime(&self) -> std::time::Duration {
+        self.cfg.timeout * 2
     }
 
     fn random_host_candidate(&mut self) -> HostId {

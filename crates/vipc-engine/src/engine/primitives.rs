@@ -195,7 +195,7 @@ impl Engine {
     /// sender's write-granted segment (they must fit in one packet). Never blocks.
     pub fn reply(
         &mut self,
-        now: Time,
+        _now: Time,
         from: Pid,
         to: Pid,
         msg: Message,
@@ -250,7 +250,6 @@ impl Engine {
         let released = {
             let a = self.aliens.get_mut(&to).expect("looked up above");
             a.state = if idempotent { AlienState::Done } else { AlienState::Replied { packet } };
-            a.last_heard = now;
             std::mem::take(&mut a.appended).len()
         };
         self.buffered -= released;
@@ -283,7 +282,6 @@ impl Engine {
         if a.state != (AlienState::Received { by: from }) {
             return Err(Error::NotAwaitingReply(sender));
         }
-        a.last_heard = now;
         if self.host == Some(to.host()) {
             a.dst = to;
             a.forwarder = from;
@@ -427,7 +425,6 @@ impl Engine {
     /// local senders waiting on it fail with `NoSuchProcess` at once, remote ones
     /// get an nAck, and its own remote exchange is cancelled at the peer.
     pub fn destroy_process(&mut self, now: Time, pid: Pid) -> Result<(), Error> {
-        let _ = now;
         let proc_ = self.procs.remove(&pid).ok_or(Error::NotLocalProcess(pid))?;
         self.names.retain(|_, (p, _)| *p != pid);
         self.lookups.remove(&pid);
@@ -447,7 +444,7 @@ impl Engine {
         }
         self.cancel_streams_of(pid);
         // Senders queued on it or awaiting its reply learn at once that it is gone.
-        let local_waiting: Vec<Pid> = proc_
+        let mut local_waiting: Vec<Pid> = proc_
             .queue
             .iter()
             .filter_map(|i| if let Incoming::Local(s) = i { Some(*s) } else { None })
@@ -455,25 +452,29 @@ impl Engine {
                 matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == pid).then_some(*s)
             }))
             .collect();
+        local_waiting.sort();
+        local_waiting.dedup();
         for s in local_waiting {
             if self.exchanges.remove(&s).is_some() {
                 self.wake(s, Completion::Send(Err(Error::NoSuchProcess(pid))));
             }
         }
-        let remote_waiting: Vec<Pid> = self
+        let mut remote_waiting: Vec<Pid> = self
             .aliens
             .iter()
             .filter(|(_, a)| a.dst == pid && matches!(a.state, AlienState::Queued | AlienState::Received { .. }))
             .map(|(s, _)| *s)
             .collect();
+        remote_waiting.sort();
         for s in remote_waiting {
-            if let Some(a) = self.drop_alien(s) {
-                let mut h = self.header(PacketType::Send);
-                h.seq = a.seq;
-                h.src = s;
-                h.dst = pid;
-                self.send_nack(a.addr, &h, nack::NO_SUCH_PROCESS, [0; 3]);
-            }
+            self.bury_alien(now, s, true);
+            let a = &self.aliens[&s];
+            let mut h = self.header(PacketType::Send);
+            h.seq = a.seq;
+            h.src = s;
+            h.dst = pid;
+            let addr = a.addr;
+            self.send_nack(addr, &h, nack::NO_SUCH_PROCESS, [0; 3]);
         }
         Ok(())
     }

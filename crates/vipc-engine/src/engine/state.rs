@@ -90,6 +90,11 @@ pub(crate) enum AlienState {
     Done,
     /// Forwarded to another node: the forward packet, resent to duplicates.
     Forwarded { packet: Vec<u8> },
+    /// Finished without a reply (refused with an nAck, cancelled by the sender,
+    /// or its receiver destroyed): remembered only so that retransmissions of
+    /// this sequence number are not taken for a new request. Duplicates get
+    /// the nAck again if `nack`, else nothing.
+    Gone { nack: bool },
 }
 
 /// A remote sender's exchange, keyed by the sender's pid (one exchange per

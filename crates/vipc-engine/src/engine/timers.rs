@@ -53,13 +53,14 @@ impl Engine {
     }
 
     fn alien_timer(&mut self, now: Time, src: Pid, at: Time) {
+        let lifetime = self.alien_lifetime();
         let Some(a) = self.aliens.get_mut(&src) else { return };
         if a.timer_at != Some(at) {
             return;
         }
-        let expiry = a.last_heard + self.cfg.timeout;
+        let expiry = a.last_heard + lifetime;
         if now >= expiry {
-            // The sender fell silent for T_t: it died, gave up, or has its reply.
+            // The sender fell silent for 2·T_t: it died, gave up, or has its reply.
             self.drop_alien(src);
         } else {
             a.timer_at = Some(expiry);
