@@ -103,6 +103,7 @@ impl Config {
 
     fn data_in(&self, packet: usize) -> usize {
         let mac = if self.key.is_some() { MAC_LEN } else { 0 };
-        packet.clamp(HEADER_LEN + mac + 64, vipc_wire::MAX_DATAGRAM) - HEADER_LEN - mac
+        // vipc_wire::MAX_DATA leaves room for a MAC even when there is none.
+        (packet.clamp(HEADER_LEN + mac + 64, vipc_wire::MAX_DATAGRAM) - HEADER_LEN - mac).min(vipc_wire::MAX_DATA)
     }
 }

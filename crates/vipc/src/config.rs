@@ -23,13 +23,18 @@ pub struct NodeConfig {
     pub key: Option<AuthKey>,
     /// Protocol knobs: T_r (`retransmit`), T_t (`timeout`), host allocation
     /// wait, packet size, bulk window, limits. `host_id` and `key` are taken
-    /// from this struct; a `seed` of 0 is replaced by a random one.
+    /// from this struct; a `seed` of 0 is replaced by a random one. The
+    /// default sends bulk chunks of up to 65,507 bytes to loopback peers
+    /// (`loopback_packet`), and [`crate::Node::start`] lowers `window_bytes`
+    /// to half the receive buffer the kernel granted.
     pub engine: Config,
     /// Where broadcasts (host allocation, location-cache misses, remote GetPid) go.
     pub broadcast: Broadcast,
     /// Faults injected into outgoing datagrams (testing under loss).
     pub faults: FaultConfig,
-    /// SO_RCVBUF and SO_SNDBUF requested for the sockets (the kernel may cap them).
+    /// SO_RCVBUF and SO_SNDBUF requested for the sockets. Run as root (or
+    /// with CAP_NET_ADMIN) the node forces them past `net.core.rmem_max`
+    /// (SO_RCVBUFFORCE); otherwise the kernel caps them there.
     pub socket_buffer: usize,
     /// After a fixed host id is announced, how long start-up waits for another
     /// node to complain that it holds the id ([`crate::Error::HostConflict`]).
@@ -48,7 +53,7 @@ impl Default for NodeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             host_id: HostIdConfig::Allocate,
             key: None,
-            engine: Config::default(),
+            engine: Config { loopback_packet: Some(vipc_wire::MAX_DATAGRAM), ..Config::default() },
             broadcast: Broadcast::default(),
             faults: FaultConfig::default(),
             socket_buffer: 4 << 20,

@@ -53,6 +53,7 @@ mod faults;
 mod net;
 mod node;
 mod process;
+mod runtime;
 pub mod services;
 
 pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};

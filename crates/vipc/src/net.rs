@@ -5,12 +5,18 @@
 use crate::config::{Multicast, NodeConfig};
 use crate::{Error, Result};
 use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{ErrorKind, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-/// How long a network thread's `recv_from` blocks before it re-checks whether
+/// How long a blocking receive waits before its thread re-checks whether
 /// the node has stopped.
 pub(crate) const RECV_POLL: Duration = Duration::from_millis(100);
+
+/// Size of a receive buffer: the largest UDP payload fits.
+pub(crate) const RECV_BUFFER: usize = 65_536;
 
 /// The node's sockets and the addresses derived from its configuration.
 pub(crate) struct Sockets {
@@ -24,6 +30,22 @@ pub(crate) struct Sockets {
     pub targets: Vec<SocketAddr>,
     /// Source addresses under which our own datagrams come back to us.
     pub own: Vec<SocketAddr>,
+    /// The receive buffer the kernel granted the unicast socket (bytes of
+    /// datagrams, overheads included, it queues).
+    pub recv_buffer: usize,
+}
+
+/// Sets the socket's receive and send buffers to `size`: forced past the
+/// system limits when we may (root), else as large as the limits allow.
+fn set_buffers(sock: &Socket, size: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let size_i = size.min(i32::MAX as usize / 2);
+    if setsockopt(sock, sockopt::RcvBufForce, &size_i).is_err() {
+        let _ = sock.set_recv_buffer_size(size);
+    }
+    if setsockopt(sock, sockopt::SndBufForce, &size_i).is_err() {
+        let _ = sock.set_send_buffer_size(size);
+    }
 }
 
 fn bind_error(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> Error {
@@ -51,9 +73,7 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
     }
 
     let sock = Socket::new(Domain::for_address(listen), Type::DGRAM, Some(Protocol::UDP))?;
-    // Buffer sizes are requests; the kernel caps them at its limits.
-    let _ = sock.set_recv_buffer_size(cfg.socket_buffer);
-    let _ = sock.set_send_buffer_size(cfg.socket_buffer);
+    set_buffers(&sock, cfg.socket_buffer);
     sock.bind(&listen.into()).map_err(bind_error(listen))?;
     if let Some(m) = &cfg.broadcast.multicast {
         sock.set_multicast_if_v4(&m.interface)?;
@@ -61,6 +81,7 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
         sock.set_multicast_loop_v4(m.loopback)?;
     }
     sock.set_read_timeout(Some(RECV_POLL))?;
+    let recv_buffer = sock.recv_buffer_size().unwrap_or(0);
     let unicast: UdpSocket = sock.into();
     let local = unicast.local_addr()?;
 
@@ -91,7 +112,7 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
             targets.push(*p);
         }
     }
-    Ok(Sockets { unicast, multicast, local, targets, own })
+    Ok(Sockets { unicast, multicast, local, targets, own, recv_buffer })
 }
 
 /// A socket that hears the group: bound to the group address and port with
@@ -102,7 +123,7 @@ fn open_multicast(m: &Multicast, buffer: usize) -> Result<UdpSocket> {
     let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;
-    let _ = sock.set_recv_buffer_size(buffer);
+    set_buffers(&sock, buffer);
     sock.bind(&addr.into()).map_err(bind_error(addr))?;
     sock.join_multicast_v4(m.group.ip(), &m.interface).map_err(|e| {
         Error::Config(format!("cannot join multicast group {} on interface {}: {e}", m.group.ip(), m.interface))
@@ -118,5 +139,108 @@ pub(crate) fn self_addr(local: SocketAddr) -> SocketAddr {
         IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((Ipv4Addr::LOCALHOST, local.port())),
         IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, local.port())),
         _ => local,
+    }
+}
+
+/// Logs a receive error that is not part of normal operation, and pauses
+/// briefly after one so that a persistent error does not spin.
+fn receive_failed(e: std::io::Error) {
+    // Timeouts end a blocking receive; ConnectionRefused is the echo of an
+    // ICMP port-unreachable from a peer that is down.
+    if !matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted | ErrorKind::ConnectionRefused
+    ) {
+        tracing::warn!("receive failed: {e}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One datagram, waiting at most [`RECV_POLL`]; `None` on timeout or error.
+pub(crate) fn recv(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    match sock.recv_from(buf) {
+        Ok(x) => Some(x),
+        Err(e) => {
+            receive_failed(e);
+            None
+        }
+    }
+}
+
+/// Polls for one datagram with non-blocking receives until one arrives,
+/// `stop` is set or `until` passes.
+pub(crate) fn recv_spin(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    stop: &AtomicBool,
+    until: Instant,
+) -> Option<(usize, SocketAddr)> {
+    use nix::sys::socket::{recvmsg, MsgFlags, SockaddrLike, SockaddrStorage};
+    let fd = sock.as_raw_fd();
+    let mut spin = Spin::new();
+    loop {
+        let mut iov = [IoSliceMut::new(&mut *buf)];
+        match recvmsg::<SockaddrStorage>(fd, &mut iov, None, MsgFlags::MSG_DONTWAIT) {
+            Ok(m) => {
+                let from = m.address.and_then(|a| match a.family() {
+                    Some(nix::sys::socket::AddressFamily::Inet) => a.as_sockaddr_in().map(|a| SocketAddr::from(*a)),
+                    Some(nix::sys::socket::AddressFamily::Inet6) => a.as_sockaddr_in6().map(|a| SocketAddr::from(*a)),
+                    _ => None,
+                });
+                match from {
+                    Some(from) => return Some((m.bytes, from)),
+                    None => continue,
+                }
+            }
+            Err(nix::errno::Errno::EAGAIN) => {
+                if stop.load(Ordering::Acquire) || Instant::now() >= until {
+                    return None;
+                }
+                spin.pause();
+            }
+            Err(e) => {
+                receive_failed(std::io::Error::from(e));
+                return None;
+            }
+        }
+    }
+}
+
+/// Sends every datagram of `batch`, in order.
+pub(crate) fn send_all(sock: &UdpSocket, batch: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>) {
+    for (to, bytes) in batch.iter() {
+        if let Err(e) = sock.send_to(bytes, to) {
+            // ConnectionRefused is the echo of an ICMP port-unreachable: a peer is down.
+            if e.kind() != ErrorKind::ConnectionRefused {
+                tracing::debug!("send to {to} failed: {e}");
+            }
+        }
+    }
+}
+
+/// Pacing of a busy-wait loop: pure spinning for [`Spin::PURE`], then a
+/// `sched_yield` per round, so that a thread sharing our CPU (the peer we
+/// wait for, on a machine with fewer free cores than spinners) gets to run.
+pub(crate) struct Spin {
+    start: Instant,
+    rounds: u32,
+}
+
+impl Spin {
+    /// How long the loop spins without yielding.
+    const PURE: Duration = Duration::from_micros(5);
+
+    pub(crate) fn new() -> Spin {
+        Spin { start: Instant::now(), rounds: 0 }
+    }
+
+    /// One round of waiting.
+    pub(crate) fn pause(&mut self) {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds % 16 == 0 && self.start.elapsed() >= Spin::PURE {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! V processes: a thread with a pid, and the IPC primitives it calls.
 
-use crate::node::Shared;
+use crate::runtime::{Lead, Shared};
 use crate::{Error, Result};
 use std::sync::Arc;
 use vipc_engine::{Access, Completion, Message, Pid, Scope, Segment, SendOptions, Stats};
@@ -63,6 +63,16 @@ impl Process {
         Process { shared, pid }
     }
 
+    /// Whether a call answered by `peer` completes from the network: then
+    /// this thread reads the socket while it waits (see [`crate::Node`]).
+    fn lead_to(&self, peer: Pid) -> Lead {
+        if peer.host() == self.pid.host() {
+            Lead::No
+        } else {
+            Lead::Yes
+        }
+    }
+
     /// This process's pid.
     pub fn pid(&self) -> Pid {
         self.pid
@@ -94,7 +104,7 @@ impl Process {
             Some(SegmentRef::ReadWrite(b)) => (Some(Segment { data: b.to_vec(), access: Access::READ_WRITE }), Some(b)),
         };
         let (me, m) = (self.pid, *msg);
-        match self.shared.block(me, |e, now| e.send(now, me, to, m, opts, seg))? {
+        match self.shared.block(me, self.lead_to(to), |e, now| e.send(now, me, to, m, opts, seg))? {
             Completion::Send(Ok(o)) => {
                 *msg = o.reply;
                 if let (Some(buf), Some(s)) = (back, o.segment) {
@@ -128,7 +138,7 @@ impl Process {
 
     fn receive_inner(&self, msg: &mut Message, only: Option<Pid>, buf: &mut [u8]) -> Result<ReceiveInfo> {
         let (me, cap) = (self.pid, buf.len());
-        match self.shared.block(me, |e, now| e.receive(now, me, only, cap))? {
+        match self.shared.block(me, Lead::IfHot, |e, now| e.receive(now, me, only, cap))? {
             Completion::Receive(Ok(r)) => {
                 *msg = r.msg;
                 let len = r.segment.len().min(buf.len());
@@ -150,28 +160,28 @@ impl Process {
     /// from this process. Never blocks.
     pub fn reply(&self, msg: &Message, to: Pid) -> Result<()> {
         let (me, m) = (self.pid, *msg);
-        self.shared.call(|e, now| e.reply(now, me, to, m, None))
+        self.shared.call(Some(me), |e, now| e.reply(now, me, to, m, None))
     }
 
     /// ReplyWithSegment: replies and writes `data` at `offset` of the sender's
     /// write-granted segment, in the same packet (`data` must fit in one packet).
     pub fn reply_with_segment(&self, msg: &Message, to: Pid, offset: u32, data: &[u8]) -> Result<()> {
         let (me, m, d) = (self.pid, *msg, data.to_vec());
-        self.shared.call(|e, now| e.reply(now, me, to, m, Some((offset, d))))
+        self.shared.call(Some(me), |e, now| e.reply(now, me, to, m, Some((offset, d))))
     }
 
     /// Forward: passes the message of `sender` (awaiting a reply from this
     /// process) on to `to`, as if `sender` had sent `msg` to `to`. Never blocks.
     pub fn forward(&self, msg: &Message, sender: Pid, to: Pid) -> Result<()> {
         let (me, m) = (self.pid, *msg);
-        self.shared.call(|e, now| e.forward(now, me, sender, to, m))
+        self.shared.call(Some(me), |e, now| e.forward(now, me, sender, to, m))
     }
 
     /// MoveTo: writes `data` at `offset` of the write-granted segment of
     /// `dest`, which must be awaiting a reply from this process. Blocks until done.
     pub fn move_to(&self, dest: Pid, offset: u32, data: &[u8]) -> Result<()> {
         let (me, d) = (self.pid, data.to_vec());
-        match self.shared.block(me, |e, now| e.move_to(now, me, dest, offset, d))? {
+        match self.shared.block(me, self.lead_to(dest), |e, now| e.move_to(now, me, dest, offset, d))? {
             Completion::Move(Ok(_)) => Ok(()),
             Completion::Move(Err(e)) => Err(e.into()),
             c => Err(mismatch("move_to", &c)),
@@ -187,7 +197,7 @@ impl Process {
             len: buf.len() as u64,
             limit: u32::MAX as u64,
         })?;
-        match self.shared.block(me, |e, now| e.move_from(now, me, src, offset, len))? {
+        match self.shared.block(me, self.lead_to(src), |e, now| e.move_from(now, me, src, offset, len))? {
             Completion::Move(Ok(data)) => {
                 let n = data.len().min(buf.len());
                 buf[..n].copy_from_slice(&data[..n]);
@@ -200,14 +210,15 @@ impl Process {
 
     /// SetPid: registers `pid` under `name` with `scope`. A null pid removes the name.
     pub fn set_pid(&self, name: &str, pid: Pid, scope: Scope) -> Result<()> {
-        self.shared.call(|e, _| e.set_pid(name.as_bytes(), pid, scope))
+        self.shared.call(Some(self.pid), |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
     /// GetPid: looks `name` up in `scope`; a remote lookup broadcasts and the
     /// first answer wins. `None` if nobody has registered the name.
     pub fn get_pid(&self, name: &str, scope: Scope) -> Result<Option<Pid>> {
         let me = self.pid;
-        match self.shared.block(me, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
+        let lead = if scope == Scope::Local { Lead::No } else { Lead::Yes };
+        match self.shared.block(me, lead, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
             Completion::GetPid(p) => Ok(p),
             c => Err(mismatch("get_pid", &c)),
         }

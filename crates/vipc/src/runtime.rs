@@ -1,0 +1,740 @@
+//! The runtime core: the engine behind one lock, the wait slots of blocked
+//! processes, the reader token (leader/follower), draining the engine and
+//! sending its datagrams. See [`crate::Node`] for the whole picture.
+
+use crate::faults::Faults;
+use crate::net;
+use crate::{Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use vipc_engine::{Completion, Destination, Engine, Event, HostId, Pid, Stats, Time};
+
+/// After a process gives the reader token up with no other process asking
+/// for it, the background network thread leaves it this long for a process
+/// to take back (a server between two Receives) before reading the socket itself.
+pub(crate) const GRACE: Duration = Duration::from_millis(2);
+
+/// A Receive leads (reads the socket while it waits) if one of the process's
+/// completions came from the network this recently: an idle server that
+/// hears nothing from the network leaves the socket to busier processes.
+const HOT: Duration = Duration::from_millis(100);
+
+/// The timer thread runs at most once per this interval: deadlines are met
+/// at most this late (T_r is 20 ms), and the stale entries of the engine's
+/// timer heap — one per exchange — cost one wake-up per interval instead of
+/// one per exchange.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// How often a spinning follower looks whether the reader token is free.
+const SPIN_CHECK: Duration = Duration::from_micros(2);
+
+/// Hashes the local pids that key the slots. They are ours, not chosen by
+/// peers, so one multiplication suffices (no need for a keyed hash).
+#[derive(Default)]
+pub(crate) struct PidHasher(u64);
+
+impl std::hash::Hasher for PidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The slots, keyed by local pid.
+type Slots = HashMap<Pid, Slot, std::hash::BuildHasherDefault<PidHasher>>;
+
+/// Datagrams ready to go out, in the order the engine produced them.
+pub(crate) type Outgoing = VecDeque<(SocketAddr, Vec<u8>)>;
+
+/// Who reads the unicast socket: at most one thread at a time holds the
+/// reader token, so datagrams are fed to the engine in arrival order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// Nobody: the socket buffers what arrives.
+    None,
+    /// A process's thread, while it waits for its own completion (the leader).
+    Process(Pid),
+    /// The background network thread.
+    Background,
+}
+
+/// What produced the engine output being drained; it decides who must be
+/// woken and how.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Origin {
+    /// An API call, by a process (whose own completion needs no wake-up) or not.
+    Call(Option<Pid>),
+    /// A datagram, read by a process (the leader) or by a background thread.
+    Net(Option<Pid>),
+    /// A timer.
+    Timer,
+}
+
+/// Whether a blocked process reads the socket while it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lead {
+    /// Its completion comes from the network (a remote Send, Move or GetPid).
+    Yes,
+    /// Its completion comes from this node (a local Send).
+    No,
+    /// A Receive: lead if the process has heard from the network recently.
+    IfHot,
+}
+
+/// How a blocked thread learns that its completion is in its slot: a flag
+/// that a polling thread spins on, and a condition variable it sleeps on.
+pub(crate) struct Signal {
+    done: AtomicBool,
+    cv: Condvar,
+}
+
+/// Where a local process's completion is delivered.
+struct Slot {
+    done: Option<Completion>,
+    signal: Arc<Signal>,
+    /// The thread sleeps on `signal.cv` (filling the slot must notify it).
+    sleeping: bool,
+    /// The thread sleeps waiting for the reader token (it is in `lead_waiters`).
+    wants_lead: bool,
+    /// When a datagram last completed one of its calls; None after a local one.
+    last_net: Option<Time>,
+}
+
+/// Everything under the node's lock.
+pub(crate) struct State {
+    pub(crate) engine: Engine,
+    slots: Slots,
+    pub(crate) stopped: bool,
+    faults: Option<Faults>,
+    /// The deadline the timer thread sleeps towards (None: no timer armed).
+    timer_deadline: Option<Time>,
+    /// The timer thread does not run again before this (see [`TIMER_SLACK`]).
+    timer_floor: Time,
+    pub(crate) ready: Option<HostId>,
+    pub(crate) conflict: Option<(HostId, SocketAddr)>,
+    /// Log host conflicts (false while the start-up of a fixed-id node
+    /// returns them as an error instead).
+    pub(crate) log_conflicts: bool,
+    /// Datagrams drained from the engine and not yet sent.
+    outq: Outgoing,
+    /// An empty queue kept to swap with `outq` (no allocation per send).
+    spare: Outgoing,
+    /// True while some thread is sending from `outq` (it sends everything queued).
+    sending: bool,
+    /// Who holds the reader token.
+    reader: Reader,
+    /// The reader is (about to be) blocked in a receive that only a datagram
+    /// ends: waking it takes a datagram to our own socket.
+    reader_blocked: bool,
+    /// A completion for the blocked reader arrived by another way: send it the wake-up datagram.
+    wake_reader: bool,
+    /// When the token was last given up.
+    released_at: Time,
+    /// The time of the last drain: a recent "now" that costs no clock read.
+    last_now: Time,
+    /// Counts the times a process took the token (lets the background thread see change).
+    reader_gen: u64,
+    /// Processes sleeping until the token is free (entries whose slot no longer `wants_lead` are stale).
+    lead_waiters: VecDeque<Pid>,
+    /// The background network thread sleeps until notified.
+    bg_parked: bool,
+    /// A process has sent the wake-up datagram to take the token from the background thread.
+    kicked: bool,
+    /// The receive buffer; it travels with the reader token.
+    rxbuf: Vec<u8>,
+}
+
+/// State shared by the node's handles, processes and threads.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    pub(crate) timer_cv: Condvar,
+    pub(crate) ready_cv: Condvar,
+    /// The background network thread sleeps on it.
+    pub(crate) bg_cv: Condvar,
+    pub(crate) unicast: UdpSocket,
+    pub(crate) multicast: Option<UdpSocket>,
+    targets: Vec<SocketAddr>,
+    own: Vec<SocketAddr>,
+    pub(crate) local: SocketAddr,
+    /// Where a wake-up datagram goes (our own socket).
+    self_addr: SocketAddr,
+    epoch: Instant,
+    poll_spin: Option<Duration>,
+}
+
+fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What [`Shared::new`] needs besides the engine.
+pub(crate) struct Parts {
+    pub unicast: UdpSocket,
+    pub multicast: Option<UdpSocket>,
+    pub targets: Vec<SocketAddr>,
+    pub own: Vec<SocketAddr>,
+    pub local: SocketAddr,
+    pub faults: Option<Faults>,
+    pub log_conflicts: bool,
+    pub poll_spin: Option<Duration>,
+}
+
+impl Shared {
+    pub(crate) fn new(engine: Engine, p: Parts) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                engine,
+                slots: Slots::default(),
+                stopped: false,
+                faults: p.faults,
+                timer_deadline: None,
+                timer_floor: Time::ZERO,
+                ready: None,
+                conflict: None,
+                log_conflicts: p.log_conflicts,
+                outq: VecDeque::new(),
+                spare: VecDeque::new(),
+                sending: false,
+                reader: Reader::None,
+                reader_blocked: false,
+                wake_reader: false,
+                released_at: Time::ZERO,
+                last_now: Time::ZERO,
+                reader_gen: 0,
+                lead_waiters: VecDeque::new(),
+                bg_parked: false,
+                kicked: false,
+                rxbuf: vec![0; net::RECV_BUFFER],
+            }),
+            timer_cv: Condvar::new(),
+            ready_cv: Condvar::new(),
+            bg_cv: Condvar::new(),
+            self_addr: net::self_addr(p.local),
+            unicast: p.unicast,
+            multicast: p.multicast,
+            targets: p.targets,
+            own: p.own,
+            local: p.local,
+            epoch: Instant::now(),
+            poll_spin: p.poll_spin.filter(|d| !d.is_zero()),
+        }
+    }
+
+    /// Now on the node's clock.
+    pub(crate) fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64)
+    }
+
+    /// Locks the state (a panic elsewhere does not make the node unusable).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drains the engine after any input: datagrams into the send queue
+    /// (through the fault injector), completions into slots — waking their
+    /// threads as `origin` requires — and notices to the log; then makes sure
+    /// the timer thread will wake for the engine's next deadline. The caller
+    /// sends the queue with [`Shared::flush`] (or `flush_locked`).
+    pub(crate) fn drain(&self, st: &mut State, origin: Origin, now: Time) {
+        st.last_now = now;
+        let State { engine, faults, outq, .. } = st;
+        while let Some(t) = engine.poll_transmit() {
+            let mut push = |to: SocketAddr, bytes: Vec<u8>| match faults {
+                Some(f) => f.apply(now, to, bytes, outq),
+                None => outq.push_back((to, bytes)),
+            };
+            match t.to {
+                Destination::Addr(a) => push(a, t.bytes),
+                Destination::Broadcast => {
+                    for a in &self.targets {
+                        push(*a, t.bytes.clone());
+                    }
+                }
+            }
+        }
+        while let Some(ev) = st.engine.poll_event() {
+            match ev {
+                Event::Wake { pid, completion } => self.deliver(st, pid, completion, origin, now),
+                Event::HostReady(h) => {
+                    tracing::debug!(host = h, "logical host ready");
+                    st.ready = Some(h);
+                    self.ready_cv.notify_all();
+                }
+                Event::HostConflict { host, addr } => {
+                    if st.log_conflicts {
+                        tracing::warn!(
+                            "logical host {host} is also claimed by the node at {addr}: check the configuration"
+                        );
+                    }
+                    st.conflict = Some((host, addr));
+                    self.ready_cv.notify_all();
+                }
+                Event::VersionMismatch { addr, version } => {
+                    tracing::warn!(
+                        "the node at {addr} speaks protocol version {version}, we speak {}",
+                        vipc_wire::VERSION
+                    );
+                }
+            }
+        }
+        let next = earliest(st.engine.poll_timeout(), st.faults.as_ref().and_then(Faults::next_release));
+        if let Some(t) = next {
+            let t = t.max(st.timer_floor);
+            if st.timer_deadline.is_none_or(|d| t < d) {
+                st.timer_deadline = Some(t);
+                self.timer_cv.notify_one();
+            }
+        }
+    }
+
+    /// Puts a completion in its slot and wakes the thread waiting there: a
+    /// spinning thread sees the flag; a thread blocked reading the socket
+    /// gets a datagram; a sleeping one is notified. The thread whose own
+    /// call or read produced it needs nothing.
+    fn deliver(&self, st: &mut State, pid: Pid, completion: Completion, origin: Origin, now: Time) {
+        let Some(slot) = st.slots.get_mut(&pid) else {
+            tracing::debug!(%pid, "completion for a process that is gone");
+            return;
+        };
+        slot.done = Some(completion);
+        slot.signal.done.store(true, Ordering::Release);
+        let actor = match origin {
+            Origin::Net(by) => {
+                slot.last_net = Some(now);
+                by
+            }
+            Origin::Call(by) => {
+                if by != Some(pid) {
+                    slot.last_net = None;
+                }
+                by
+            }
+            Origin::Timer => None,
+        };
+        if actor == Some(pid) {
+            return;
+        }
+        if st.reader == Reader::Process(pid) && st.reader_blocked {
+            st.wake_reader = true;
+        } else if slot.sleeping {
+            slot.signal.cv.notify_one();
+        }
+    }
+
+    /// Feeds one datagram to the engine and drains it (our own datagrams —
+    /// looped-back broadcasts and wake-ups — are skipped).
+    pub(crate) fn feed(&self, st: &mut State, from: SocketAddr, bytes: &[u8], origin: Origin) {
+        if self.own.contains(&from) {
+            return;
+        }
+        let now = self.now();
+        st.engine.handle_datagram(now, from, bytes);
+        self.drain(st, origin, now);
+    }
+
+    /// Sends the queued datagrams (and the reader's wake-up), with the lock
+    /// released meanwhile; returns with it held again. One thread at a time
+    /// sends, in queue order, so the wire order is the engine's order (the
+    /// bulk protocol reads reordering as loss); a thread that finds another
+    /// one sending leaves its datagrams to it.
+    pub(crate) fn flush_locked<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let wake = std::mem::take(&mut st.wake_reader);
+        if st.sending || st.outq.is_empty() {
+            if wake {
+                drop(st);
+                self.send_wake();
+                st = self.lock();
+            }
+            return st;
+        }
+        st.sending = true;
+        let mut wake = wake;
+        loop {
+            let spare = std::mem::take(&mut st.spare);
+            let mut batch = std::mem::replace(&mut st.outq, spare);
+            drop(st);
+            if std::mem::take(&mut wake) {
+                self.send_wake();
+            }
+            net::send_all(&self.unicast, &mut batch);
+            st = self.lock();
+            batch.clear();
+            if st.spare.capacity() < batch.capacity() {
+                st.spare = batch;
+            }
+            if st.outq.is_empty() {
+                st.sending = false;
+                return st;
+            }
+        }
+    }
+
+    /// [`Shared::flush_locked`], then unlocks.
+    pub(crate) fn flush(&self, st: MutexGuard<'_, State>) {
+        drop(self.flush_locked(st));
+    }
+
+    /// An empty datagram to our own socket: ends the blocked reader's receive.
+    fn send_wake(&self) {
+        if let Err(e) = self.unicast.send_to(&[], self.self_addr) {
+            tracing::debug!("wake-up datagram failed: {e}");
+        }
+    }
+
+    /// Runs a non-blocking engine call (on behalf of process `by`, if any).
+    pub(crate) fn call<T>(
+        &self,
+        by: Option<Pid>,
+        f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
+    ) -> Result<T> {
+        let mut st = self.lock();
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        let now = self.now();
+        let r = f(&mut st.engine, now);
+        self.drain(&mut st, Origin::Call(by), now);
+        self.flush(st);
+        Ok(r?)
+    }
+
+    /// Runs a blocking engine call for `pid` and waits for its completion.
+    pub(crate) fn block(
+        &self,
+        pid: Pid,
+        lead: Lead,
+        f: impl FnOnce(&mut Engine, Time) -> Result<(), vipc_engine::Error>,
+    ) -> Result<Completion> {
+        let mut st = self.lock();
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        let now = self.now();
+        let (signal, hot) = match st.slots.get_mut(&pid) {
+            Some(slot) => {
+                slot.done = None;
+                slot.signal.done.store(false, Ordering::Relaxed);
+                (slot.signal.clone(), slot.last_net.is_some_and(|t| now.since(t) < HOT))
+            }
+            None => return Err(vipc_engine::Error::NotLocalProcess(pid).into()),
+        };
+        let r = f(&mut st.engine, now);
+        self.drain(&mut st, Origin::Call(Some(pid)), now);
+        if let Err(e) = r {
+            self.flush(st);
+            return Err(e.into());
+        }
+        let lead = match lead {
+            Lead::Yes => true,
+            Lead::No => false,
+            Lead::IfHot => hot,
+        };
+        let st = self.flush_locked(st);
+        self.wait(pid, st, &signal, lead)
+    }
+
+    /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
+    /// reader token when it is free and reads the socket itself, feeding the
+    /// engine and waking the others, until its own completion arrives; the
+    /// others sleep on their slot. With `poll_spin`, first spins: the leader
+    /// on non-blocking receives, a follower on its slot's flag.
+    fn wait<'a>(&'a self, pid: Pid, mut st: MutexGuard<'a, State>, signal: &Signal, lead: bool) -> Result<Completion> {
+        let spin_until = self.poll_spin.map(|d| Instant::now() + d);
+        let mut spinner = net::Spin::new();
+        loop {
+            let Some(slot) = st.slots.get_mut(&pid) else {
+                self.release(&mut st, pid);
+                return Err(vipc_engine::Error::Destroyed(pid).into());
+            };
+            if let Some(c) = slot.done.take() {
+                self.release(&mut st, pid);
+                return Ok(c);
+            }
+            let asked = slot.wants_lead;
+            if st.stopped {
+                self.release(&mut st, pid);
+                return Err(Error::NodeStopped);
+            }
+            let spin = spin_until.filter(|t| Instant::now() < *t);
+            if lead && matches!(st.reader, Reader::None) || st.reader == Reader::Process(pid) {
+                if st.reader == Reader::None {
+                    st.reader_gen += 1;
+                    st.reader = Reader::Process(pid);
+                    if let Some(slot) = st.slots.get_mut(&pid) {
+                        slot.wants_lead = false;
+                    }
+                }
+                st.reader_blocked = spin.is_none();
+                let mut buf = std::mem::take(&mut st.rxbuf);
+                drop(st);
+                let got = match spin {
+                    Some(until) => net::recv_spin(&self.unicast, &mut buf, &signal.done, until),
+                    None => net::recv(&self.unicast, &mut buf),
+                };
+                st = self.lock();
+                st.reader_blocked = false;
+                if let Some((n, from)) = got {
+                    self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid)));
+                }
+                st.rxbuf = buf;
+                st = self.flush_locked(st);
+                continue;
+            }
+            // A follower. One that would lead asks for the token; if the
+            // background thread holds it, blocked in a receive, it is woken
+            // to hand the token over.
+            if lead && !asked {
+                if let Some(slot) = st.slots.get_mut(&pid) {
+                    slot.wants_lead = true;
+                }
+                st.lead_waiters.push_back(pid);
+            }
+            if lead && st.reader == Reader::Background && st.reader_blocked && !st.kicked {
+                st.kicked = true;
+                st.wake_reader = true;
+                st = self.flush_locked(st);
+                continue;
+            }
+            if let Some(until) = spin {
+                drop(st);
+                // Spin on the flag; look at the token again now and then.
+                let check = (Instant::now() + SPIN_CHECK).min(until);
+                while !signal.done.load(Ordering::Acquire) && Instant::now() < check {
+                    spinner.pause();
+                }
+                st = self.lock();
+                continue;
+            }
+            if let Some(slot) = st.slots.get_mut(&pid) {
+                slot.sleeping = true;
+            }
+            st = signal.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            if let Some(slot) = st.slots.get_mut(&pid) {
+                slot.sleeping = false;
+            }
+        }
+    }
+
+    /// `pid` stops waiting: if it held the reader token, the token goes to a
+    /// process sleeping for it or, failing one, is left for the background
+    /// thread (after [`GRACE`]).
+    fn release(&self, st: &mut State, pid: Pid) {
+        if let Some(slot) = st.slots.get_mut(&pid) {
+            slot.sleeping = false;
+            slot.wants_lead = false;
+        }
+        if st.reader == Reader::Process(pid) {
+            st.reader = Reader::None;
+            st.released_at = st.last_now;
+            self.promote(st);
+        }
+    }
+
+    /// The token is free: wake one process sleeping for it, else the parked
+    /// background thread.
+    fn promote(&self, st: &mut State) {
+        while let Some(p) = st.lead_waiters.pop_front() {
+            if let Some(slot) = st.slots.get_mut(&p) {
+                if slot.wants_lead {
+                    slot.wants_lead = false;
+                    if slot.sleeping {
+                        slot.signal.cv.notify_one();
+                    }
+                    return;
+                }
+            }
+        }
+        if st.bg_parked {
+            self.bg_cv.notify_one();
+        }
+    }
+
+    /// True if some process sleeps waiting for the token (drops stale entries).
+    fn has_lead_waiter(&self, st: &mut State) -> bool {
+        while let Some(p) = st.lead_waiters.front() {
+            if st.slots.get(p).is_some_and(|s| s.wants_lead) {
+                return true;
+            }
+            st.lead_waiters.pop_front();
+        }
+        false
+    }
+
+    /// Creates a local process and its slot.
+    pub(crate) fn create_process(&self) -> Result<Pid> {
+        let mut st = self.lock();
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        let pid = st.engine.create_process()?;
+        let signal = Arc::new(Signal { done: AtomicBool::new(false), cv: Condvar::new() });
+        st.slots.insert(pid, Slot { done: None, signal, sleeping: false, wants_lead: false, last_net: None });
+        Ok(pid)
+    }
+
+    /// Destroys a local process (its pending exchanges are cleaned up by the engine).
+    pub(crate) fn destroy_process(&self, pid: Pid) {
+        let mut st = self.lock();
+        if let Some(slot) = st.slots.remove(&pid) {
+            slot.signal.cv.notify_all();
+        }
+        if st.stopped {
+            return;
+        }
+        let now = self.now();
+        if let Err(e) = st.engine.destroy_process(now, pid) {
+            tracing::debug!(%pid, "destroy_process: {e}");
+        }
+        self.drain(&mut st, Origin::Call(None), now);
+        self.flush(st);
+    }
+
+    /// The engine's counters.
+    pub(crate) fn stats(&self) -> Stats {
+        self.lock().engine.stats()
+    }
+
+    /// Stops the node: threads exit, blocked calls return `NodeStopped`.
+    pub(crate) fn stop(&self) {
+        let mut st = self.lock();
+        if st.stopped {
+            return;
+        }
+        st.stopped = true;
+        for slot in st.slots.values() {
+            slot.signal.cv.notify_all();
+        }
+        self.timer_cv.notify_all();
+        self.ready_cv.notify_all();
+        self.bg_cv.notify_all();
+        drop(st);
+        // Wake the reader at once rather than after its read timeout.
+        self.send_wake();
+    }
+}
+
+/// The timer thread: runs the engine's timers and releases held-back datagrams when due.
+pub(crate) fn timer_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
+    loop {
+        if st.stopped {
+            return;
+        }
+        let now = shared.now();
+        let engine_next = st.engine.poll_timeout();
+        let next = earliest(engine_next, st.faults.as_ref().and_then(Faults::next_release));
+        match next {
+            Some(t) if t <= now && now >= st.timer_floor => {
+                st.timer_floor = now + TIMER_SLACK;
+                if engine_next.is_some_and(|e| e <= now) {
+                    st.engine.handle_timeout(now);
+                }
+                let State { faults, outq, .. } = &mut *st;
+                if let Some(f) = faults {
+                    f.release(now, outq);
+                }
+                st.timer_deadline = None;
+                shared.drain(&mut st, Origin::Timer, now);
+                st = shared.flush_locked(st);
+            }
+            Some(t) => {
+                let t = t.max(st.timer_floor);
+                st.timer_deadline = Some(t);
+                st = shared.timer_cv.wait_timeout(st, t - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            None => {
+                st.timer_deadline = None;
+                st = shared.timer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+/// The background network thread: reads the unicast socket while no
+/// process does — when the token has been free for [`GRACE`] — and hands the
+/// token to a process that asks for it after each datagram.
+pub(crate) fn net_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
+    let mut seen_gen = u64::MAX;
+    loop {
+        if st.stopped {
+            return;
+        }
+        match st.reader {
+            Reader::None => {
+                let now = shared.now();
+                let free_at = st.released_at + GRACE;
+                if now < free_at {
+                    st = shared.bg_cv.wait_timeout(st, free_at - now).unwrap_or_else(|e| e.into_inner()).0;
+                    continue;
+                }
+                st.reader = Reader::Background;
+                st.kicked = false;
+                loop {
+                    st.reader_blocked = true;
+                    let mut buf = std::mem::take(&mut st.rxbuf);
+                    drop(st);
+                    let got = net::recv(&shared.unicast, &mut buf);
+                    st = shared.lock();
+                    st.reader_blocked = false;
+                    if let Some((n, from)) = got {
+                        shared.feed(&mut st, from, &buf[..n], Origin::Net(None));
+                    }
+                    st.rxbuf = buf;
+                    st = shared.flush_locked(st);
+                    if st.stopped {
+                        return;
+                    }
+                    if shared.has_lead_waiter(&mut st) {
+                        st.reader = Reader::None;
+                        st.released_at = shared.now();
+                        shared.promote(&mut st);
+                        break;
+                    }
+                }
+            }
+            Reader::Process(_) | Reader::Background => {
+                if st.reader_gen == seen_gen {
+                    // The same process has held the token for a whole GRACE: sleep until it lets go.
+                    st.bg_parked = true;
+                    st = shared.bg_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st.bg_parked = false;
+                } else {
+                    seen_gen = st.reader_gen;
+                    st = shared.bg_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+}
+
+/// The multicast thread: feeds every datagram heard on the group to the engine.
+pub(crate) fn multicast_loop(shared: Arc<Shared>) {
+    let Some(sock) = shared.multicast.as_ref() else { return };
+    let mut buf = vec![0u8; net::RECV_BUFFER];
+    loop {
+        let got = net::recv(sock, &mut buf);
+        let mut st = shared.lock();
+        if st.stopped {
+            return;
+        }
+        if let Some((n, from)) = got {
+            shared.feed(&mut st, from, &buf[..n], Origin::Net(None));
+            shared.flush(st);
+        }
+    }
+}
