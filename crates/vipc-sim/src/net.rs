@@ -111,16 +111,12 @@ pub struct NetStats {
 pub struct Net {
     rng: ChaCha8Rng,
     params: LinkParams,
-    /// Active partitions by id: each is a set of cut node pairs (a < b).
+    /// Active partitions by id: each is a set of cut directed links (from, to).
     cuts: BTreeMap<u64, Vec<(usize, usize)>>,
     next_cut: u64,
     egress: Vec<Time>,
     /// Counters.
     pub stats: NetStats,
-}
-
-fn pair(a: usize, b: usize) -> (usize, usize) {
-    (a.min(b), a.max(b))
 }
 
 impl Net {
@@ -136,10 +132,17 @@ impl Net {
         }
     }
 
-    /// Cuts every pair in `pairs` until [`Net::heal`] with the returned id.
+    /// Cuts every pair in `pairs` in both directions until [`Net::heal`] with the returned id.
     pub fn cut(&mut self, pairs: &[(usize, usize)]) -> u64 {
+        let links: Vec<(usize, usize)> = pairs.iter().flat_map(|&(a, b)| [(a, b), (b, a)]).collect();
+        self.cut_links(&links)
+    }
+
+    /// Cuts the directed links `(from, to)` in `links` (a one-way partition:
+    /// the other direction still works) until [`Net::heal`] with the returned id.
+    pub fn cut_links(&mut self, links: &[(usize, usize)]) -> u64 {
         self.next_cut += 1;
-        self.cuts.insert(self.next_cut, pairs.iter().map(|&(a, b)| pair(a, b)).collect());
+        self.cuts.insert(self.next_cut, links.to_vec());
         self.next_cut
     }
 
@@ -153,10 +156,9 @@ impl Net {
         self.cuts.clear();
     }
 
-    /// True if some active partition separates `a` and `b`.
+    /// True if some active partition cuts the link from `a` to `b`.
     pub fn is_cut(&self, a: usize, b: usize) -> bool {
-        let p = pair(a, b);
-        self.cuts.values().any(|v| v.contains(&p))
+        self.cuts.values().any(|v| v.contains(&(a, b)))
     }
 
     /// Forgets `node`'s interface queue (its machine restarted).
@@ -287,5 +289,10 @@ mod tests {
         n.heal(id);
         assert_eq!(n.route(Time(0), 2, &[0], 10).len(), 1);
         assert_eq!(n.stats.cut, 2);
+        // One way only.
+        n.cut_links(&[(1, 2)]);
+        assert!(n.is_cut(1, 2) && !n.is_cut(2, 1));
+        assert_eq!(n.route(Time(0), 1, &[2], 10).len(), 0);
+        assert_eq!(n.route(Time(0), 2, &[1], 10).len(), 1);
     }
 }

@@ -94,7 +94,7 @@ struct Job {
 
 #[derive(Clone, Debug)]
 enum Role {
-    Server { cap: usize, job: Option<Job> },
+    Server { cap: usize, job: Option<Job>, specific: Option<Pid> },
     Client { current: Option<u64> },
     Lookup { current: Option<LookupCall> },
 }
@@ -622,7 +622,7 @@ impl Sim {
         let role = match kind {
             Kind::Server => {
                 let cap = *[0usize, 256, 4096, 65536].choose(&mut self.rng).expect("non-empty");
-                Role::Server { cap, job: None }
+                Role::Server { cap, job: None, specific: None }
             }
             Kind::Client => Role::Client { current: None },
             Kind::Lookup => Role::Lookup { current: None },
@@ -736,9 +736,13 @@ impl Sim {
         } else {
             a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).collect()
         };
+        // The history records undirected pairs: a one-way cut disturbs both ends.
         let norm: Vec<(usize, usize)> = pairs.iter().map(|&(x, y)| (x.min(y), x.max(y))).collect();
-        let id = self.net.cut(&norm);
-        self.trace(|| format!("partition {id} cuts {norm:?} until {}", fmt_time(until)));
+        let one_way = self.rng.gen_bool(0.3);
+        let id = if one_way { self.net.cut_links(&pairs) } else { self.net.cut(&pairs) };
+        self.trace(|| {
+            format!("partition {id} cuts {pairs:?}{} until {}", if one_way { " one way" } else { "" }, fmt_time(until))
+        });
         self.hist.cuts.push((norm, Span { from: self.now, to: None }));
         self.report.partitions += 1;
         let span = self.hist.cuts.len() - 1;
@@ -970,8 +974,14 @@ impl Sim {
     fn server_receive(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let Role::Server { cap, .. } = self.procs[&id].role else { return };
-        match self.with_engine(node, |e, now| e.receive(now, pid, None, cap)) {
-            Ok(()) => self.begin(id, CallKind::Receive, false),
+        // Sometimes ReceiveSpecific for a local client whose request is known
+        // to wait in our queue: it must be taken at once, whatever is ahead of it.
+        let only = if self.sc.probes && self.rng.gen_bool(0.25) { self.queued_local_sender(pid) } else { None };
+        if let Some(Role::Server { specific, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            *specific = only;
+        }
+        match self.with_engine(node, |e, now| e.receive(now, pid, only, cap)) {
+            Ok(()) => self.begin(id, CallKind::Receive, only.is_some()),
             Err(e) => {
                 let v = self.violation_at(Invariant::Success, format!("receive by idle server {pid} refused: {e}"));
                 self.fail(v)
@@ -979,9 +989,28 @@ impl Sim {
         }
     }
 
+    /// A local client whose request to `server` (not forwarded, not yet
+    /// received) must be waiting in the server's queue.
+    fn queued_local_sender(&mut self, server: Pid) -> Option<Pid> {
+        let waiting: Vec<Pid> = self
+            .procs
+            .values()
+            .filter(|p| p.pid.host() == server.host())
+            .filter_map(|p| match p.role {
+                Role::Client { current: Some(rid) } => {
+                    let r = &self.requests[&rid];
+                    let queued = r.pending() && r.target == server && r.forwards.is_empty() && r.receipts.is_empty();
+                    queued.then_some(p.pid)
+                }
+                _ => None,
+            })
+            .collect();
+        waiting.choose(&mut self.rng).copied()
+    }
+
     fn server_received(&mut self, id: ProcId, r: Result<Received, Error>) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
-        let Role::Server { cap, .. } = self.procs[&id].role else { return };
+        let Role::Server { cap, specific, .. } = self.procs[&id].role else { return };
         let m = match r {
             Ok(m) => m,
             Err(e) => {
@@ -989,6 +1018,40 @@ impl Sim {
                 return self.fail(v);
             }
         };
+        if let Some(only) = specific.filter(|&o| o != m.from) {
+            let v = self.violation_at(
+                Invariant::ReplyMatches,
+                format!("ReceiveSpecific({only}) by {pid} took a message from {} instead", m.from),
+            );
+            return self.fail(v);
+        }
+        if specific.is_some() {
+            self.report.misuses += 1;
+        }
+        // 001 §2.5: the first part of a read-granted segment travels in the
+        // Send packet (all of it locally) and Receive returns as much as fits.
+        let local = m.from.host() == pid.host();
+        let max_data = self.nodes[node].engine.as_ref().map_or(0, |e| e.config().max_data());
+        let expected = if m.access.read {
+            let limit = if local { usize::MAX } else { max_data };
+            cap.min(m.segment_size as usize).min(limit)
+        } else {
+            0
+        };
+        if m.segment.len() != expected {
+            let v = self.violation_at(
+                Invariant::DataIntact,
+                format!(
+                    "{pid} received {} appended bytes from {} ({}) with capacity {cap} of a {}-byte {:?} segment; expected {expected}",
+                    m.segment.len(),
+                    m.from,
+                    if local { "local" } else { "remote" },
+                    m.segment_size,
+                    m.access
+                ),
+            );
+            return self.fail(v);
+        }
         let Some(req) = Request::decode(&m.msg) else {
             let v = self.violation_at(
                 Invariant::ReplyMatches,
@@ -1027,7 +1090,7 @@ impl Sim {
             *j = Some(job);
         }
         self.trace(|| format!("n{node} {pid} executes #{}", req.rid));
-        if self.sc.probes && self.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid) {
+        if self.sc.probes && self.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid, m.from) {
             return;
         }
         self.server_continue(id);
@@ -1092,13 +1155,15 @@ impl Sim {
 
     /// Tries a MoveFrom from a client that awaits someone else's reply.
     /// Returns true if the probe is in flight (the job continues on its completion).
-    fn foreign_probe(&mut self, id: ProcId, rid: u64) -> bool {
+    /// `client` is the sender of the request being executed: even if it has
+    /// moved on (a stale re-execution), it is not a foreigner to this server.
+    fn foreign_probe(&mut self, id: ProcId, rid: u64, client: Pid) -> bool {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let others: Vec<Pid> = self
             .procs
             .values()
             .filter_map(|p| match p.role {
-                Role::Client { current: Some(r) } if r != rid => Some((p.pid, r)),
+                Role::Client { current: Some(r) } if r != rid && p.pid != client => Some((p.pid, r)),
                 _ => None,
             })
             .filter(|&(_, r)| self.requests[&r].pending() && !self.requests[&r].chain().any(|q| q == pid))

@@ -8,36 +8,20 @@
 //!   (`VIPC_SIM_TWEAK=no-destroy,no-idempotent,no-bad-targets,no-segments`
 //!   switches parts of the workload off, as the `explore` example's `--tweak` does).
 //!
-//! # Known engine bugs
+//! # Engine bugs this suite found (all fixed in 2bfd7f6)
 //!
-//! The full-workload tests of the scenarios these bugs break are `#[ignore]`d,
-//! naming the bug; re-enable them once it is fixed. Meanwhile the
-//! `*_avoiding_known_bugs` tests run the same scenarios with the workload
-//! that triggers the bugs switched off, so the rest stays covered.
+//! - B1: a stale MoveFrom/MoveTo (from a re-executed idempotent request, or
+//!   after the client timed out) was checked on the client's node against the
+//!   client's *next* exchange: wrong data read, segments overwritten.
+//! - B2: `destroy_process` iterated `HashMap`s with random order: runs were not
+//!   reproducible.
+//! - B3: a sender's sequence number was forgotten once its alien was freed
+//!   (nAck of its next Send, Cancel, destroyed forward target): a late
+//!   retransmission of a non-idempotent request was executed again.
 //!
-//! - **B1: stale moves hit the client's next exchange.** On the client's node
-//!   a MoveFromRequest / MoveToData is authorised against whatever exchange the
-//!   client has *now*, checking only that its destination is on the mover's
-//!   host (`check_client_segment` in `engine/bulk.rs`); neither the exchange
-//!   (its sequence number) nor the mover's pid is checked. A server still
-//!   working on an old request (an idempotent request re-executed because a
-//!   retransmission crossed the reply; or any request whose client timed out
-//!   in a partition or crash) then reads the segment of the client's next
-//!   request (wrong data: invariant 4), writes into it (corruption), or fails
-//!   with `NoAccess`/`OutOfSegment` computed from the wrong segment.
-//!   Even the calm scenario hits it (e.g. `VIPC_SIM_TWEAK=no-destroy`, seed 174).
-//! - **B2: runs are not reproducible.** `destroy_process` wakes local waiters and
-//!   nAcks remote ones in `HashMap` iteration order (random per map), so a
-//!   seed whose run destroys a process with several waiters differs from run
-//!   to run (`runs_are_deterministic_with_destruction`).
-//! - **B3: duplicate detection forgets a sender once its alien is freed.**
-//!   `on_send` drops the sender's alien (cached reply included) as soon as a
-//!   newer Send arrives, before checking the destination exists; if it does
-//!   not (nAck), nothing remembers the old sequence number, and a late
-//!   retransmission of the previous non-idempotent request is executed again
-//!   (invariants 2/3). The same happens after a Cancel (sender destroyed) or
-//!   when a forward target on that node is destroyed: a retransmission still
-//!   in flight is then delivered as a new request.
+//! If a scenario goes red because of a new engine bug, mark its test
+//! `#[ignore = "engine bug: ..."]` and narrow it down with `VIPC_SIM_TWEAK`.
+
 use std::time::Instant;
 use vipc_sim::{run, run_with, Failure, HostIds, Options, Report, Scenario};
 
@@ -47,11 +31,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         Err(_) => default,
     }
 }
-
-/// The workload that triggers the known engine bugs B1 and B3 (B2 needs destruction).
-const AVOID: &str = "no-destroy,no-idempotent,no-bad-targets";
-/// In partitions and crashes B1 also follows from timeouts: no segments either.
-const AVOID_MOVES: &str = "no-destroy,no-idempotent,no-bad-targets,no-segments";
 
 /// Runs every seed of the suite that belongs to scenario `name`, with `tweaks`.
 fn suite(name: &str, tweaks: &str) {
@@ -115,71 +94,33 @@ fn suite(name: &str, tweaks: &str) {
 }
 
 #[test]
-#[ignore = "engine bug B1 (see the top of this file)"]
 fn calm() {
     suite("calm", "");
 }
 
 #[test]
-#[ignore = "engine bugs B1 and B3 (see the top of this file)"]
 fn lossy() {
     suite("lossy", "");
 }
 
 #[test]
-#[ignore = "engine bugs B1 and B3 (see the top of this file)"]
 fn heavy_loss() {
     suite("heavy-loss", "");
 }
 
 #[test]
-#[ignore = "engine bugs B1 and B3 (see the top of this file)"]
 fn partitions() {
     suite("partitions", "");
 }
 
 #[test]
-#[ignore = "engine bugs B1 and B3 (see the top of this file)"]
 fn crashes() {
     suite("crashes", "");
 }
 
 #[test]
-#[ignore = "engine bugs B1 and B3 (see the top of this file)"]
 fn allocate() {
     suite("allocate", "");
-}
-
-// While B1-B3 are open: the same scenarios without the workload that triggers them.
-
-#[test]
-fn calm_avoiding_known_bugs() {
-    suite("calm", AVOID);
-}
-
-#[test]
-fn lossy_avoiding_known_bugs() {
-    suite("lossy", AVOID);
-}
-
-#[test]
-fn heavy_loss_avoiding_known_bugs() {
-    suite("heavy-loss", AVOID);
-}
-
-#[test]
-fn partitions_avoiding_known_bugs() {
-    suite("partitions", AVOID_MOVES);
-}
-
-#[test]
-fn crashes_avoiding_known_bugs() {
-    suite("crashes", AVOID_MOVES);
-}
-
-#[test]
-fn allocate_avoiding_known_bugs() {
-    suite("allocate", AVOID);
 }
 
 /// The same seed gives the same run, datagram for datagram.
@@ -200,12 +141,6 @@ fn deterministic(tweaks: &str) {
 
 #[test]
 fn runs_are_deterministic() {
-    deterministic("no-destroy");
-}
-
-#[test]
-#[ignore = "engine bug B2 (see the top of this file)"]
-fn runs_are_deterministic_with_destruction() {
     deterministic("");
 }
 
