@@ -14,6 +14,7 @@ macro_rules! say {
     }};
 }
 
+mod cmd_bench;
 mod cmd_keygen;
 mod cmd_node;
 mod cmd_ping;
@@ -77,6 +78,15 @@ enum Cmd {
     },
     /// Start a 3-node cluster on loopback in this process and exercise every primitive.
     Demo,
+    /// Benchmarks: vipc beside raw UDP/TCP, a condvar, ZeroMQ and gRPC (table, JSON lines, report, plots).
+    Bench(cmd_bench::BenchArgs),
+    /// Internal: a baseline server or client that `vipc bench` runs as a separate process.
+    #[command(hide = true)]
+    BenchPeer {
+        /// The peer's kind and arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn init_tracing() {
@@ -118,6 +128,8 @@ fn main() -> ExitCode {
         Cmd::Stat { target, node } => cmd_stat::run(target, node),
         Cmd::Keygen { file, force } => cmd_keygen::run(file, *force),
         Cmd::Demo => demo::run(),
+        Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::BenchPeer { args } => cmd_bench::peer(args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,235 @@
+//! The bars of issue 3 as explicit checks on the records of a run.
+
+use crate::record::Record;
+
+/// How a bar compares.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cmp {
+    /// At most the limit.
+    AtMost,
+    /// At least the limit.
+    AtLeast,
+    /// Equal to the limit within ±0.01 (packet counts averaged over many operations).
+    Exactly,
+}
+
+/// Which figure of a record a bar checks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Field {
+    /// `value / baseline_value`.
+    Ratio,
+    /// `value` itself (absolute).
+    Value,
+}
+
+/// One bar.
+#[derive(Clone, Copy, Debug)]
+pub struct Bar {
+    /// What it says, e.g. `remote SRR / UDP ping-pong`.
+    pub what: &'static str,
+    /// The record it reads.
+    pub record: &'static str,
+    /// Ratio or value.
+    pub field: Field,
+    /// The comparison.
+    pub cmp: Cmp,
+    /// The limit.
+    pub limit: f64,
+}
+
+/// The bars of issue 3.
+pub const BARS: &[Bar] = &[
+    Bar {
+        what: "remote SRR / UDP ping-pong",
+        record: "srr_remote_32B",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.15,
+    },
+    Bar {
+        what: "remote SRR (poll_spin) / busy-poll UDP ping-pong",
+        record: "srr_remote_32B_spin",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.2,
+    },
+    Bar {
+        what: "local SRR / condvar hand-off",
+        record: "srr_local_32B",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.5,
+    },
+    Bar {
+        what: "local SRR (poll_spin), us",
+        record: "srr_local_32B_spin",
+        field: Field::Value,
+        cmp: Cmp::AtMost,
+        limit: 2.0,
+    },
+    Bar {
+        what: "remote SRR / gRPC unary",
+        record: "srr_remote_32B_vs_grpc",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.2,
+    },
+    Bar {
+        what: "remote SRR / ZeroMQ REQ/REP",
+        record: "srr_remote_32B_vs_zmq",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.4,
+    },
+    Bar {
+        what: "MoveTo 1 MiB / TCP bulk",
+        record: "moveto_remote_1MiB",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "MoveTo 16 MiB / TCP bulk",
+        record: "moveto_remote_16MiB",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "MoveFrom 1 MiB / TCP bulk",
+        record: "movefrom_remote_1MiB",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "MoveFrom 16 MiB / TCP bulk",
+        record: "movefrom_remote_16MiB",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "64 KB read: 1 KB units / 64 KB units",
+        record: "read64k_unit_1KB_vs_64KB",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 3.0,
+    },
+    Bar {
+        what: "packets per remote exchange",
+        record: "packets_per_exchange_remote",
+        field: Field::Value,
+        cmp: Cmp::Exactly,
+        limit: 2.0,
+    },
+    Bar {
+        what: "packets per page read 512 B",
+        record: "page_read_512B_packets",
+        field: Field::Value,
+        cmp: Cmp::Exactly,
+        limit: 2.0,
+    },
+    Bar {
+        what: "packets per page read 4 KB",
+        record: "page_read_4KB_packets",
+        field: Field::Value,
+        cmp: Cmp::Exactly,
+        limit: 2.0,
+    },
+    Bar {
+        what: "packets per page write 512 B",
+        record: "page_write_512B_packets",
+        field: Field::Value,
+        cmp: Cmp::Exactly,
+        limit: 2.0,
+    },
+    Bar {
+        what: "packets per page write 4 KB",
+        record: "page_write_4KB_packets",
+        field: Field::Value,
+        cmp: Cmp::Exactly,
+        limit: 2.0,
+    },
+    Bar {
+        what: "server RSS holding 1,000 remote exchanges, MB",
+        record: "server_rss_1000_held",
+        field: Field::Value,
+        cmp: Cmp::AtMost,
+        limit: 50.0,
+    },
+];
+
+/// The outcome of one bar.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// What the bar says.
+    pub what: String,
+    /// The measured figure, if the run measured it.
+    pub measured: Option<f64>,
+    /// The comparison and limit as text, e.g. `≤ 1.15`.
+    pub bar: String,
+    /// Pass, fail, or not measured (`None`).
+    pub pass: Option<bool>,
+}
+
+impl Check {
+    /// `remote SRR / UDP ping-pong = 1.08 (bar ≤ 1.15) PASS`.
+    pub fn line(&self) -> String {
+        match (self.measured, self.pass) {
+            (Some(v), Some(p)) => {
+                format!("{} = {v:.3} (bar {}) {}", self.what, self.bar, if p { "PASS" } else { "FAIL" })
+            }
+            _ => format!("{} (bar {}) not measured", self.what, self.bar),
+        }
+    }
+}
+
+/// Checks every bar against `records`.
+pub fn check(records: &[Record]) -> Vec<Check> {
+    BARS.iter()
+        .map(|b| {
+            let measured = records.iter().find(|r| r.name == b.record).map(|r| match b.field {
+                Field::Ratio => r.ratio,
+                Field::Value => r.value,
+            });
+            let (sym, pass) = match b.cmp {
+                Cmp::AtMost => ("≤", measured.map(|v| v <= b.limit)),
+                Cmp::AtLeast => ("≥", measured.map(|v| v >= b.limit)),
+                Cmp::Exactly => ("=", measured.map(|v| (v - b.limit).abs() <= 0.01)),
+            };
+            Check { what: b.what.to_string(), measured, bar: format!("{sym} {}", b.limit), pass }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_pass_fail_and_missing() {
+        let rs = vec![
+            Record::new("ipc", "srr_remote_32B", 21.6, "us", "udp_pingpong_32B", 20.0),
+            Record::new("ipc", "moveto_remote_1MiB", 500.0, "MB/s", "tcp_bulk_1MiB", 1000.0),
+            Record::new("ipc", "packets_per_exchange_remote", 2.0, "packets", "udp_pingpong_packets", 2.0),
+            Record::new("ipc", "page_read_4KB_packets", 4.0, "packets", "udp_page_packets", 2.0),
+        ];
+        let c = check(&rs);
+        let get = |what: &str| c.iter().find(|c| c.what == what).unwrap().clone();
+        let srr = get("remote SRR / UDP ping-pong");
+        assert_eq!(srr.pass, Some(true));
+        assert_eq!(srr.line(), "remote SRR / UDP ping-pong = 1.080 (bar ≤ 1.15) PASS");
+        assert_eq!(get("MoveTo 1 MiB / TCP bulk").pass, Some(false));
+        assert!(get("MoveTo 1 MiB / TCP bulk").line().ends_with("FAIL"));
+        assert_eq!(get("packets per remote exchange").pass, Some(true));
+        assert_eq!(get("packets per page read 4 KB").pass, Some(false));
+        let missing = get("local SRR / condvar hand-off");
+        assert_eq!(missing.pass, None);
+        assert!(missing.line().ends_with("not measured"));
+        // Every bar names a record the suite emits (checked against the suite's names).
+        for b in BARS {
+            assert!(!b.record.is_empty());
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! `vipc bench`: the benchmark suites (crate `vipc-bench`), and the hidden
+//! `vipc bench-peer` that runs the bench's baseline servers and clients as
+//! separate OS processes.
+
+use crate::error::{CliError, CliResult};
+use clap::Args;
+use std::path::PathBuf;
+use vipc_bench::{Options, PeerExe};
+
+/// Flags of `vipc bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Suites or single items: `ipc` (the default) or `ipc/ITEM` with ITEM one of
+    /// penalty, exchange, moves, pages, units, saturation, memory.
+    pub suites: Vec<String>,
+    /// Few iterations: every item once, in under a minute (CI smoke run).
+    #[arg(long)]
+    pub quick: bool,
+    /// One JSON object per line: {"suite","name","value","unit","baseline","baseline_value","ratio"}.
+    #[arg(long)]
+    pub json: bool,
+    /// Write DIR/report.md (figures beside the 1983/1985 ones) and PNG plots.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+}
+
+/// Runs the suites; fails if an item could not be measured (a missed bar is not a failure).
+pub fn run(a: &BenchArgs) -> CliResult<()> {
+    let exe = PeerExe::current(&["bench-peer"]).map_err(|e| CliError(format!("bench: {e}")))?;
+    let opts = Options { suites: a.suites.clone(), quick: a.quick, json: a.json, report: a.report.clone(), exe };
+    let results = vipc_bench::run(&opts).map_err(|e| CliError(format!("bench: {e}")))?;
+    if !results.failures.is_empty() {
+        return Err(CliError(format!(
+            "bench: {} item(s) failed: {}",
+            results.failures.len(),
+            results.failures.join("; ")
+        )));
+    }
+    Ok(())
+}
+
+/// Runs one of the bench's peer processes (`vipc bench-peer KIND ARGS…`).
+pub fn peer(args: &[String]) -> CliResult<()> {
+    vipc_bench::peer_main(args).map_err(|e| CliError(format!("bench-peer: {e}")))
+}
