@@ -77,6 +77,7 @@ pub fn run_with(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "non-string panic".to_string());
+            sim.report.end = sim.now();
             Violation { invariant: Invariant::Panic, at: sim.now(), detail: msg }
         }
     };

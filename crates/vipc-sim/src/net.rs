@@ -76,6 +76,10 @@ pub struct LinkParams {
     pub jitter: Duration,
     /// Nanoseconds the sender's interface needs per byte (8 = 1 Gb/s).
     pub ns_per_byte: u64,
+    /// Probability that a delivered datagram has one byte of its message or
+    /// data flipped. Without a MAC the engine cannot notice: this fault exists
+    /// only to show that the invariant checks catch damaged data.
+    pub corrupt: f64,
 }
 
 impl Default for LinkParams {
@@ -88,6 +92,7 @@ impl Default for LinkParams {
             latency: Duration::from_micros(50),
             jitter: Duration::from_micros(100),
             ns_per_byte: 8,
+            corrupt: 0.0,
         }
     }
 }
@@ -105,6 +110,8 @@ pub struct NetStats {
     pub duplicated: u64,
     /// Copies held back (reordered).
     pub reordered: u64,
+    /// Datagrams damaged on purpose (see [`LinkParams::corrupt`]).
+    pub corrupted: u64,
 }
 
 /// The link model. Node indices are `0..nodes`.
@@ -202,6 +209,18 @@ impl Net {
         out
     }
 
+    /// Maybe damages a datagram about to be delivered: flips one byte of
+    /// the message or data (offset 40 on). Returns true if it did.
+    pub fn corrupt(&mut self, bytes: &mut [u8]) -> bool {
+        if bytes.len() <= 40 || !self.chance(self.params.corrupt) {
+            return false;
+        }
+        let at = self.rng.gen_range(40..bytes.len());
+        bytes[at] ^= self.rng.gen_range(1..=255u8);
+        self.stats.corrupted += 1;
+        true
+    }
+
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.rng.gen_bool(p.min(1.0))
     }
@@ -257,6 +276,19 @@ mod tests {
         assert!((6700..7300).contains(&got), "{got} of 10000 arrived at 30% loss");
         assert_eq!(got, run(7));
         assert_ne!(got, run(8));
+    }
+
+    #[test]
+    fn corruption_flips_one_payload_byte() {
+        let mut n = Net::new(1, 2, LinkParams { corrupt: 1.0, ..LinkParams::default() });
+        let orig = vec![7u8; 100];
+        let mut b = orig.clone();
+        assert!(n.corrupt(&mut b));
+        let diff: Vec<usize> = (0..100).filter(|&i| b[i] != orig[i]).collect();
+        assert_eq!(diff.len(), 1);
+        assert!(diff[0] >= 40);
+        let mut clean = Net::new(1, 2, LinkParams::default());
+        assert!(!clean.corrupt(&mut b));
     }
 
     #[test]

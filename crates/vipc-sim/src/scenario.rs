@@ -33,6 +33,10 @@ pub struct Scenario {
     pub reorder: f64,
     /// The extra delay of a reordered datagram, at most.
     pub reorder_delay: Duration,
+    /// Probability that a delivered datagram is damaged (one byte of message
+    /// or data flipped). Always 0 in the suite: it exists to show that the
+    /// checks catch damage the engine cannot see (there is no MAC).
+    pub corrupt: f64,
     /// Cut links between groups of nodes for random intervals.
     pub partitions: bool,
     /// Crash nodes (their engines are dropped with all their state).
@@ -53,6 +57,12 @@ pub struct Scenario {
     pub probes: bool,
     /// Probability that a segment is 1 MiB (otherwise up to 64 KiB).
     pub big_segment: f64,
+    /// Most clients per node (at least one).
+    pub max_clients: usize,
+    /// Engine `max_aliens`: remote senders' exchanges held at once.
+    pub max_aliens: usize,
+    /// Engine `buffer_limit`: appended data kept for receivers not yet waiting.
+    pub buffer_limit: usize,
     /// How long the application issues new calls.
     pub workload: Duration,
     /// How long the run continues at least after the workload stops (and
@@ -74,6 +84,7 @@ impl Scenario {
             duplicate: 0.0,
             reorder: 0.0,
             reorder_delay: Duration::ZERO,
+            corrupt: 0.0,
             partitions: false,
             crashes: false,
             restarts: false,
@@ -83,6 +94,9 @@ impl Scenario {
             probes: true,
             bad_targets: 0.12,
             big_segment: 0.01,
+            max_clients: 3,
+            max_aliens: 4096,
+            buffer_limit: 4 << 20,
             workload: Duration::from_millis(1500),
             drain: Duration::from_secs(1),
         }
@@ -152,6 +166,43 @@ impl Scenario {
         }
     }
 
+    /// Many clients on 5–6 nodes against engines with room for only 3 aliens
+    /// and 16 KiB of appended data: senders wait in replyPending, appended
+    /// data is dropped; light loss.
+    pub fn crowded() -> Scenario {
+        Scenario {
+            name: "crowded",
+            min_nodes: 5,
+            max_nodes: 6,
+            loss: 0.05,
+            duplicate: 0.02,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            max_clients: 5,
+            max_aliens: 3,
+            buffer_limit: 16 << 10,
+            ..Scenario::calm()
+        }
+    }
+
+    /// Bulk transfers: most requests lend a segment, 6% of them 1 MiB, on
+    /// 3–4 nodes with 20% loss, duplication and reordering.
+    pub fn bulk() -> Scenario {
+        Scenario {
+            name: "bulk",
+            min_nodes: 3,
+            max_nodes: 4,
+            loss: 0.20,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            segments: 0.9,
+            big_segment: 0.06,
+            workload: Duration::from_millis(1000),
+            ..Scenario::calm()
+        }
+    }
+
     /// Every scenario of the standard suite, in seed order: seed `s` belongs to
     /// `all()[s % all().len()]`.
     pub fn all() -> Vec<Scenario> {
@@ -162,6 +213,8 @@ impl Scenario {
             Scenario::partitions(),
             Scenario::crashes(),
             Scenario::allocate(),
+            Scenario::crowded(),
+            Scenario::bulk(),
         ]
     }
 
