@@ -64,4 +64,8 @@ pub enum Error {
     /// The node has no logical host id yet (allocation still running).
     #[error("node not ready: logical host allocation in progress")]
     NotReady,
+    /// The call is not possible in this situation (e.g. a lent move to a
+    /// process on this node); the ordinary variant of the call is.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
 }

@@ -135,6 +135,22 @@ pub enum Destination {
 pub struct Transmit {
     /// Where to.
     pub to: Destination,
-    /// The encoded packet.
+    /// The encoded packet; when `lent` is set, everything but its data.
     pub bytes: Vec<u8>,
+    /// The packet's data are these bytes of a buffer lent by a local process
+    /// ([`crate::Engine::move_to_lent`]): the datagram is `bytes` followed by them.
+    pub lent: Option<Lent>,
+}
+
+/// A range of the buffer a local process lends for the duration of its
+/// blocking call ([`crate::Engine::move_to_lent`], [`crate::Engine::move_from_lent`]).
+/// The engine never holds those bytes: the runtime moves them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lent {
+    /// The process whose buffer it is.
+    pub pid: Pid,
+    /// Offset in the buffer.
+    pub offset: usize,
+    /// Number of bytes.
+    pub len: usize,
 }

@@ -42,7 +42,9 @@ mod time;
 pub use config::{Config, HostIdConfig};
 pub use engine::Engine;
 pub use error::Error;
-pub use io::{Access, Completion, Destination, Event, Received, Scope, Segment, SendOptions, SendOutcome, Transmit};
+pub use io::{
+    Access, Completion, Destination, Event, Lent, Received, Scope, Segment, SendOptions, SendOutcome, Transmit,
+};
 pub use stats::Stats;
 pub use time::Time;
 pub use vipc_wire::{AuthKey, HostId, Message, Pid};

@@ -187,3 +187,124 @@ fn a_stale_move_never_touches_the_clients_next_exchange() {
     let h = vipc_wire::parse(&answer.bytes, None).unwrap().header;
     assert_eq!(h.ptype, PacketType::NAck, "the stale MoveFrom was served from the next exchange's segment");
 }
+
+/// A lent MoveTo: the engine never holds the data; each data packet is a
+/// header whose data the runtime appends from the mover's buffer.
+#[test]
+fn a_lent_move_to_sends_from_the_movers_buffer() {
+    let mut net = Net::new(2);
+    let size = 100_000;
+    let (server, client) = exchange_with_segment(&mut net, size, Access::WRITE);
+    let data = pattern(size, 42);
+    net.lent.insert((0, server), data.clone());
+    let now = net.now;
+    net.nodes[0].move_to_lent(now, server, client, 0, size as u32).unwrap();
+    let t = net.nodes[0].poll_transmit().expect("a first chunk");
+    let lent = t.lent.expect("lent data");
+    assert_eq!((lent.pid, lent.offset), (server, 0));
+    assert_eq!(t.bytes.len(), vipc_wire::HEADER_LEN, "only the header is encoded");
+    // The header announces the data the runtime appends.
+    let mut whole = t.bytes.clone();
+    whole.extend_from_slice(&data[..lent.len]);
+    assert_eq!(vipc_wire::parse(&whole, None).unwrap().data, &data[..lent.len]);
+    net.nodes[1].handle_datagram(now, addr(0), &whole); // delivered by hand; the net does the rest
+    net.settle();
+    net.take_move(0, server).expect("the lent move_to completes");
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+    net.settle();
+    assert!(net.take_send(1, client).unwrap().segment.unwrap().data == data, "the data arrived intact");
+}
+
+/// A lent MoveFrom: the engine assembles nothing; each fresh chunk is a
+/// placement the runtime copies into the mover's buffer.
+#[test]
+fn a_lent_move_from_places_every_chunk_in_the_movers_buffer() {
+    let mut net = Net::new(2);
+    let size = 300_000;
+    let (server, client) = exchange_with_segment(&mut net, size, Access::READ);
+    net.lent.insert((0, server), vec![0; size - 1000]);
+    let now = net.now;
+    net.nodes[0].move_from_lent(now, server, client, 1000, (size - 1000) as u32).unwrap();
+    net.settle();
+    assert_eq!(net.take_move(0, server), Ok(Vec::new()), "no data in the completion");
+    assert!(net.lent[&(0, server)] == pattern(size, 7)[1000..], "every byte placed");
+}
+
+#[test]
+fn lent_moves_need_a_remote_client_and_no_key() {
+    let mut net = Net::new(1);
+    let (server, client) = (net.proc(0), net.proc(0));
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    let seg = Segment { data: vec![1; 10], access: Access::READ_WRITE };
+    net.nodes[0].send(now, client, server, msg(1), SendOptions::default(), Some(seg)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    assert!(matches!(net.nodes[0].move_to_lent(now, server, client, 0, 5), Err(Error::Unsupported(_))));
+    assert!(matches!(net.nodes[0].move_from_lent(now, server, client, 0, 5), Err(Error::Unsupported(_))));
+    // The ordinary calls still work afterwards: nothing was left blocked.
+    net.nodes[0].move_to(now, server, client, 0, vec![9; 5]).unwrap();
+    net.settle();
+    assert_eq!(net.take_move(0, server), Ok(Vec::new()));
+
+    let key = AuthKey::from_bytes([3; 32]);
+    let mut net = Net::with(2, |c| c.key = Some(key.clone()));
+    let (server, client) = exchange_with_segment(&mut net, 10, Access::WRITE);
+    let now = net.now;
+    assert!(matches!(net.nodes[0].move_to_lent(now, server, client, 0, 5), Err(Error::Unsupported(_))));
+}
+
+#[test]
+fn loopback_peers_get_large_chunks_and_the_window_counts_bytes() {
+    let mut net = Net::with(2, |c| {
+        c.loopback_packet = Some(vipc_wire::MAX_DATAGRAM);
+        c.window_bytes = 4 * vipc_wire::MAX_DATA;
+    });
+    let size = 1 << 20;
+    let (server, client) = exchange_with_segment(&mut net, size, Access::WRITE);
+    let chunk = net.nodes[0].config().chunk_to(addr(1));
+    assert_eq!(chunk, vipc_wire::MAX_DATA, "the largest chunk a datagram holds");
+    assert_eq!(net.nodes[0].config().window_chunks(chunk), 4);
+    net.filter = Some(Box::new(|_, _, _| 0)); // nothing arrives: only the first window leaves
+    let now = net.now;
+    net.nodes[0].move_to(now, server, client, 0, pattern(size, 5)).unwrap();
+    net.settle();
+    assert_eq!(net.stats(0).sent(PacketType::MoveToData), 4, "a window of 4 chunks of 64 KiB");
+    net.filter = None;
+    net.advance(Duration::from_millis(200));
+    net.take_move(0, server).expect("completes once packets flow");
+    let s = net.stats(0);
+    assert_eq!(
+        s.sent(PacketType::MoveToData),
+        size.div_ceil(chunk) as u64 + s.retransmissions,
+        "16 chunks, and resends"
+    );
+}
+
+#[test]
+fn max_data_never_exceeds_what_a_datagram_holds() {
+    let c = Config { max_packet: vipc_wire::MAX_DATAGRAM, ..Config::default() };
+    assert_eq!(c.max_data(), vipc_wire::MAX_DATA);
+    // Such a packet can be built: a reply segment of max_data bytes.
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let (server, client) = exchange_with_segment(&mut net, vipc_wire::MAX_DATA, Access::WRITE);
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(3), Some((0, vec![7; vipc_wire::MAX_DATA]))).unwrap();
+    net.settle();
+    assert!(net.take_send(1, client).unwrap().segment.unwrap().data.iter().all(|b| *b == 7));
+}
+
+#[test]
+fn recycled_buffers_carry_the_next_bulk_packets() {
+    let mut net = Net::new(2);
+    let size = 10_000;
+    let (server, client) = exchange_with_segment(&mut net, size, Access::WRITE);
+    let spare = Vec::with_capacity(64 << 10);
+    let at = spare.as_ptr();
+    net.nodes[0].recycle(spare);
+    let now = net.now;
+    net.nodes[0].move_to(now, server, client, 0, pattern(size, 3)).unwrap();
+    let t = net.nodes[0].poll_transmit().expect("a chunk");
+    assert_eq!(t.bytes.as_ptr(), at, "the chunk was built in the recycled buffer");
+}

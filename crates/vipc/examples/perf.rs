@@ -250,6 +250,13 @@ fn child(args: &[String]) {
     }
 }
 
+/// Minor page faults of this process so far.
+fn minor_faults() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &s[s.rfind(')').unwrap() + 2..];
+    after.split_whitespace().nth(7).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
     s.lines()
@@ -415,44 +422,76 @@ fn local(iters: usize) {
     }
 }
 
-/// TCP bulk: MB/s of `size`-byte transfers, each followed by a 1-byte answer.
-fn tcp_bulk(size: usize, reps: usize) -> f64 {
-    let (_c, addr) = ChildProc::start(&["child-tcp-sink"]);
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    let buf = vec![0xa5u8; size];
-    let mut one = [0u8; 1];
-    let v = time_each(reps, || {
-        s.write_all(&(size as u64).to_le_bytes()).unwrap();
-        s.write_all(&buf).unwrap();
-        s.read_exact(&mut one).unwrap();
-    });
-    size as f64 / median(v)
+/// TCP bulk transfer to a sink child: `size` bytes, then a 1-byte answer.
+struct TcpBulk {
+    _child: ChildProc,
+    sock: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl TcpBulk {
+    fn new() -> TcpBulk {
+        let (child, addr) = ChildProc::start(&["child-tcp-sink"]);
+        let sock = TcpStream::connect(&addr).unwrap();
+        sock.set_nodelay(true).unwrap();
+        TcpBulk { _child: child, sock, buf: vec![0xa5u8; 16 << 20] }
+    }
+
+    fn transfer(&mut self, size: usize) {
+        let mut one = [0u8; 1];
+        self.sock.write_all(&(size as u64).to_le_bytes()).unwrap();
+        self.sock.write_all(&self.buf[..size]).unwrap();
+        self.sock.read_exact(&mut one).unwrap();
+    }
 }
 
 fn moves() {
-    println!("== MoveTo / MoveFrom between processes (the server moves; MB/s of the move alone and of the exchange)");
-    let (_c, _node, me, server) = start_server(false);
-    for (size, reps) in [(1 << 10, 2000), (64 << 10, 1000), (1 << 20, 200), (16 << 20, 30)] {
-        let tcp = tcp_bulk(size, reps);
+    println!("== MoveTo / MoveFrom between processes (the server moves and times it), TCP bulk interleaved");
+    let (_c, node, me, server) = start_server(false);
+    let mut tcp = TcpBulk::new();
+    for (size, reps) in [(1 << 10, 2000), (64 << 10, 1000), (1 << 20, 200), (16 << 20, 40)] {
         let mut seg = vec![0x11u8; size];
-        for (op, name) in [(1u8, "MoveFrom"), (2, "MoveTo")] {
-            let mut moves = Vec::new();
-            let ex = time_each(reps, || {
+        let (mut vt, mut vf, mut vto, mut ef, mut eto) = (vec![], vec![], vec![], vec![], vec![]);
+        let before = node.stats();
+        let faults0 = minor_faults();
+        for i in 0..reps + reps / 10 {
+            let t = Instant::now();
+            tcp.transfer(size);
+            let tt = t.elapsed().as_secs_f64() * 1e6;
+            let mut one = |op: u8| {
                 let mut m: Message = [0; 32];
                 m[0] = op;
+                let t = Instant::now();
                 me.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
-                moves.push(u64::from_le_bytes(m[8..16].try_into().unwrap()) as f64 / 1e3);
-            });
-            let mv = size as f64 / median(moves[reps / 10..].to_vec());
-            let exr = size as f64 / median(ex);
+                (u64::from_le_bytes(m[8..16].try_into().unwrap()) as f64 / 1e3, t.elapsed().as_secs_f64() * 1e6)
+            };
+            let (mf, xf) = one(1);
+            let (mt, xt) = one(2);
+            if i >= reps / 10 {
+                vt.push(tt);
+                vf.push(mf);
+                vto.push(mt);
+                ef.push(xf);
+                eto.push(xt);
+            }
+        }
+        let after = node.stats();
+        let mbps = |v: Vec<f64>| size as f64 / median(v);
+        let tcp = mbps(vt);
+        for (name, mv, ex) in [("MoveFrom", mbps(vf), mbps(ef)), ("MoveTo", mbps(vto), mbps(eto))] {
             println!(
-                "{name:<8} {:>6} KiB: move {mv:>8.1} MB/s  exchange {exr:>8.1} MB/s   tcp {tcp:>8.1} MB/s   ratio move {:.2} exchange {:.2}",
+                "{name:<8} {:>6} KiB: move {mv:>8.1} MB/s  exchange {ex:>8.1} MB/s   tcp {tcp:>8.1} MB/s   ratio move {:.2} exchange {:.2}",
                 size >> 10,
                 mv / tcp,
-                exr / tcp
+                ex / tcp
             );
         }
+        println!(
+            "   client node: retransmissions {} duplicates {}; client process page faults {}",
+            after.retransmissions - before.retransmissions,
+            after.duplicates - before.duplicates,
+            minor_faults() - faults0
+        );
     }
 }
 

@@ -206,6 +206,18 @@ pub(crate) fn recv_spin(
     }
 }
 
+/// Sends one datagram made of `head` followed by `data`, without joining them.
+pub(crate) fn send_parts(sock: &UdpSocket, to: SocketAddr, head: &[u8], data: &[u8]) {
+    use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
+    let iov = [std::io::IoSlice::new(head), std::io::IoSlice::new(data)];
+    let addr = SockaddrStorage::from(to);
+    if let Err(e) = sendmsg(sock.as_raw_fd(), &iov, &[], MsgFlags::empty(), Some(&addr)) {
+        if e != nix::errno::Errno::ECONNREFUSED {
+            tracing::debug!("send to {to} failed: {e}");
+        }
+    }
+}
+
 /// Sends every datagram of `batch`, in order.
 pub(crate) fn send_all(sock: &UdpSocket, batch: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>) {
     for (to, bytes) in batch.iter() {

@@ -117,6 +117,7 @@ impl Node {
                 faults: Faults::new(&config.faults),
                 log_conflicts: !matches!(config.host_id, HostIdConfig::Fixed(_)),
                 poll_spin: config.poll_spin,
+                keyed: config.key.is_some(),
             },
         ));
         {

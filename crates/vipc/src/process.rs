@@ -1,8 +1,8 @@
 //! V processes: a thread with a pid, and the IPC primitives it calls.
 
-use crate::runtime::{Lead, Shared};
+use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use vipc_engine::{Access, Completion, Message, Pid, Scope, Segment, SendOptions, Stats};
 
 /// A segment of the caller's memory lent to the receiver for one Send.
@@ -40,7 +40,13 @@ pub struct ReceiveInfo {
 pub struct Process {
     shared: Arc<Shared>,
     pid: Pid,
+    /// The allocation of the last segment, kept for the next one: a fresh
+    /// allocation of a large segment costs a page fault per page.
+    spare: Mutex<Vec<u8>>,
 }
+
+/// Largest segment allocation a process keeps for reuse.
+const SPARE_SEGMENT_MAX: usize = 32 << 20;
 
 impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,13 +60,34 @@ impl Drop for Process {
     }
 }
 
+/// `len` as a u32 (offsets and lengths on the wire are 32 bits).
+fn u32_len(len: usize, what: &'static str) -> Result<u32> {
+    u32::try_from(len)
+        .map_err(|_| vipc_engine::Error::TooLarge { what, len: len as u64, limit: u32::MAX as u64 }.into())
+}
+
 fn mismatch(what: &str, c: &Completion) -> Error {
     Error::Internal(format!("{what} completed with {c:?}"))
 }
 
 impl Process {
     pub(crate) fn new(shared: Arc<Shared>, pid: Pid) -> Process {
-        Process { shared, pid }
+        Process { shared, pid, spare: Mutex::new(Vec::new()) }
+    }
+
+    /// The node's copy of a segment, in the spare allocation if there is one.
+    fn copy_in(&self, b: &[u8]) -> Vec<u8> {
+        let mut v = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|e| e.into_inner()));
+        v.clear();
+        v.extend_from_slice(b);
+        v
+    }
+
+    /// Keeps a segment's allocation for the next Send.
+    fn recycle(&self, v: Vec<u8>) {
+        if v.capacity() <= SPARE_SEGMENT_MAX {
+            *self.spare.lock().unwrap_or_else(|e| e.into_inner()) = v;
+        }
     }
 
     /// Whether a call answered by `peer` completes from the network: then
@@ -99,17 +126,22 @@ impl Process {
     ) -> Result<Pid> {
         let (seg, back) = match segment {
             None => (None, None),
-            Some(SegmentRef::Read(b)) => (Some(Segment { data: b.to_vec(), access: Access::READ }), None),
-            Some(SegmentRef::Write(b)) => (Some(Segment { data: b.to_vec(), access: Access::WRITE }), Some(b)),
-            Some(SegmentRef::ReadWrite(b)) => (Some(Segment { data: b.to_vec(), access: Access::READ_WRITE }), Some(b)),
+            Some(SegmentRef::Read(b)) => (Some(Segment { data: self.copy_in(b), access: Access::READ }), None),
+            Some(SegmentRef::Write(b)) => (Some(Segment { data: self.copy_in(b), access: Access::WRITE }), Some(b)),
+            Some(SegmentRef::ReadWrite(b)) => {
+                (Some(Segment { data: self.copy_in(b), access: Access::READ_WRITE }), Some(b))
+            }
         };
         let (me, m) = (self.pid, *msg);
-        match self.shared.block(me, self.lead_to(to), |e, now| e.send(now, me, to, m, opts, seg))? {
+        match self.shared.block(me, self.lead_to(to), Lend::None, |e, now| e.send(now, me, to, m, opts, seg))? {
             Completion::Send(Ok(o)) => {
                 *msg = o.reply;
-                if let (Some(buf), Some(s)) = (back, o.segment) {
-                    let n = buf.len().min(s.data.len());
-                    buf[..n].copy_from_slice(&s.data[..n]);
+                if let Some(s) = o.segment {
+                    if let Some(buf) = back {
+                        let n = buf.len().min(s.data.len());
+                        buf[..n].copy_from_slice(&s.data[..n]);
+                    }
+                    self.recycle(s.data);
                 }
                 Ok(o.replier)
             }
@@ -138,7 +170,7 @@ impl Process {
 
     fn receive_inner(&self, msg: &mut Message, only: Option<Pid>, buf: &mut [u8]) -> Result<ReceiveInfo> {
         let (me, cap) = (self.pid, buf.len());
-        match self.shared.block(me, Lead::IfHot, |e, now| e.receive(now, me, only, cap))? {
+        match self.shared.block(me, Lead::IfHot, Lend::None, |e, now| e.receive(now, me, only, cap))? {
             Completion::Receive(Ok(r)) => {
                 *msg = r.msg;
                 let len = r.segment.len().min(buf.len());
@@ -179,9 +211,19 @@ impl Process {
 
     /// MoveTo: writes `data` at `offset` of the write-granted segment of
     /// `dest`, which must be awaiting a reply from this process. Blocks until done.
+    ///
+    /// To a remote process (on a node without a key) the data are sent
+    /// straight from `data`, chunk by chunk, without being copied first.
     pub fn move_to(&self, dest: Pid, offset: u32, data: &[u8]) -> Result<()> {
-        let (me, d) = (self.pid, data.to_vec());
-        match self.shared.block(me, self.lead_to(dest), |e, now| e.move_to(now, me, dest, offset, d))? {
+        let me = self.pid;
+        let c = if self.lead_to(dest) == Lead::Yes && !self.shared.keyed() {
+            let len = u32_len(data.len(), "move_to data")?;
+            self.shared.block(me, Lead::Yes, Lend::Read(data), |e, now| e.move_to_lent(now, me, dest, offset, len))?
+        } else {
+            let d = data.to_vec();
+            self.shared.block(me, Lead::No, Lend::None, |e, now| e.move_to(now, me, dest, offset, d))?
+        };
+        match c {
             Completion::Move(Ok(_)) => Ok(()),
             Completion::Move(Err(e)) => Err(e.into()),
             c => Err(mismatch("move_to", &c)),
@@ -190,14 +232,22 @@ impl Process {
 
     /// MoveFrom: fills `buf` from `offset` of the read-granted segment of
     /// `src`, which must be awaiting a reply from this process. Blocks until done.
+    ///
+    /// From a remote process the data land in `buf` chunk by chunk as they arrive.
     pub fn move_from(&self, src: Pid, offset: u32, buf: &mut [u8]) -> Result<()> {
         let me = self.pid;
-        let len = u32::try_from(buf.len()).map_err(|_| vipc_engine::Error::TooLarge {
-            what: "move_from buffer",
-            len: buf.len() as u64,
-            limit: u32::MAX as u64,
-        })?;
-        match self.shared.block(me, self.lead_to(src), |e, now| e.move_from(now, me, src, offset, len))? {
+        let len = u32_len(buf.len(), "move_from buffer")?;
+        if self.lead_to(src) == Lead::Yes {
+            return match self
+                .shared
+                .block(me, Lead::Yes, Lend::Write(buf), |e, now| e.move_from_lent(now, me, src, offset, len))?
+            {
+                Completion::Move(Ok(_)) => Ok(()),
+                Completion::Move(Err(e)) => Err(e.into()),
+                c => Err(mismatch("move_from", &c)),
+            };
+        }
+        match self.shared.block(me, Lead::No, Lend::None, |e, now| e.move_from(now, me, src, offset, len))? {
             Completion::Move(Ok(data)) => {
                 let n = data.len().min(buf.len());
                 buf[..n].copy_from_slice(&data[..n]);
@@ -218,7 +268,7 @@ impl Process {
     pub fn get_pid(&self, name: &str, scope: Scope) -> Result<Option<Pid>> {
         let me = self.pid;
         let lead = if scope == Scope::Local { Lead::No } else { Lead::Yes };
-        match self.shared.block(me, lead, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
+        match self.shared.block(me, lead, Lend::None, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
             Completion::GetPid(p) => Ok(p),
             c => Err(mismatch("get_pid", &c)),
         }

@@ -7,10 +7,11 @@ use crate::net;
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vipc_engine::{Completion, Destination, Engine, Event, HostId, Pid, Stats, Time};
+use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, Stats, Time};
 
 /// After a process gives the reader token up with no other process asking
 /// for it, the background network thread leaves it this long for a process
@@ -82,6 +83,16 @@ pub(crate) enum Origin {
     Timer,
 }
 
+impl Origin {
+    /// The process whose own thread is doing the work, if any.
+    fn actor(self) -> Option<Pid> {
+        match self {
+            Origin::Call(by) | Origin::Net(by) => by,
+            Origin::Timer => None,
+        }
+    }
+}
+
 /// Whether a blocked process reads the socket while it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lead {
@@ -93,16 +104,38 @@ pub(crate) enum Lead {
     IfHot,
 }
 
-/// How a blocked thread learns that its completion is in its slot: a flag
-/// that a polling thread spins on, and a condition variable it sleeps on.
+/// How a blocked thread learns that its slot has something for it (its
+/// completion, or work on its lent buffer): a flag that a polling thread
+/// spins on, and a condition variable it sleeps on.
 pub(crate) struct Signal {
-    done: AtomicBool,
+    ready: AtomicBool,
     cv: Condvar,
+}
+
+/// The buffer a blocked call lends (zero-copy MoveTo / MoveFrom): only its
+/// own thread touches it, so other threads queue [`Work`] for it.
+pub(crate) enum Lend<'a> {
+    /// Nothing lent.
+    None,
+    /// The data of a MoveTo.
+    Read(&'a [u8]),
+    /// The destination of a MoveFrom.
+    Write(&'a mut [u8]),
+}
+
+/// Something only the thread owning a lent buffer can do.
+enum Work {
+    /// Send `head` followed by `lent` bytes of the buffer to `to`.
+    Send { to: SocketAddr, head: Vec<u8>, lent: Lent },
+    /// Copy `data` into the buffer at `offset`.
+    Place { offset: usize, data: Vec<u8> },
 }
 
 /// Where a local process's completion is delivered.
 struct Slot {
     done: Option<Completion>,
+    /// Work on the lent buffer, in order.
+    work: VecDeque<Work>,
     signal: Arc<Signal>,
     /// The thread sleeps on `signal.cv` (filling the slot must notify it).
     sleeping: bool,
@@ -172,6 +205,7 @@ pub(crate) struct Shared {
     self_addr: SocketAddr,
     epoch: Instant,
     poll_spin: Option<Duration>,
+    keyed: bool,
 }
 
 fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
@@ -191,6 +225,7 @@ pub(crate) struct Parts {
     pub faults: Option<Faults>,
     pub log_conflicts: bool,
     pub poll_spin: Option<Duration>,
+    pub keyed: bool,
 }
 
 impl Shared {
@@ -231,7 +266,13 @@ impl Shared {
             local: p.local,
             epoch: Instant::now(),
             poll_spin: p.poll_spin.filter(|d| !d.is_zero()),
+            keyed: p.keyed,
         }
+    }
+
+    /// True if the cluster has a key (packets are MACed).
+    pub(crate) fn keyed(&self) -> bool {
+        self.keyed
     }
 
     /// Now on the node's clock.
@@ -251,8 +292,17 @@ impl Shared {
     /// sends the queue with [`Shared::flush`] (or `flush_locked`).
     pub(crate) fn drain(&self, st: &mut State, origin: Origin, now: Time) {
         st.last_now = now;
-        let State { engine, faults, outq, .. } = st;
-        while let Some(t) = engine.poll_transmit() {
+        let actor = origin.actor();
+        while let Some(t) = st.engine.poll_transmit() {
+            if let Some(lent) = t.lent {
+                // Only the lending thread can append the data.
+                if let (Destination::Addr(to), Some(slot)) = (t.to, st.slots.get_mut(&lent.pid)) {
+                    slot.work.push_back(Work::Send { to, head: t.bytes, lent });
+                    self.wake(st, lent.pid, actor);
+                }
+                continue;
+            }
+            let State { faults, outq, .. } = st;
             let mut push = |to: SocketAddr, bytes: Vec<u8>| match faults {
                 Some(f) => f.apply(now, to, bytes, outq),
                 None => outq.push_back((to, bytes)),
@@ -311,20 +361,20 @@ impl Shared {
             return;
         };
         slot.done = Some(completion);
-        slot.signal.done.store(true, Ordering::Release);
-        let actor = match origin {
-            Origin::Net(by) => {
-                slot.last_net = Some(now);
-                by
-            }
-            Origin::Call(by) => {
-                if by != Some(pid) {
-                    slot.last_net = None;
-                }
-                by
-            }
-            Origin::Timer => None,
-        };
+        match origin {
+            Origin::Net(_) => slot.last_net = Some(now),
+            Origin::Call(by) if by != Some(pid) => slot.last_net = None,
+            Origin::Call(_) | Origin::Timer => {}
+        }
+        self.wake(st, pid, origin.actor());
+    }
+
+    /// Tells the thread of `pid` that its slot has something for it, unless
+    /// that thread is the `actor` at work: a spinning thread sees the flag; a
+    /// thread blocked reading the socket gets a datagram; a sleeping one is notified.
+    fn wake(&self, st: &mut State, pid: Pid, actor: Option<Pid>) {
+        let Some(slot) = st.slots.get(&pid) else { return };
+        slot.signal.ready.store(true, Ordering::Release);
         if actor == Some(pid) {
             return;
         }
@@ -336,14 +386,34 @@ impl Shared {
     }
 
     /// Feeds one datagram to the engine and drains it (our own datagrams —
-    /// looped-back broadcasts and wake-ups — are skipped).
-    pub(crate) fn feed(&self, st: &mut State, from: SocketAddr, bytes: &[u8], origin: Origin) {
+    /// looped-back broadcasts and wake-ups — are skipped). Data of the
+    /// datagram that belong in a buffer lent by the `origin`'s own process are
+    /// returned for it to copy; those of another process are queued for it.
+    pub(crate) fn feed(
+        &self,
+        st: &mut State,
+        from: SocketAddr,
+        bytes: &[u8],
+        origin: Origin,
+    ) -> Option<(usize, Range<usize>)> {
         if self.own.contains(&from) {
-            return;
+            return None;
         }
         let now = self.now();
         st.engine.handle_datagram(now, from, bytes);
+        let mine = match st.engine.poll_placement() {
+            Some((lent, range)) if origin.actor() == Some(lent.pid) => Some((lent.offset, range)),
+            Some((lent, range)) => {
+                if let Some(slot) = st.slots.get_mut(&lent.pid) {
+                    slot.work.push_back(Work::Place { offset: lent.offset, data: bytes[range].to_vec() });
+                    self.wake(st, lent.pid, origin.actor());
+                }
+                None
+            }
+            None => None,
+        };
         self.drain(st, origin, now);
+        mine
     }
 
     /// Sends the queued datagrams (and the reader's wake-up), with the lock
@@ -372,7 +442,9 @@ impl Shared {
             }
             net::send_all(&self.unicast, &mut batch);
             st = self.lock();
-            batch.clear();
+            for (_, bytes) in batch.drain(..) {
+                st.engine.recycle(bytes);
+            }
             if st.spare.capacity() < batch.capacity() {
                 st.spare = batch;
             }
@@ -417,6 +489,7 @@ impl Shared {
         &self,
         pid: Pid,
         lead: Lead,
+        lend: Lend<'_>,
         f: impl FnOnce(&mut Engine, Time) -> Result<(), vipc_engine::Error>,
     ) -> Result<Completion> {
         let mut st = self.lock();
@@ -427,7 +500,8 @@ impl Shared {
         let (signal, hot) = match st.slots.get_mut(&pid) {
             Some(slot) => {
                 slot.done = None;
-                slot.signal.done.store(false, Ordering::Relaxed);
+                slot.work.clear();
+                slot.signal.ready.store(false, Ordering::Relaxed);
                 (slot.signal.clone(), slot.last_net.is_some_and(|t| now.since(t) < HOT))
             }
             None => return Err(vipc_engine::Error::NotLocalProcess(pid).into()),
@@ -444,7 +518,7 @@ impl Shared {
             Lead::IfHot => hot,
         };
         let st = self.flush_locked(st);
-        self.wait(pid, st, &signal, lead)
+        self.wait(pid, st, &signal, lead, lend)
     }
 
     /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
@@ -452,14 +526,32 @@ impl Shared {
     /// engine and waking the others, until its own completion arrives; the
     /// others sleep on their slot. With `poll_spin`, first spins: the leader
     /// on non-blocking receives, a follower on its slot's flag.
-    fn wait<'a>(&'a self, pid: Pid, mut st: MutexGuard<'a, State>, signal: &Signal, lead: bool) -> Result<Completion> {
+    fn wait<'a>(
+        &'a self,
+        pid: Pid,
+        mut st: MutexGuard<'a, State>,
+        signal: &Signal,
+        lead: bool,
+        mut lend: Lend<'_>,
+    ) -> Result<Completion> {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
         let mut spinner = net::Spin::new();
+        let mut work = VecDeque::new();
         loop {
             let Some(slot) = st.slots.get_mut(&pid) else {
                 self.release(&mut st, pid);
                 return Err(vipc_engine::Error::Destroyed(pid).into());
             };
+            if !slot.work.is_empty() {
+                std::mem::swap(&mut work, &mut slot.work);
+                if slot.done.is_none() {
+                    slot.signal.ready.store(false, Ordering::Relaxed);
+                }
+                drop(st);
+                self.do_work(&mut work, &mut lend);
+                st = self.lock();
+                continue;
+            }
             if let Some(c) = slot.done.take() {
                 self.release(&mut st, pid);
                 return Ok(c);
@@ -482,13 +574,17 @@ impl Shared {
                 let mut buf = std::mem::take(&mut st.rxbuf);
                 drop(st);
                 let got = match spin {
-                    Some(until) => net::recv_spin(&self.unicast, &mut buf, &signal.done, until),
+                    Some(until) => net::recv_spin(&self.unicast, &mut buf, &signal.ready, until),
                     None => net::recv(&self.unicast, &mut buf),
                 };
                 st = self.lock();
                 st.reader_blocked = false;
                 if let Some((n, from)) = got {
-                    self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid)));
+                    if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid))) {
+                        drop(st);
+                        place(&mut lend, offset, &buf[range]);
+                        st = self.lock();
+                    }
                 }
                 st.rxbuf = buf;
                 st = self.flush_locked(st);
@@ -513,7 +609,7 @@ impl Shared {
                 drop(st);
                 // Spin on the flag; look at the token again now and then.
                 let check = (Instant::now() + SPIN_CHECK).min(until);
-                while !signal.done.load(Ordering::Acquire) && Instant::now() < check {
+                while !signal.ready.load(Ordering::Acquire) && Instant::now() < check {
                     spinner.pause();
                 }
                 st = self.lock();
@@ -525,6 +621,21 @@ impl Shared {
             st = signal.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             if let Some(slot) = st.slots.get_mut(&pid) {
                 slot.sleeping = false;
+            }
+        }
+    }
+
+    /// Does the queued work on the lent buffer (outside the lock), in order.
+    fn do_work(&self, work: &mut VecDeque<Work>, lend: &mut Lend<'_>) {
+        for w in work.drain(..) {
+            match w {
+                Work::Send { to, head, lent } => match lend {
+                    Lend::Read(data) if lent.offset + lent.len <= data.len() => {
+                        net::send_parts(&self.unicast, to, &head, &data[lent.offset..lent.offset + lent.len]);
+                    }
+                    _ => tracing::debug!("a lent chunk for a call that lends no such data"),
+                },
+                Work::Place { offset, data } => place(lend, offset, &data),
             }
         }
     }
@@ -581,8 +692,10 @@ impl Shared {
             return Err(Error::NodeStopped);
         }
         let pid = st.engine.create_process()?;
-        let signal = Arc::new(Signal { done: AtomicBool::new(false), cv: Condvar::new() });
-        st.slots.insert(pid, Slot { done: None, signal, sleeping: false, wants_lead: false, last_net: None });
+        let signal = Arc::new(Signal { ready: AtomicBool::new(false), cv: Condvar::new() });
+        let slot =
+            Slot { done: None, work: VecDeque::new(), signal, sleeping: false, wants_lead: false, last_net: None };
+        st.slots.insert(pid, slot);
         Ok(pid)
     }
 
@@ -624,6 +737,14 @@ impl Shared {
         drop(st);
         // Wake the reader at once rather than after its read timeout.
         self.send_wake();
+    }
+}
+
+/// Copies `data` to `offset` of the lent buffer.
+fn place(lend: &mut Lend<'_>, offset: usize, data: &[u8]) {
+    match lend {
+        Lend::Write(buf) if offset + data.len() <= buf.len() => buf[offset..offset + data.len()].copy_from_slice(data),
+        _ => tracing::debug!("lent data for a call that lends no such buffer"),
     }
 }
 

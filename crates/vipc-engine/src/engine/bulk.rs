@@ -16,7 +16,7 @@
 
 use super::primitives::{check_range, nack};
 use super::*;
-use vipc_wire::Flags;
+use vipc_wire::{Flags, HEADER_LEN};
 
 /// Bits in an acknowledgement's chunk map (the 32-byte message field).
 const ACK_MAP_BITS: usize = 256;
@@ -41,7 +41,10 @@ pub(crate) struct StreamOut {
     local: Pid,
     addr: SocketAddr,
     base: u32,
-    data: Vec<u8>,
+    /// Where the bytes come from.
+    source: Source,
+    /// Bytes in the transfer.
+    total: usize,
     chunk: usize,
     acked: Vec<bool>,
     acked_count: usize,
@@ -57,6 +60,19 @@ pub(crate) struct StreamOut {
     next_retransmit: Time,
     deadline: Time,
     timer_at: Option<Time>,
+}
+
+/// Where a stream sender's bytes are.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// A copy the engine holds (MoveTo).
+    Owned(Vec<u8>),
+    /// The mover's lent buffer (MoveTo with [`Engine::move_to_lent`]): chunks
+    /// leave as [`Transmit`]s whose data the runtime appends.
+    Lent,
+    /// The segment of the local client's exchange `exchange`, from the
+    /// stream's base offset (MoveFrom): read in place, chunk by chunk.
+    Segment { exchange: u32 },
 }
 
 /// The receiving end of a stream (keyed by (sender pid, seq)).
@@ -75,8 +91,10 @@ pub(crate) struct StreamIn {
     got: Vec<bool>,
     got_count: usize,
     cum: usize,
-    /// MoveFrom: the bytes being assembled.
+    /// MoveFrom: the bytes being assembled (empty when lent).
     buf: Vec<u8>,
+    /// MoveFrom into the mover's lent buffer: each fresh chunk becomes a placement.
+    lent: bool,
     done: bool,
     last_heard: Time,
     /// MoveFrom: when to resend the request if no data has come.
@@ -137,20 +155,95 @@ impl Engine {
             self.wake(from, Completion::Move(Ok(Vec::new())));
             return Ok(());
         };
+        let (seq, total) = (self.fresh_seq(), data.len());
+        self.start_stream_out(
+            now,
+            StreamKind::MoveTo,
+            exchange,
+            from,
+            dest,
+            seq,
+            addr,
+            offset,
+            Source::Owned(data),
+            total,
+        );
+        Ok(())
+    }
+
+    /// MoveTo whose `len` bytes stay in a buffer the caller lends for the
+    /// duration of the call: every data packet is a [`Transmit`] with
+    /// [`Transmit::lent`] set, whose data the runtime appends from that
+    /// buffer (nothing is copied into the engine). For a remote client of a
+    /// node without a key only (else [`Error::Unsupported`]); otherwise as
+    /// [`Engine::move_to`].
+    pub fn move_to_lent(&mut self, now: Time, from: Pid, dest: Pid, offset: u32, len: u32) -> Result<(), Error> {
+        self.check_caller(from)?;
+        let g = self.grant(from, dest)?;
+        if !g.access.write {
+            return Err(Error::NoAccess("write"));
+        }
+        check_range(offset as u64, len as u64, g.size)?;
+        if self.cfg.key.is_some() {
+            return Err(Error::Unsupported("a lent MoveTo on a node with a key"));
+        }
+        let Some((addr, exchange)) = g.remote else {
+            return Err(Error::Unsupported("a lent MoveTo to a process on this node"));
+        };
+        self.set_blocked(from, Blocked::Move);
+        if len == 0 {
+            self.wake(from, Completion::Move(Ok(Vec::new())));
+            return Ok(());
+        }
         let seq = self.fresh_seq();
-        self.start_stream_out(now, StreamKind::MoveTo, exchange, from, dest, seq, addr, offset, data);
+        self.start_stream_out(
+            now,
+            StreamKind::MoveTo,
+            exchange,
+            from,
+            dest,
+            seq,
+            addr,
+            offset,
+            Source::Lent,
+            len as usize,
+        );
         Ok(())
     }
 
     /// MoveFrom: read `len` bytes at `offset` of the read-granted segment of
     /// `src`, which must be awaiting a reply from `from`. Blocks until [`Completion::Move`].
     pub fn move_from(&mut self, now: Time, from: Pid, src: Pid, offset: u32, len: u32) -> Result<(), Error> {
+        self.move_from_into(now, from, src, offset, len, false)
+    }
+
+    /// MoveFrom into a buffer of `len` bytes the caller lends for the
+    /// duration of the call: the engine copies nothing; after each datagram,
+    /// [`Engine::poll_placement`] says which of its bytes go where in that
+    /// buffer, and the completion carries no data. For a remote client only
+    /// (else [`Error::Unsupported`]); otherwise as [`Engine::move_from`].
+    pub fn move_from_lent(&mut self, now: Time, from: Pid, src: Pid, offset: u32, len: u32) -> Result<(), Error> {
+        self.move_from_into(now, from, src, offset, len, true)
+    }
+
+    fn move_from_into(
+        &mut self,
+        now: Time,
+        from: Pid,
+        src: Pid,
+        offset: u32,
+        len: u32,
+        lent: bool,
+    ) -> Result<(), Error> {
         self.check_caller(from)?;
         let g = self.grant(from, src)?;
         if !g.access.read {
             return Err(Error::NoAccess("read"));
         }
         check_range(offset as u64, len as u64, g.size)?;
+        if lent && g.remote.is_none() {
+            return Err(Error::Unsupported("a lent MoveFrom from a process on this node"));
+        }
         self.set_blocked(from, Blocked::Move);
         let Some((addr, exchange)) = g.remote.filter(|_| len > 0) else {
             let data = self
@@ -177,7 +270,8 @@ impl Engine {
                 got: Vec::new(),
                 got_count: 0,
                 cum: 0,
-                buf: vec![0; len as usize],
+                buf: if lent { Vec::new() } else { vec![0; len as usize] },
+                lent,
                 done: false,
                 last_heard: now,
                 next_retransmit: retransmit,
@@ -213,10 +307,11 @@ impl Engine {
         seq: u32,
         addr: SocketAddr,
         base: u32,
-        data: Vec<u8>,
+        source: Source,
+        total: usize,
     ) {
         let chunk = self.cfg.chunk_to(addr);
-        let n = chunks(data.len(), chunk);
+        let n = chunks(total, chunk);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
         self.streams_out.insert(
             (peer, seq),
@@ -226,7 +321,8 @@ impl Engine {
                 local,
                 addr,
                 base,
-                data,
+                source,
+                total,
                 chunk,
                 acked: vec![false; n],
                 acked_count: 0,
@@ -275,14 +371,42 @@ impl Engine {
         h.seq = seq;
         h.src = s.local;
         h.dst = peer;
-        h.total_len = s.data.len() as u32;
+        h.total_len = s.total as u32;
         h.local_addr = s.base;
         h.remote_addr = (i * s.chunk) as u32;
         h.message[..4].copy_from_slice(&(s.chunk as u32).to_be_bytes());
         h.message[EXCHANGE_AT..EXCHANGE_AT + 4].copy_from_slice(&s.exchange.to_be_bytes());
-        let end = ((i + 1) * s.chunk).min(s.data.len());
-        let bytes = vipc_wire::to_vec(&h, &s.data[i * s.chunk..end], key.as_ref());
+        let (start, end) = (i * s.chunk, ((i + 1) * s.chunk).min(s.total));
         let addr = s.addr;
+        let mut bytes = match s.source {
+            Source::Lent => Vec::new(),
+            _ => self.buffer(vipc_wire::encoded_len(end - start, key.is_some())),
+        };
+        let Some(s) = self.streams_out.get(&(peer, seq)) else { return };
+        match &s.source {
+            Source::Owned(data) => vipc_wire::encode(&h, &data[start..end], key.as_ref(), &mut bytes),
+            Source::Lent => {
+                let lent = Lent { pid: s.local, offset: start, len: end - start };
+                return self.emit_lent(Destination::Addr(addr), &h, lent);
+            }
+            Source::Segment { exchange } => {
+                let at = s.base as usize;
+                let segment = self
+                    .exchanges
+                    .get(&s.local)
+                    .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == *exchange))
+                    .and_then(|ex| ex.segment.as_ref())
+                    .filter(|seg| at + s.total <= seg.data.len());
+                match segment {
+                    Some(seg) => vipc_wire::encode(&h, &seg.data[at + start..at + end], key.as_ref(), &mut bytes),
+                    None => {
+                        // The client's exchange has ended: nobody wants the rest.
+                        self.streams_out.remove(&(peer, seq));
+                        return;
+                    }
+                }
+            }
+        }
         self.emit_raw(Destination::Addr(addr), ptype, bytes);
     }
 
@@ -292,15 +416,13 @@ impl Engine {
             return;
         }
         let (offset, len) = (h.local_addr, h.total_len);
-        let checked = self.check_client_segment(h.dst, h.src, exchange_of(h), false, offset, len);
-        let data = match checked {
-            Ok(()) => {
-                let seg = self.exchanges[&h.dst].segment.as_ref().expect("read access implies a segment");
-                seg.data[offset as usize..offset as usize + len as usize].to_vec()
-            }
-            Err((reason, detail)) => return self.send_nack(from, h, reason, detail),
-        };
-        self.start_stream_out(now, StreamKind::MoveFrom, 0, h.dst, h.src, h.seq, from, offset, data);
+        let exchange = exchange_of(h);
+        if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, exchange, false, offset, len) {
+            return self.send_nack(from, h, reason, detail);
+        }
+        // The chunks are read from the client's segment as they are sent: no copy.
+        let source = Source::Segment { exchange };
+        self.start_stream_out(now, StreamKind::MoveFrom, 0, h.dst, h.src, h.seq, from, offset, source, len as usize);
     }
 
     /// On the client's node: may `mover` read (or write) `[offset, offset+len)`
@@ -371,6 +493,7 @@ impl Engine {
                     got_count: 0,
                     cum: 0,
                     buf: Vec::new(),
+                    lent: false,
                     done: false,
                     last_heard: now,
                     next_retransmit: now,
@@ -414,6 +537,11 @@ impl Engine {
         let s = self.streams_in.get_mut(&key).expect("present");
         if fresh {
             match kind {
+                StreamKind::MoveFrom if s.lent => {
+                    // A packet's data start right after its header.
+                    let lent = Lent { pid: s.local, offset: at, len: data.len() };
+                    self.placement = Some((lent, HEADER_LEN..HEADER_LEN + data.len()));
+                }
                 StreamKind::MoveFrom => s.buf[at..at + data.len()].copy_from_slice(data),
                 StreamKind::MoveTo => {
                     let dest = (s.base as usize) + at;
@@ -472,7 +600,7 @@ impl Engine {
         let Some(s) = self.streams_out.get_mut(&key) else { return self.stray() };
         let n = s.acked.len();
         let cum = h.local_addr as usize;
-        if expected(s.kind) != h.ptype || s.local != h.dst || cum > s.next_new || h.total_len as usize != s.data.len() {
+        if expected(s.kind) != h.ptype || s.local != h.dst || cum > s.next_new || h.total_len as usize != s.total {
             return self.malformed();
         }
         let mark = |i: usize, s: &mut StreamOut| {

@@ -8,6 +8,7 @@ use vipc_wire::{Flags, ParseError};
 impl Engine {
     /// Feeds one received datagram. Anything invalid is dropped and counted.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, bytes: &[u8]) {
+        self.placement = None;
         let pkt = match vipc_wire::parse(bytes, self.cfg.key.as_ref()) {
             Ok(p) => p,
             Err(e) => return self.count_parse_error(from, e),

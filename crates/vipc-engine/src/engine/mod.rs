@@ -22,6 +22,7 @@ use state::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
+use std::ops::Range;
 use vipc_wire::{Header, PacketType};
 
 pub(crate) use bulk::{StreamIn, StreamOut};
@@ -30,6 +31,11 @@ pub(crate) use bulk::{StreamIn, StreamOut};
 /// engine, is a function of its inputs (and FxHash is fast on small keys).
 type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
 type HashSet<K> = rustc_hash::FxHashSet<K>;
+
+/// Buffers smaller than this are not worth recycling.
+const RECYCLE_MIN: usize = 16 << 10;
+/// Recycled buffers kept at most (a window's worth of 64 KiB chunks).
+const RECYCLE_MAX: usize = 64;
 
 /// One node's protocol state machine. See the crate docs.
 pub struct Engine {
@@ -51,6 +57,10 @@ pub struct Engine {
     timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    /// Data of the datagram being handled that belong in a lent buffer.
+    placement: Option<(Lent, Range<usize>)>,
+    /// Large buffers handed back by the runtime ([`Engine::recycle`]) for the next bulk packets.
+    spare: Vec<Vec<u8>>,
     stats: Stats,
     buffered: usize,
     version_reported: HashSet<SocketAddr>,
@@ -83,6 +93,8 @@ impl Engine {
             timers: BinaryHeap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            placement: None,
+            spare: Vec::new(),
             stats: Stats::default(),
             buffered: 0,
             version_reported: HashSet::default(),
@@ -150,6 +162,33 @@ impl Engine {
         self.events.pop_front()
     }
 
+    /// Hands back the bytes of a sent [`Transmit`] so that the engine can build
+    /// later bulk packets in them: a fresh allocation of a large buffer costs a
+    /// page fault per page once the allocator has returned the memory to the
+    /// system. Small buffers are simply dropped.
+    pub fn recycle(&mut self, mut bytes: Vec<u8>) {
+        if bytes.capacity() >= RECYCLE_MIN && self.spare.len() < RECYCLE_MAX {
+            bytes.clear();
+            self.spare.push(bytes);
+        }
+    }
+
+    /// An empty buffer for a packet of `len` bytes, recycled if possible.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(b) if b.capacity() >= len => b,
+            _ => Vec::with_capacity(len),
+        }
+    }
+
+    /// After [`Engine::handle_datagram`]: bytes of that datagram (the range)
+    /// that belong in a buffer lent to [`Engine::move_from_lent`], and where.
+    /// The runtime must copy them there before it hands the engine another
+    /// datagram (the engine has already counted them as received).
+    pub fn poll_placement(&mut self) -> Option<(Lent, Range<usize>)> {
+        self.placement.take()
+    }
+
     // ----- helpers shared by the submodules -----
 
     fn is_local(&self, pid: Pid) -> bool {
@@ -186,7 +225,19 @@ impl Engine {
     fn emit_raw(&mut self, to: Destination, ptype: PacketType, bytes: Vec<u8>) {
         self.stats.packets_out[ptype.index()] += 1;
         self.stats.bytes_out += bytes.len() as u64;
-        self.transmits.push_back(Transmit { to, bytes });
+        self.transmits.push_back(Transmit { to, bytes, lent: None });
+    }
+
+    /// Queues a packet whose data are `lent` bytes of a lent buffer: only the
+    /// header is encoded here (no key: a MAC would need the data), with the
+    /// data length at offset 24 set to `lent.len`.
+    fn emit_lent(&mut self, to: Destination, h: &Header, lent: Lent) {
+        debug_assert!(self.cfg.key.is_none(), "lent data cannot be MACed");
+        let mut bytes = vipc_wire::to_vec(h, &[], None);
+        bytes[24..28].copy_from_slice(&(lent.len as u32).to_be_bytes());
+        self.stats.packets_out[h.ptype.index()] += 1;
+        self.stats.bytes_out += (bytes.len() + lent.len) as u64;
+        self.transmits.push_back(Transmit { to, bytes, lent: Some(lent) });
     }
 
     /// Where to send a packet for `pid`: its cached host, or broadcast on a miss.

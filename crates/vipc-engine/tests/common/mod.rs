@@ -2,7 +2,7 @@
 //! delivery on virtual time, with a hook to drop or duplicate datagrams.
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_engine::*;
@@ -16,6 +16,9 @@ pub struct Net {
     pub filter: Option<Filter>,
     pub events: Vec<(usize, Event)>,
     pub sent: usize,
+    /// Buffers lent by processes to their pending lent moves, by (node, pid):
+    /// lent data are appended to transmits from here, placements copied here.
+    pub lent: HashMap<(usize, Pid), Vec<u8>>,
     pending: VecDeque<(usize, SocketAddr, Vec<u8>)>,
 }
 
@@ -40,8 +43,15 @@ impl Net {
                 Engine::new(c, Time::ZERO)
             })
             .collect();
-        let mut net =
-            Net { nodes, now: Time::ZERO, filter: None, events: Vec::new(), sent: 0, pending: VecDeque::new() };
+        let mut net = Net {
+            nodes,
+            now: Time::ZERO,
+            filter: None,
+            events: Vec::new(),
+            sent: 0,
+            lent: HashMap::new(),
+            pending: VecDeque::new(),
+        };
         net.settle();
         net.events.clear();
         net
@@ -51,8 +61,12 @@ impl Net {
     pub fn settle(&mut self) {
         loop {
             for i in 0..self.nodes.len() {
-                while let Some(t) = self.nodes[i].poll_transmit() {
+                while let Some(mut t) = self.nodes[i].poll_transmit() {
                     self.sent += 1;
+                    if let Some(l) = t.lent {
+                        let buf = self.lent.get(&(i, l.pid)).expect("a lent transmit of a buffer that was lent");
+                        t.bytes.extend_from_slice(&buf[l.offset..l.offset + l.len]);
+                    }
                     let copies = match &mut self.filter {
                         Some(f) => f(i, &t.to, &t.bytes),
                         None => 1,
@@ -82,6 +96,10 @@ impl Net {
             let Some((j, from, bytes)) = self.pending.pop_front() else { return };
             let now = self.now;
             self.nodes[j].handle_datagram(now, from, &bytes);
+            if let Some((l, range)) = self.nodes[j].poll_placement() {
+                let buf = self.lent.get_mut(&(j, l.pid)).expect("a placement into a buffer that was lent");
+                buf[l.offset..l.offset + l.len].copy_from_slice(&bytes[range]);
+            }
         }
     }
 
