@@ -55,7 +55,7 @@ fn main() {
             "local" => local(iters),
             "move" => moves(),
             "read" => read_units(),
-            "rss" => rss(1000),
+            "rss" => rss(iters.min(1000)),
             other => eprintln!("unknown suite {other}"),
         }
     }

@@ -640,9 +640,9 @@ impl Shared {
         }
     }
 
-    /// `pid` stops waiting: if it held the reader token, the token goes to a
-    /// process sleeping for it or, failing one, is left for the background
-    /// thread (after [`GRACE`]).
+    /// `pid` stops waiting: if it held the reader token (or the token is
+    /// free), the token goes to a process sleeping for it or, failing one, is
+    /// left for the background thread (after [`GRACE`]).
     fn release(&self, st: &mut State, pid: Pid) {
         if let Some(slot) = st.slots.get_mut(&pid) {
             slot.sleeping = false;
@@ -651,6 +651,10 @@ impl Shared {
         if st.reader == Reader::Process(pid) {
             st.reader = Reader::None;
             st.released_at = st.last_now;
+        }
+        // Also when `pid` was woken to take a free token but leaves without
+        // it: somebody must read the socket.
+        if st.reader == Reader::None {
             self.promote(st);
         }
     }
