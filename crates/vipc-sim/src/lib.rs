@@ -17,6 +17,22 @@
 //! data, matching replies, no leftover protocol state once traffic stops, and
 //! no failure without a cause.
 //!
+//! Scenarios ([`Scenario::all`]): `calm` (reliable network), `lossy` (10%
+//! loss, duplication, reordering), `heavy-loss` (30%), `partitions` (two-way
+//! and one-way cuts, some longer than T_t), `crashes` (nodes die and restart
+//! with the same host id), `allocate` (host ids by announcement–complaint with
+//! a forced collision), `crowded` (3 aliens, tiny buffers, many clients) and
+//! `bulk` (1 MiB segments under 20% loss).
+//!
+//! Running:
+//! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
+//!   (default 1000) spread round-robin over the scenarios, plus replay and
+//!   determinism tests. A failure prints the command that replays it.
+//! - `VIPC_SIM_SEED=N VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture`:
+//!   one seed with every datagram, delivery, call and completion traced.
+//! - `cargo run --release -p vipc-sim --example explore -- all 0 100000`:
+//!   many seeds, one line per failure.
+//!
 //! ```no_run
 //! use vipc_sim::{run, Scenario};
 //! match run(7, &Scenario::lossy()) {

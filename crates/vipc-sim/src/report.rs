@@ -49,6 +49,8 @@ pub struct Report {
     pub partitions: u64,
     /// Logical-host complaints delivered (announcement–complaint at work).
     pub complaints: u64,
+    /// Datagrams the engines rejected for a bad MAC (live engines at the end).
+    pub mac_failures: u64,
     /// Datagrams delivered to an engine.
     pub delivered: u64,
     /// Datagrams that vanished with a crashed node.

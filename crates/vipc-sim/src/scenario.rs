@@ -34,8 +34,8 @@ pub struct Scenario {
     /// The extra delay of a reordered datagram, at most.
     pub reorder_delay: Duration,
     /// Probability that a delivered datagram is damaged (one byte of message
-    /// or data flipped). Always 0 in the suite: it exists to show that the
-    /// checks catch damage the engine cannot see (there is no MAC).
+    /// or data flipped). Without a key the engine cannot notice (the tests use
+    /// it to show the checks catch damaged data); with a key the MAC must.
     pub corrupt: f64,
     /// Cut links between groups of nodes for random intervals.
     pub partitions: bool,
@@ -55,6 +55,14 @@ pub struct Scenario {
     /// Servers sometimes misuse the API on purpose (a reply after forwarding,
     /// a move from a client awaiting another server) and expect typed errors.
     pub probes: bool,
+    /// Probability that a move to a remote client lends the server's buffer
+    /// (`move_to_lent`, `move_from_lent`) instead of copying.
+    pub lent: f64,
+    /// Every packet carries a MAC under a cluster key.
+    pub keyed: bool,
+    /// Engine `loopback_packet`: bulk chunks to (virtual) loopback peers may be
+    /// this large instead of `max_packet`.
+    pub loopback_packet: Option<usize>,
     /// Probability that a segment is 1 MiB (otherwise up to 64 KiB).
     pub big_segment: f64,
     /// Most clients per node (at least one).
@@ -92,6 +100,9 @@ impl Scenario {
             segments: 0.6,
             idempotent: 0.3,
             probes: true,
+            lent: 0.5,
+            keyed: false,
+            loopback_packet: None,
             bad_targets: 0.12,
             big_segment: 0.01,
             max_clients: 3,
@@ -186,7 +197,8 @@ impl Scenario {
     }
 
     /// Bulk transfers: most requests lend a segment, 6% of them 1 MiB, on
-    /// 3–4 nodes with 20% loss, duplication and reordering.
+    /// 3–4 nodes with 20% loss, duplication and reordering, in 64 KiB chunks
+    /// (`loopback_packet`).
     pub fn bulk() -> Scenario {
         Scenario {
             name: "bulk",
@@ -198,7 +210,23 @@ impl Scenario {
             reorder_delay: Duration::from_millis(5),
             segments: 0.9,
             big_segment: 0.06,
+            loopback_packet: Some(65_507),
             workload: Duration::from_millis(1000),
+            ..Scenario::calm()
+        }
+    }
+
+    /// A cluster key: every packet is MACed; 10% loss, duplication,
+    /// reordering, and 1% of datagrams damaged, which the MAC must reject.
+    pub fn keyed() -> Scenario {
+        Scenario {
+            name: "keyed",
+            keyed: true,
+            loss: 0.10,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            corrupt: 0.01,
             ..Scenario::calm()
         }
     }
@@ -215,6 +243,7 @@ impl Scenario {
             Scenario::allocate(),
             Scenario::crowded(),
             Scenario::bulk(),
+            Scenario::keyed(),
         ]
     }
 

@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_engine::{
-    Access, Completion, Config, Destination, Engine, Error, Event, HostId, HostIdConfig, Pid, Received, Scope, Segment,
-    SendOptions, Time, Transmit,
+    Access, AuthKey, Completion, Config, Destination, Engine, Error, Event, HostId, HostIdConfig, Pid, Received, Scope,
+    Segment, SendOptions, Time, Transmit,
 };
 
 /// T_r of every engine.
@@ -49,6 +49,11 @@ fn mix(a: u64, b: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The key of keyed scenarios.
+pub fn cluster_key() -> AuthKey {
+    AuthKey::from_bytes(*b"vipc-sim cluster key, 32 bytes!!")
+}
+
 /// The virtual address of node `i`.
 pub fn node_addr(i: usize) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7000 + i as u16))
@@ -63,6 +68,8 @@ pub fn engine_config(sc: &Scenario, seed: u64, node: usize, epoch: u32, host_id:
         max_packet: 1472,
         max_aliens: sc.max_aliens,
         buffer_limit: sc.buffer_limit,
+        loopback_packet: sc.loopback_packet,
+        key: sc.keyed.then(cluster_key),
         seed: mix(mix(seed, node as u64 + 1), epoch as u64 + 1),
         ..Config::default()
     }
@@ -89,6 +96,8 @@ struct Job {
     delayed: bool,
     /// When the current blocking move was made.
     call_started: Time,
+    /// The move in flight uses a lent buffer (`move_to_lent`, `move_from_lent`).
+    lent: bool,
     /// A MoveFrom from a client that is not awaiting our reply is in flight:
     /// it must fail with `NotAwaitingReply`.
     probe: Option<Pid>,
@@ -157,6 +166,9 @@ pub struct Sim {
     requests: BTreeMap<u64, RequestRec>,
     servers: Vec<Pid>,
     names: BTreeMap<String, (Pid, ProcId, Scope)>,
+    /// Buffers lent to the engine by servers blocked in a lent move.
+    lent: BTreeMap<Pid, Vec<u8>>,
+    key: Option<AuthKey>,
     next_rid: u64,
     running: bool,
     begin: Time,
@@ -216,6 +228,8 @@ impl Sim {
             requests: BTreeMap::new(),
             servers: Vec::new(),
             names: BTreeMap::new(),
+            lent: BTreeMap::new(),
+            key: sc.keyed.then(cluster_key),
             next_rid: 1,
             running: true,
             begin,
@@ -479,15 +493,34 @@ impl Sim {
                 Destination::Addr(a) => format!("{}", a.port() as usize - 7000),
                 Destination::Broadcast => "*".to_string(),
             };
-            self.trace(|| format!("n{from} -> n{to} {}", describe(&t.bytes)));
+            self.trace(|| {
+                format!("n{from} -> n{to} {}{}", describe(&t.bytes, None), if t.lent.is_some() { " +lent" } else { "" })
+            });
+        }
+        let mut bytes = t.bytes;
+        if let Some(l) = t.lent {
+            // The datagram is the header the engine built, then the lent bytes.
+            match self.lent.get(&l.pid).and_then(|b| b.get(l.offset..l.offset.checked_add(l.len)?)) {
+                Some(data) => bytes.extend_from_slice(data),
+                None => {
+                    let v = self.violation_at(
+                        Invariant::DataIntact,
+                        format!("node {from} transmits {l:?} but {} lends no such bytes now", l.pid),
+                    );
+                    return self.fail(v);
+                }
+            }
         }
         let from_epoch = self.nodes[from].epoch;
-        for (to, at) in self.net.route(self.now, from, &targets, t.bytes.len()) {
+        for (to, at) in self.net.route(self.now, from, &targets, bytes.len()) {
             if self.nodes[to].engine.is_none() {
                 continue;
             }
             let to_epoch = self.nodes[to].epoch;
-            self.queue.push(at, Ev::Deliver { to, to_epoch, from, from_epoch, bytes: t.bytes.clone() });
+            self.queue.push(at, Ev::Deliver { to, to_epoch, from, from_epoch, bytes: bytes.clone() });
+        }
+        if let Some(e) = self.nodes[from].engine.as_mut() {
+            e.recycle(bytes);
         }
     }
 
@@ -503,8 +536,8 @@ impl Sim {
         }
         let digest = bytes.iter().fold(bytes.len() as u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
         self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
-        self.trace(|| format!("n{from} => n{to} {}", describe(&bytes)));
-        if let Ok(p) = vipc_wire::parse(&bytes, None) {
+        self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, self.key.as_ref())));
+        if let Ok(p) = vipc_wire::parse(&bytes, self.key.as_ref()) {
             if p.header.ptype == vipc_wire::PacketType::HostComplaint {
                 self.report.complaints += 1;
             }
@@ -514,6 +547,25 @@ impl Sim {
         }
         let addr = self.nodes[from].addr;
         self.with_engine(to, |e, now| e.handle_datagram(now, addr, &bytes));
+        // Bytes for a buffer lent to a MoveFrom go there before the next datagram.
+        while let Some((l, range)) = self.nodes[to].engine.as_mut().and_then(|e| e.poll_placement()) {
+            let src = bytes.get(range.clone());
+            let dst = self.lent.get_mut(&l.pid).and_then(|b| b.get_mut(l.offset..l.offset.checked_add(l.len)?));
+            match (src, dst) {
+                (Some(s), Some(d)) if s.len() == d.len() => d.copy_from_slice(s),
+                _ => {
+                    let v = self.violation_at(
+                        Invariant::DataIntact,
+                        format!(
+                            "node {to} places bytes {range:?} of a {}-byte datagram at {l:?}, which {} does not lend",
+                            bytes.len(),
+                            l.pid
+                        ),
+                    );
+                    return self.fail(v);
+                }
+            }
+        }
         self.settle(to);
     }
 
@@ -662,6 +714,7 @@ impl Sim {
     fn bury(&mut self, id: ProcId) {
         let Some(p) = self.procs.remove(&id) else { return };
         self.by_pid.remove(&p.pid);
+        self.lent.remove(&p.pid);
         self.hist.died(id, self.now);
         self.calls.abandon(id, p.pid);
         if let Role::Client { current: Some(rid) } = p.role {
@@ -1093,6 +1146,7 @@ impl Sim {
             written: vec![],
             delayed: false,
             call_started: self.now,
+            lent: false,
             probe: None,
         };
         if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
@@ -1230,6 +1284,7 @@ impl Sim {
             written: vec![],
             delayed: true,
             call_started: self.now,
+            lent: false,
             probe: None,
         };
         if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
@@ -1249,16 +1304,36 @@ impl Sim {
                 j.call_started = Time::ZERO;
             });
             let (client, rid) = (job.client, job.rid);
-            let r = match step {
-                Step::MoveFrom { off, len, .. } => {
+            // A move to a remote client may lend the server's buffer instead
+            // of handing the engine a copy (not a MoveTo on a keyed node).
+            let misuse = matches!(step, Step::MoveFrom { misuse: Some(_), .. } | Step::MoveTo { misuse: Some(_), .. });
+            let lendable = client.host() != pid.host() && !misuse;
+            let lent = match step {
+                Step::MoveFrom { .. } => lendable && self.rng.gen_bool(self.sc.lent),
+                Step::MoveTo { .. } => lendable && self.key.is_none() && self.rng.gen_bool(self.sc.lent),
+            };
+            self.set_job(id, |j| j.lent = lent);
+            let r = match (step, lent) {
+                (Step::MoveFrom { off, len, .. }, false) => {
                     self.with_engine(node, |e, now| e.move_from(now, pid, client, off, len))
                 }
-                Step::MoveTo { off, len, .. } => {
+                (Step::MoveFrom { off, len, .. }, true) => {
+                    self.lent.insert(pid, vec![0; len as usize]);
+                    self.with_engine(node, |e, now| e.move_from_lent(now, pid, client, off, len))
+                }
+                (Step::MoveTo { off, len, .. }, false) => {
                     let data = fill(rid, Writer::Server, off as u64, len as usize);
                     self.with_engine(node, |e, now| e.move_to(now, pid, client, off, data))
                 }
+                (Step::MoveTo { off, len, .. }, true) => {
+                    self.lent.insert(pid, fill(rid, Writer::Server, off as u64, len as usize));
+                    self.with_engine(node, |e, now| e.move_to_lent(now, pid, client, off, len))
+                }
             };
-            self.trace(|| format!("n{node} {pid} #{rid} {step:?}: {r:?}"));
+            if r.is_err() {
+                self.lent.remove(&pid);
+            }
+            self.trace(|| format!("n{node} {pid} #{rid} {step:?}{}: {r:?}", if lent { " lent" } else { "" }));
             let now = self.now;
             match r {
                 Ok(()) => {
@@ -1334,6 +1409,21 @@ impl Sim {
         }
         let plan = self.requests[&job.rid].plan.clone();
         let Some(&step) = job.step.checked_sub(1).and_then(|i| plan.steps.get(i)) else { return };
+        // A lent move's completion carries no data: the bytes are in the lent buffer.
+        let lent = if job.lent { self.lent.remove(&self.procs[&id].pid) } else { None };
+        let r = match (r, lent) {
+            (Ok(data), Some(buffer)) if data.is_empty() => {
+                Ok(if matches!(step, Step::MoveFrom { .. }) { buffer } else { data })
+            }
+            (Ok(data), Some(_)) => {
+                let v = self.violation_at(
+                    Invariant::DataIntact,
+                    format!("a lent move for request {} completed with {} bytes of data", job.rid, data.len()),
+                );
+                return self.fail(v);
+            }
+            (r, _) => r,
+        };
         match (r, step) {
             (Ok(data), Step::MoveFrom { off, len, misuse: None }) => {
                 if data.len() != len as usize {
@@ -1442,6 +1532,7 @@ impl Sim {
         self.calls.leftovers(self.now)?;
         for i in 0..self.nodes.len() {
             let Some(e) = self.nodes[i].engine.as_ref() else { continue };
+            self.report.mac_failures += e.stats().mac_failures;
             let live = self.procs.values().filter(|p| p.node == i).count() as u64;
             check::check_gauges(self.now, i, &e.stats(), live)?;
         }
@@ -1501,8 +1592,8 @@ fn short(c: &Completion) -> String {
 }
 
 /// One line describing a datagram, for traces.
-pub fn describe(bytes: &[u8]) -> String {
-    match vipc_wire::parse(bytes, None) {
+pub fn describe(bytes: &[u8], key: Option<&AuthKey>) -> String {
+    match vipc_wire::parse(bytes, key) {
         Ok(p) => {
             let h = p.header;
             format!(
