@@ -157,9 +157,9 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
             crate::ipc::label(size),
             f(v.value(&name)),
             r2(v.ratio(&name)),
-            f(a),
+            r2(a),
             r2(div(a, Some(0.65))),
-            f(b),
+            r2(b),
             r2(div(b, Some(0.55)))
         );
     }
