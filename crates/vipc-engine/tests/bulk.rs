@@ -308,3 +308,31 @@ fn recycled_buffers_carry_the_next_bulk_packets() {
     let t = net.nodes[0].poll_transmit().expect("a chunk");
     assert_eq!(t.bytes.as_ptr(), at, "the chunk was built in the recycled buffer");
 }
+
+/// Bug B4 of the simulator: a MoveFrom stream that reads in place from the
+/// client's segment must end quietly (no panic) when the client's exchange
+/// ends before the transfer does.
+#[test]
+fn a_move_from_outliving_its_exchange_ends_quietly() {
+    let mut net = Net::new(2);
+    let (server, client) = exchange_with_segment(&mut net, 300_000, Access::READ);
+    // The client hears no replyPending (so its Send times out after T_t) while
+    // the stream crawls on: only every tenth data packet gets through, and
+    // the acknowledgements they provoke keep the stream alive past T_t.
+    let mut n = 0u32;
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        let t = vipc_wire::parse(bytes, None).unwrap().header.ptype;
+        n += 1;
+        match t {
+            PacketType::ReplyPending => 0,
+            PacketType::MoveFromData => usize::from(n % 10 == 0),
+            _ => 1,
+        }
+    }));
+    let now = net.now;
+    net.nodes[0].move_from(now, server, client, 0, 300_000).unwrap();
+    net.advance(Duration::from_millis(4000));
+    assert_eq!(net.take_send(1, client), Err(Error::Timeout(server)));
+    assert!(net.take_move(0, server).is_err(), "the mover learns the transfer failed");
+    assert_eq!(net.stats(1).active_transfers, 0, "the orphaned stream was dropped");
+}

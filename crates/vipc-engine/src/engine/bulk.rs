@@ -354,7 +354,9 @@ impl Engine {
             let i = s.next_new;
             let ask = i + 1 == n || in_flight + 1 >= window || (i + 1) % (window / 2) == 0;
             self.send_chunk(peer, seq, i, ask);
-            self.streams_out.get_mut(&(peer, seq)).expect("present").next_new += 1;
+            // Sending may end the stream (a MoveFrom whose exchange has ended).
+            let Some(s) = self.streams_out.get_mut(&(peer, seq)) else { return };
+            s.next_new += 1;
         }
     }
 
@@ -690,7 +692,8 @@ impl Engine {
                 self.send_chunk(key.0, key.1, first, true);
             }
         }
-        let s = self.streams_out.get_mut(&key).expect("present");
+        // Sending may end the stream (a MoveFrom whose exchange has ended).
+        let Some(s) = self.streams_out.get_mut(&key) else { return };
         let next = s.next_retransmit.min(s.deadline);
         s.timer_at = Some(next);
         self.arm(next, TimerKey::StreamOut(key.0, key.1));
