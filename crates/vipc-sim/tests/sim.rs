@@ -8,20 +8,7 @@
 //!   (`VIPC_SIM_TWEAK=no-destroy,no-idempotent,no-bad-targets,no-segments`
 //!   switches parts of the workload off, as the `explore` example's `--tweak` does).
 //!
-//! # Open engine bugs
-//!
-//! - **B4 (59cb948, zero-copy bulk paths): the engine panics with "present"
-//!   at `engine/bulk.rs:693`.** `send_chunk` now removes a MoveFrom stream
-//!   that reads in place from the client's segment when the client's exchange
-//!   has ended ("nobody wants the rest"), but its callers still expect the
-//!   stream afterwards: `stream_out_timer` (`.expect("present")` after the
-//!   retransmission) and `pump` (`bulk.rs:357`). Any MoveFrom whose stream
-//!   outlives its exchange by one retransmission timer triggers it: most seeds
-//!   of every scenario with segments (even `calm`, e.g. seed 85 of
-//!   `explore calm 85 1`). Every scenario test is `#[ignore]`d until it is
-//!   fixed; `all_scenarios_without_segments` keeps the rest covered meanwhile.
-//!
-//! # Engine bugs this suite found and that were fixed (2bfd7f6)
+//! # Engine bugs this suite found (all fixed)
 //!
 //! - B1: a stale MoveFrom/MoveTo (from a re-executed idempotent request, or
 //!   after the client timed out) was checked on the client's node against the
@@ -31,6 +18,10 @@
 //! - B3: a sender's sequence number was forgotten once its alien was freed
 //!   (nAck of its next Send, Cancel, destroyed forward target): a late
 //!   retransmission of a non-idempotent request was executed again.
+//!   (B1-B3 fixed in 2bfd7f6.)
+//! - B4: a MoveFrom stream read in place from the client's segment was
+//!   removed by `send_chunk` once the exchange ended, and its callers then
+//!   panicked ("present", `bulk.rs`). Fixed in fc2178c.
 //!
 //! If a scenario goes red because of a new engine bug, mark its test
 //! `#[ignore = "engine bug: ..."]` and narrow it down with `VIPC_SIM_TWEAK`.
@@ -112,65 +103,48 @@ fn suite(name: &str, tweaks: &str) {
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn calm() {
     suite("calm", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn lossy() {
     suite("lossy", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn heavy_loss() {
     suite("heavy-loss", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn partitions() {
     suite("partitions", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn crashes() {
     suite("crashes", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn allocate() {
     suite("allocate", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn crowded() {
     suite("crowded", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn bulk() {
     suite("bulk", "");
 }
 
 #[test]
-#[ignore = "engine bug B4 (see the top of this file)"]
 fn keyed() {
     suite("keyed", "");
-}
-
-/// While B4 is open: every scenario, but no request lends a segment.
-#[test]
-fn all_scenarios_without_segments() {
-    for sc in Scenario::all() {
-        suite(sc.name, "no-segments");
-    }
 }
 
 /// The checks are not blind: a link that damages payload bytes (which the
@@ -189,7 +163,7 @@ fn checks_catch_damaged_datagrams() {
 
 /// The same seed gives the same run, datagram for datagram.
 fn deterministic(tweaks: &str) {
-    for seed in [1u64, 2, 4] {
+    for seed in [1u64, 2, 4, 7, 8] {
         let mut sc = Scenario::for_seed(seed);
         sc.tweak(tweaks).expect("valid tweaks");
         let a = run(seed, &sc).map_err(|f| f.to_string());
@@ -205,7 +179,7 @@ fn deterministic(tweaks: &str) {
 
 #[test]
 fn runs_are_deterministic() {
-    deterministic("no-segments"); // "" once B4 is fixed
+    deterministic("");
 }
 
 /// Replays `VIPC_SIM_SEED` (scenario from the seed or `VIPC_SIM_SCENARIO`),
