@@ -188,6 +188,16 @@ fn loglog(
     root.present().map_err(plot_err)
 }
 
+/// `1 KB`, `10 MB`: decimal sizes for log-axis ticks.
+fn si_bytes(v: &f64) -> String {
+    let v = *v;
+    match v {
+        v if v >= 1e6 => format!("{:.0} MB", v / 1e6),
+        v if v >= 1e3 => format!("{:.0} KB", v / 1e3),
+        v => format!("{v:.0} B"),
+    }
+}
+
 /// Throughput (MB/s) against transfer size (bytes).
 pub fn throughput(path: &Path, series: &[Series]) -> Result<()> {
     loglog(
@@ -196,20 +206,55 @@ pub fn throughput(path: &Path, series: &[Series]) -> Result<()> {
         "transfer size (bytes, log scale)",
         "MB/s (log scale)",
         series,
-        &|v| crate::ipc::label(v.round() as usize),
+        &si_bytes,
     )
 }
 
-/// Exchanges per second against the number of client processes.
+/// Exchanges per second against the number of client processes (linear axes from 0).
 pub fn saturation(path: &Path, series: &[Series]) -> Result<()> {
-    loglog(
-        path,
-        "Server throughput against client processes",
-        "client processes (log scale)",
-        "exchanges / s (log scale)",
-        series,
-        &|v| format!("{v:.0}"),
-    )
+    load_font()?;
+    let all: Vec<(f64, f64)> = series.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+    if all.is_empty() {
+        return Err(plot_err("saturation: no data"));
+    }
+    let xmax = all.iter().map(|p| p.0).fold(1.0, f64::max);
+    let ymax = all.iter().map(|p| p.1).fold(1.0, f64::max);
+    let root = canvas(path)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Server throughput against client processes", ("sans-serif", 28))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0f64..xmax + 1.0, 0f64..ymax * 1.2)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("client processes")
+        .y_desc("exchanges / s")
+        .axis_desc_style(("sans-serif", 20))
+        .label_style(("sans-serif", 16))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 5, c.filled()))).map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)
 }
 
 #[cfg(test)]

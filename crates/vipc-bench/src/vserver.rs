@@ -86,7 +86,11 @@ pub fn serve(p: Process) {
         let mut msg: Message = [0; 32];
         let info = match p.receive_with_segment(&mut msg, &mut buf) {
             Ok(i) => i,
-            Err(_) => return,
+            Err(Error::NodeStopped) => return,
+            Err(e) => {
+                eprintln!("bench server: receive failed: {e}");
+                return;
+            }
         };
         let from = info.from;
         let (op, size, unit) = (msg[0], u32_at(&msg, 4), u32_at(&msg, 8).max(1));
