@@ -45,6 +45,8 @@ pub struct Scenario {
     pub restarts: bool,
     /// Destroy random processes (and create replacements).
     pub destroy: bool,
+    /// At most this many destructions per run.
+    pub destroys: usize,
     /// Fraction of requests that lend the server a segment.
     pub segments: f64,
     /// Fraction of requests sent idempotent (at-least-once).
@@ -97,6 +99,7 @@ impl Scenario {
             crashes: false,
             restarts: false,
             destroy: true,
+            destroys: 4,
             segments: 0.6,
             idempotent: 0.3,
             probes: true,
@@ -179,7 +182,7 @@ impl Scenario {
 
     /// Many clients on 5–6 nodes against engines with room for only 3 aliens
     /// and 16 KiB of appended data: senders wait in replyPending, appended
-    /// data is dropped; light loss.
+    /// data is dropped; light loss; many processes destroyed.
     pub fn crowded() -> Scenario {
         Scenario {
             name: "crowded",
@@ -190,6 +193,7 @@ impl Scenario {
             reorder: 0.05,
             reorder_delay: Duration::from_millis(5),
             max_clients: 5,
+            destroys: 12,
             max_aliens: 3,
             buffer_limit: 16 << 10,
             ..Scenario::calm()

@@ -130,6 +130,9 @@ struct Node {
     host: Option<HostId>,
     /// Times of queued timer events.
     timers: BTreeSet<Time>,
+    /// This incarnation's clock: engine time = virtual time + offset (each
+    /// machine's monotonic clock has its own epoch, reset at a restart).
+    clock: u64,
     events: VecDeque<Event>,
 }
 
@@ -208,6 +211,7 @@ impl Sim {
                 host_cfg: HostIdConfig::Fixed(i as HostId + 1),
                 host: None,
                 timers: BTreeSet::new(),
+                clock: 0,
                 events: VecDeque::new(),
             })
             .collect();
@@ -358,7 +362,7 @@ impl Sim {
         let begin = self.begin;
         let w = self.sc.workload.as_micros() as u64;
         if self.sc.destroy {
-            for _ in 0..self.rng.gen_range(1..=4) {
+            for _ in 0..self.rng.gen_range(1..=self.sc.destroys.max(1)) {
                 let at = begin + Duration::from_micros(self.rng.gen_range(0..w));
                 self.queue.push(at, Ev::Destroy);
             }
@@ -392,7 +396,8 @@ impl Sim {
                 }
                 self.nodes[node].timers.remove(&self.now);
                 let now = self.now;
-                let due = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()).is_some_and(|t| t <= now);
+                let local = Time(now.0 + self.nodes[node].clock);
+                let due = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()).is_some_and(|t| t <= local);
                 if due {
                     self.with_engine(node, |e, now| e.handle_timeout(now));
                 }
@@ -443,7 +448,7 @@ impl Sim {
 
     /// Calls into node `node`'s engine, then collects its datagrams and events.
     fn with_engine<R>(&mut self, node: usize, f: impl FnOnce(&mut Engine, Time) -> R) -> R {
-        let now = self.now;
+        let now = Time(self.now.0 + self.nodes[node].clock);
         let e = self.nodes[node].engine.as_mut().expect("engine of a live node");
         let r = f(e, now);
         self.collect(node);
@@ -475,7 +480,7 @@ impl Sim {
         }
         let epoch = self.nodes[node].epoch;
         let Some(t) = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()) else { return };
-        let t = t.max(self.now);
+        let t = Time(t.0.saturating_sub(self.nodes[node].clock)).max(self.now);
         let armed = self.nodes[node].timers.first().is_some_and(|&a| a <= t);
         if !armed {
             self.nodes[node].timers.insert(t);
@@ -609,7 +614,8 @@ impl Sim {
         n.timers.clear();
         n.events.clear();
         let cfg = engine_config(&self.sc, self.seed, node, n.epoch, n.host_cfg);
-        n.engine = Some(Engine::new(cfg, self.now));
+        n.clock = self.rng.gen_range(0..1u64 << 50);
+        n.engine = Some(Engine::new(cfg, Time(self.now.0 + n.clock)));
         self.net.reset_egress(node, self.now);
         let now = self.now;
         for (n, s) in self.hist.outages.iter_mut() {
