@@ -244,6 +244,11 @@ fn child(args: &[String]) {
                 .unwrap();
             println!("{} {} {}", node.local_addr(), pid.0, rss_kib());
             t.join().unwrap();
+            // The cost of a process (without its thread): 10,000 of them.
+            let before = rss_kib();
+            let procs: Vec<_> = (0..10_000).map(|_| node.attach().unwrap()).collect();
+            println!("processes {}", rss_kib() - before);
+            drop(procs);
             wait_parent();
         }
         other => panic!("unknown child {other}"),
@@ -541,11 +546,19 @@ fn rss(n: usize) {
                 .unwrap()
         })
         .collect();
-    let received = c.line();
+    let received: u64 = c.line().trim_start_matches("received ").parse().unwrap();
     c.tell("go");
-    let replied = c.line();
+    let replied: u64 = c.line().trim_start_matches("replied ").parse().unwrap();
     for t in threads {
         t.join().unwrap();
     }
-    println!("server RSS idle {idle} KiB; {received} KiB; {replied} KiB (bar: 50 MB)");
+    let procs: u64 = c.line().trim_start_matches("processes ").parse().unwrap();
+    println!(
+        "server RSS: idle {idle} KiB; holding {n} aliens {received} KiB; {n} cached replies {replied} KiB (bar: 50 MB)"
+    );
+    println!(
+        "   per alien {:.0} B (incl. its cached reply); per process (no thread) {:.0} B",
+        (received.max(replied) - idle) as f64 * 1024.0 / n as f64,
+        procs as f64 * 1024.0 / 10_000.0
+    );
 }

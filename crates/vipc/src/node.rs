@@ -48,29 +48,41 @@ impl Drop for Handle {
 ///
 /// # Threads and wake-ups
 /// The sans-IO engine sits behind one mutex, together with a slot per local
-/// process (its pending completion and a condition variable).
-/// - One **network thread per socket** (unicast, and multicast if enabled)
-///   blocks in `recv_from` with a 100 ms read timeout (so that it notices
-///   shutdown), feeds each datagram to the engine under the lock and drains it.
-/// - One **timer thread** sleeps on a condition variable until the engine's
-///   [`poll_timeout`](vipc_engine::Engine::poll_timeout) (or the release of a
-///   datagram held back by fault injection) is due, then runs
-///   [`handle_timeout`](vipc_engine::Engine::handle_timeout). Whoever drains
-///   the engine — an application thread after an API call, a network thread
-///   after a datagram — compares the engine's next deadline with the one the
-///   timer thread sleeps towards and notifies it if the new one is earlier, so
-///   a deadline armed from any thread is met.
-/// - **Application threads** (V processes) call the engine directly under the
-///   lock, drain it, send, and then wait on their own slot until the engine's
-///   `Event::Wake` for them fills it.
+/// process (its pending completion, work on a buffer it lends, a flag and a
+/// condition variable). A thread hand-off costs about two thirds of a UDP
+/// round trip, so the datagram that completes a call is, whenever possible,
+/// read by the thread waiting for it (leader/follower):
+/// - A **reader token** says who reads the unicast socket; one thread at a
+///   time does, so datagrams reach the engine in arrival order.
+/// - A **process blocked in a call** whose answer comes from the network (a
+///   remote Send, Move or GetPid, or a Receive of a process that heard from
+///   the network in the last 100 ms) takes the token if it is free and reads
+///   the socket itself: it feeds each datagram to the engine, fills other
+///   processes' slots (waking them), and returns as soon as its own slot is
+///   filled, handing the token to a process sleeping for it. Others sleep on
+///   their slot. A completion for a reader blocked in `recv` that arrives
+///   another way (a local call, a timer) is signalled with an empty datagram
+///   to our own socket.
+/// - The **background network thread** reads the socket while no process
+///   does: when the token has been free for 2 ms. After each datagram it
+///   hands the token to a process that asks for it (waking itself with a
+///   datagram if it is blocked in `recv` when one asks).
+/// - The **timer thread** runs [`handle_timeout`](vipc_engine::Engine::handle_timeout)
+///   when the engine's [`poll_timeout`](vipc_engine::Engine::poll_timeout)
+///   (or the release of a datagram held back by fault injection) is due, at
+///   most once a millisecond; whoever drains the engine notifies it of an
+///   earlier deadline.
+/// - The **multicast thread** (if enabled) feeds what the group hears.
+/// - With [`NodeConfig::poll_spin`], a blocked process first spins: the
+///   reader on non-blocking receives, the others on their slot's flag.
 ///
-/// Draining moves completions into slots and datagrams into a send queue;
-/// the datagrams are sent after the lock is released, by one thread at a
-/// time in queue order (a thread that finds another one sending leaves its
-/// datagrams to it), so the wire order is the engine's order.
-///
-/// TODO (performance): [`NodeConfig::poll_spin`] — busy-polling before
-/// sleeping — is not implemented yet.
+/// Draining moves completions into slots and datagrams into a send queue,
+/// sent after the lock is released by one thread at a time in queue order,
+/// so the wire order is the engine's order. Remote moves are zero-copy:
+/// the data of a MoveTo are sent from the mover's buffer and those of a
+/// MoveFrom land in it (see [`Process::move_to`]); only the mover's thread
+/// touches its buffer, so another thread that reads or drains such a chunk
+/// queues it in the mover's slot and wakes it.
 #[derive(Clone)]
 pub struct Node {
     handle: Arc<Handle>,
