@@ -434,7 +434,7 @@ pub fn justify_server_error(
     let disturbed = h.disturbed(server_node, &[rec.client_node], started, now);
     let plausible =
         matches!(err, Error::NotAwaitingReply(_) | Error::Timeout(_) | Error::NoSuchProcess(_) | Error::Destroyed(_));
-    if plausible && (client_gone || disturbed || rec.req.idempotent) {
+    if plausible && (client_gone || disturbed) {
         Ok(())
     } else {
         Err(v(
@@ -697,6 +697,10 @@ mod tests {
         assert!(justify_send_error(end, &r, &Error::Timeout(r.target), &hc, node_of).is_ok());
         // Server side: the client still waits and nothing failed.
         assert!(justify_server_error(end, Time(0), &r, 1, &Error::NotAwaitingReply(r.client_pid), &h).is_err());
+        // Idempotence is no excuse while the client still waits for this execution.
+        let mut idem = r.clone();
+        idem.req.idempotent = true;
+        assert!(justify_server_error(end, Time(0), &idem, 1, &Error::NotAwaitingReply(r.client_pid), &h).is_err());
         let mut gone = r.clone();
         gone.state = ReqState::Abandoned(Time(5));
         assert!(justify_server_error(end, Time(0), &gone, 1, &Error::NotAwaitingReply(r.client_pid), &h).is_ok());

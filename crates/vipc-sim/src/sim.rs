@@ -1381,7 +1381,7 @@ impl Sim {
             };
             let rec = &self.requests[&job.rid];
             // Once the client is gone the engine may say so instead.
-            if !rec.pending() || rec.req.idempotent {
+            if !rec.pending() {
                 return;
             }
             let c = check::check_misuse(self.now, &format!("{step:?} for request {}", job.rid), Err(&e), expected);
