@@ -1,11 +1,11 @@
 //! The deterministic simulation suite: `VIPC_SIM_SEEDS` seeds (default 1000)
 //! spread round-robin over the scenarios, plus seed replay.
 //!
-//! - `VIPC_SIM_SEEDS=N`: how many seeds in all (seed `s` runs scenario `s % 8`).
+//! - `VIPC_SIM_SEEDS=N`: how many seeds in all (seed `s` runs scenario `s % 9`, see `Scenario::all`).
 //! - `VIPC_SIM_SEED_BASE=B`: start at seed `B` instead of 0 (to explore new seeds).
 //! - `VIPC_SIM_SEED=N [VIPC_SIM_SCENARIO=name] [VIPC_SIM_TRACE=1]`: the `replay`
 //!   test runs just that seed, optionally tracing every datagram and event
-//!   (`VIPC_SIM_TWEAK=no-destroy,no-idempotent,no-bad-targets,no-segments`
+//!   (`VIPC_SIM_TWEAK=no-destroy,no-idempotent,no-bad-targets,no-segments,no-probes`
 //!   switches parts of the workload off, as the `explore` example's `--tweak` does).
 //!
 //! # Engine bugs this suite found (all fixed)

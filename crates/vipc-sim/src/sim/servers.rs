@@ -1,0 +1,509 @@
+//! The simulated servers: receive, check, forward or execute the plan
+//! (moves, misuse probes, think time), reply.
+
+use super::*;
+
+impl Sim {
+    // ---- servers
+
+    pub(super) fn server_receive(&mut self, id: ProcId) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let Role::Server { cap, .. } = self.procs[&id].role else { return };
+        // Sometimes ReceiveSpecific for a local client whose request is known
+        // to wait in our queue: it must be taken at once, whatever is ahead of it.
+        let only = if self.sc.probes && self.rng.gen_bool(0.25) { self.queued_local_sender(pid) } else { None };
+        if let Some(Role::Server { specific, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            *specific = only;
+        }
+        match self.with_engine(node, |e, now| e.receive(now, pid, only, cap)) {
+            Ok(()) => self.begin(id, CallKind::Receive, only.is_some()),
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("receive by idle server {pid} refused: {e}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    /// A local client whose request to `server` (not forwarded, not yet
+    /// received) must be waiting in the server's queue.
+    pub(super) fn queued_local_sender(&mut self, server: Pid) -> Option<Pid> {
+        let waiting: Vec<Pid> = self
+            .procs
+            .values()
+            .filter(|p| p.pid.host() == server.host())
+            .filter_map(|p| match p.role {
+                Role::Client { current: Some(rid) } => {
+                    let r = &self.requests[&rid];
+                    let queued = r.pending() && r.target == server && r.forwards.is_empty() && r.receipts.is_empty();
+                    queued.then_some(p.pid)
+                }
+                _ => None,
+            })
+            .collect();
+        waiting.choose(&mut self.rng).copied()
+    }
+
+    pub(super) fn server_received(&mut self, id: ProcId, r: Result<Received, Error>) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let Role::Server { cap, specific, .. } = self.procs[&id].role else { return };
+        let m = match r {
+            Ok(m) => m,
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("receive by server {pid} failed: {e}"));
+                return self.fail(v);
+            }
+        };
+        if let Some(only) = specific.filter(|&o| o != m.from) {
+            let v = self.violation_at(
+                Invariant::ReplyMatches,
+                format!("ReceiveSpecific({only}) by {pid} took a message from {} instead", m.from),
+            );
+            return self.fail(v);
+        }
+        if specific.is_some() {
+            self.report.misuses += 1;
+        }
+        // 001 §2.5: the first part of a read-granted segment travels in the
+        // Send packet (all of it locally) and Receive returns as much as fits.
+        let local = m.from.host() == pid.host();
+        let max_data = self.nodes[node].engine.as_ref().map_or(0, |e| e.config().max_data());
+        let expected = if m.access.read {
+            let limit = if local { usize::MAX } else { max_data };
+            cap.min(m.segment_size as usize).min(limit)
+        } else {
+            0
+        };
+        // With a small buffer the engine may drop appended data (and count it).
+        let dropped =
+            m.segment.is_empty() && self.nodes[node].engine.as_ref().is_some_and(|e| e.stats().appended_dropped > 0);
+        if m.segment.len() != expected && !dropped {
+            let v = self.violation_at(
+                Invariant::DataIntact,
+                format!(
+                    "{pid} received {} appended bytes from {} ({}) with capacity {cap} of a {}-byte {:?} segment; expected {expected}",
+                    m.segment.len(),
+                    m.from,
+                    if local { "local" } else { "remote" },
+                    m.segment_size,
+                    m.access
+                ),
+            );
+            return self.fail(v);
+        }
+        let Some(req) = Request::decode(&m.msg) else {
+            let v = self.violation_at(
+                Invariant::ReplyMatches,
+                format!("server {pid} received a message that is no intact request: {:02x?} from {}", m.msg, m.from),
+            );
+            return self.fail(v);
+        };
+        let Some(rec) = self.requests.get(&req.rid) else {
+            let v = self
+                .violation_at(Invariant::ReplyMatches, format!("server {pid} received unknown request {}", req.rid));
+            return self.fail(v);
+        };
+        self.report.receipts += 1;
+        let receipt = Receipt { at: self.now, server: id, node: (node, self.nodes[node].epoch), hops: req.hops };
+        let epochs: Vec<u32> = self.nodes.iter().map(|n| n.epoch).collect();
+        let c = check::check_received(self.now, rec, &req, &m, cap)
+            .and_then(|()| check::check_receipt(self.now, rec, &receipt, |n| epochs[n]));
+        if self.fail_if(c) {
+            return;
+        }
+        self.requests.get_mut(&req.rid).expect("known").receipts.push(receipt);
+        if req.hops > 0 {
+            return self.server_forward(id, req, m.from);
+        }
+        let job = Job {
+            rid: req.rid,
+            client: m.from,
+            step: 0,
+            status: Status::Ok,
+            written: vec![],
+            delayed: false,
+            call_started: self.now,
+            lent: false,
+            probe: None,
+        };
+        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            *j = Some(job);
+        }
+        self.trace(|| format!("n{node} {pid} executes #{}", req.rid));
+        if self.sc.probes && self.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid, m.from) {
+            return;
+        }
+        self.server_continue(id);
+    }
+
+    pub(super) fn server_forward(&mut self, id: ProcId, req: Request, client: Pid) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        // Not to itself, nor back to the sender (whose pid a server may hold
+        // after the sender's node restarted): both are SendToSelf misuse.
+        let ok = |p: Pid| p != pid && p != client;
+        let live: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p) && self.by_pid.contains_key(&p)).collect();
+        let any: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p)).collect();
+        let to = match (live.choose(&mut self.rng).copied(), self.rng.gen_bool(0.9)) {
+            (Some(p), true) => Some(p),
+            _ => any.choose(&mut self.rng).copied(),
+        };
+        let Some(to) = to else {
+            // No other server to forward to: answer directly.
+            return self.forward_failed(id, req.rid, client);
+        };
+        let msg = Request { hops: req.hops - 1, ..req }.encode();
+        let rec = self.requests.get_mut(&req.rid).expect("known");
+        rec.forwards.push(ForwardRec { at: self.now, from: pid, to });
+        self.trace(|| format!("n{node} {pid} forwards #{} from {client} to {to}", req.rid));
+        match self.with_engine(node, |e, now| e.forward(now, pid, client, to, msg)) {
+            Ok(()) => {
+                self.report.forwards += 1;
+                if self.sc.probes && self.rng.gen_bool(0.05) {
+                    // The forwarder no longer owes the reply.
+                    let msg = Reply { rid: req.rid, status: Status::Ok, executor: pid }.encode();
+                    let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
+                    let c = check::check_misuse(self.now, "a reply after forwarding", r.as_ref().map(|_| ()), |e| {
+                        matches!(e, Error::NotAwaitingReply(_))
+                    });
+                    if self.fail_if(c) {
+                        return;
+                    }
+                    self.report.misuses += 1;
+                }
+                if let Some(&cproc) = self.by_pid.get(&client) {
+                    if self.requests[&req.rid].pending() {
+                        self.calls.set_bounded(cproc, to.host() != client.host(), self.now);
+                    }
+                }
+                self.server_receive(id);
+            }
+            Err(e) => {
+                self.trace(|| format!("  forward refused: {e}"));
+                self.requests.get_mut(&req.rid).expect("known").forwards.pop();
+                let rec = &self.requests[&req.rid];
+                let dead_target = matches!(e, Error::NoSuchProcess(p) if p == to) && !self.by_pid.contains_key(&to);
+                if !dead_target {
+                    let j = check::justify_server_error(self.now, self.now, rec, node, &e, &self.hist);
+                    if self.fail_if(j) {
+                        return;
+                    }
+                }
+                self.forward_failed(id, req.rid, client);
+            }
+        }
+    }
+
+    /// Tries a MoveFrom from a client that awaits someone else's reply.
+    /// Returns true if the probe is in flight (the job continues on its completion).
+    /// `client` is the sender of the request being executed: even if it has
+    /// moved on (a stale re-execution), it is not a foreigner to this server.
+    pub(super) fn foreign_probe(&mut self, id: ProcId, rid: u64, client: Pid) -> bool {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let others: Vec<Pid> = self
+            .procs
+            .values()
+            .filter_map(|p| match p.role {
+                Role::Client { current: Some(r) } if r != rid && p.pid != client => Some((p.pid, r)),
+                _ => None,
+            })
+            .filter(|&(_, r)| self.requests[&r].pending() && !self.requests[&r].chain().any(|q| q == pid))
+            .map(|(p, _)| p)
+            .collect();
+        let Some(&other) = others.choose(&mut self.rng) else { return false };
+        let started = self.now;
+        let r = self.with_engine(node, |e, now| e.move_from(now, pid, other, 0, 1));
+        self.trace(|| format!("n{node} {pid} probes MoveFrom of {other}: {r:?}"));
+        match r {
+            Ok(()) => {
+                self.set_job(id, |j| j.probe = Some(other));
+                self.begin(id, CallKind::Move(rid), true);
+                true
+            }
+            Err(e) => {
+                self.check_probe(id, other, started, Err(e));
+                false
+            }
+        }
+    }
+
+    /// Judges a foreign MoveFrom's outcome; true if the run goes on.
+    pub(super) fn check_probe(&mut self, id: ProcId, other: Pid, started: Time, r: Result<(), Error>) -> bool {
+        let node = self.procs[&id].node;
+        let other_node = self.nodes.iter().position(|n| n.host == Some(other.host()));
+        let gone = !self.hist.alive_throughout(other, started, self.now)
+            || other_node.is_some_and(|o| self.hist.disturbed(node, &[o], started, self.now));
+        let ok = match &r {
+            Err(Error::NotAwaitingReply(p)) => *p == other,
+            Err(Error::NoSuchProcess(_) | Error::Timeout(_) | Error::Destroyed(_)) => gone,
+            _ => false,
+        };
+        if ok {
+            self.report.misuses += 1;
+            return true;
+        }
+        let v = self.violation_at(
+            Invariant::Misuse,
+            format!(
+                "MoveFrom by {} of {other}, which awaits another process's reply: expected NotAwaitingReply, got {r:?}",
+                self.procs[&id].pid
+            ),
+        );
+        self.fail(v);
+        false
+    }
+
+    pub(super) fn forward_failed(&mut self, id: ProcId, rid: u64, client: Pid) {
+        let job = Job {
+            rid,
+            client,
+            step: usize::MAX,
+            status: Status::ForwardFailed,
+            written: vec![],
+            delayed: true,
+            call_started: self.now,
+            lent: false,
+            probe: None,
+        };
+        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            *j = Some(job);
+        }
+        self.server_continue(id);
+    }
+
+    /// Runs the job's next step, or replies when the plan is done.
+    pub(super) fn server_continue(&mut self, id: ProcId) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let Role::Server { job: Some(job), .. } = self.procs[&id].role.clone() else { return };
+        let plan = self.requests[&job.rid].plan.clone();
+        if let Some(&step) = plan.steps.get(job.step) {
+            self.set_job(id, |j| {
+                j.step += 1;
+                j.call_started = Time::ZERO;
+            });
+            let (client, rid) = (job.client, job.rid);
+            // A move to a remote client may lend the server's buffer instead
+            // of handing the engine a copy (not a MoveTo on a keyed node).
+            let misuse = matches!(step, Step::MoveFrom { misuse: Some(_), .. } | Step::MoveTo { misuse: Some(_), .. });
+            let lendable = client.host() != pid.host() && !misuse;
+            let lent = match step {
+                Step::MoveFrom { .. } => lendable && self.rng.gen_bool(self.sc.lent),
+                Step::MoveTo { .. } => lendable && self.key.is_none() && self.rng.gen_bool(self.sc.lent),
+            };
+            self.set_job(id, |j| j.lent = lent);
+            let r = match (step, lent) {
+                (Step::MoveFrom { off, len, .. }, false) => {
+                    self.with_engine(node, |e, now| e.move_from(now, pid, client, off, len))
+                }
+                (Step::MoveFrom { off, len, .. }, true) => {
+                    self.lent.insert(pid, vec![0; len as usize]);
+                    self.with_engine(node, |e, now| e.move_from_lent(now, pid, client, off, len))
+                }
+                (Step::MoveTo { off, len, .. }, false) => {
+                    let data = fill(rid, Writer::Server, off as u64, len as usize);
+                    self.with_engine(node, |e, now| e.move_to(now, pid, client, off, data))
+                }
+                (Step::MoveTo { off, len, .. }, true) => {
+                    self.lent.insert(pid, fill(rid, Writer::Server, off as u64, len as usize));
+                    self.with_engine(node, |e, now| e.move_to_lent(now, pid, client, off, len))
+                }
+            };
+            if r.is_err() {
+                self.lent.remove(&pid);
+            }
+            self.trace(|| format!("n{node} {pid} #{rid} {step:?}{}: {r:?}", if lent { " lent" } else { "" }));
+            let now = self.now;
+            match r {
+                Ok(()) => {
+                    self.set_job(id, |j| j.call_started = now);
+                    self.begin(id, CallKind::Move(rid), true);
+                }
+                Err(e) => {
+                    self.move_failed(id, step, e);
+                    self.server_continue(id);
+                }
+            }
+            return;
+        }
+        if !job.delayed && !plan.delay.is_zero() {
+            self.set_job(id, |j| j.delayed = true);
+            self.queue.push(self.now + plan.delay, Ev::Act { proc: id });
+            return;
+        }
+        self.server_reply(id, job, &plan);
+    }
+
+    pub(super) fn set_job(&mut self, id: ProcId, f: impl FnOnce(&mut Job)) {
+        if let Some(Role::Server { job: Some(j), .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            f(j);
+        }
+    }
+
+    /// A move failed (at once or by completion).
+    pub(super) fn move_failed(&mut self, id: ProcId, step: Step, e: Error) {
+        let node = self.procs[&id].node;
+        let Role::Server { job: Some(job), .. } = self.procs[&id].role.clone() else { return };
+        let misuse = match step {
+            Step::MoveFrom { misuse, .. } | Step::MoveTo { misuse, .. } => misuse,
+        };
+        if let Some(m) = misuse {
+            let expected: fn(&Error) -> bool = match m {
+                Misuse::NoAccess => |e| matches!(e, Error::NoAccess(_)),
+                Misuse::OutOfSegment => |e| matches!(e, Error::OutOfSegment { .. }),
+            };
+            let rec = &self.requests[&job.rid];
+            // Once the client is gone the engine may say so instead.
+            if !rec.pending() {
+                return;
+            }
+            let c = check::check_misuse(self.now, &format!("{step:?} for request {}", job.rid), Err(&e), expected);
+            if !self.fail_if(c) {
+                self.report.misuses += 1;
+            }
+            return;
+        }
+        self.report.move_errors += 1;
+        let started = if job.call_started == Time::ZERO { self.now } else { job.call_started };
+        let j = check::justify_server_error(self.now, started, &self.requests[&job.rid], node, &e, &self.hist);
+        if self.fail_if(j) {
+            return;
+        }
+        // Give up the remaining moves and reply.
+        let steps = self.requests[&job.rid].plan.steps.len();
+        self.set_job(id, |j| {
+            j.status = Status::MoveFailed;
+            j.step = steps;
+        });
+    }
+
+    pub(super) fn server_moved(&mut self, id: ProcId, call: Call, r: Result<Vec<u8>, Error>) {
+        let Role::Server { job: Some(job), .. } = self.procs[&id].role.clone() else { return };
+        if let Some(other) = job.probe {
+            self.set_job(id, |j| j.probe = None);
+            if self.check_probe(id, other, call.started, r.map(|_| ())) {
+                self.server_continue(id);
+            }
+            return;
+        }
+        let plan = self.requests[&job.rid].plan.clone();
+        let Some(&step) = job.step.checked_sub(1).and_then(|i| plan.steps.get(i)) else { return };
+        // A lent move's completion carries no data: the bytes are in the lent buffer.
+        let lent = if job.lent { self.lent.remove(&self.procs[&id].pid) } else { None };
+        let r = match (r, lent) {
+            (Ok(data), Some(buffer)) if data.is_empty() => {
+                Ok(if matches!(step, Step::MoveFrom { .. }) { buffer } else { data })
+            }
+            (Ok(data), Some(_)) => {
+                let v = self.violation_at(
+                    Invariant::DataIntact,
+                    format!("a lent move for request {} completed with {} bytes of data", job.rid, data.len()),
+                );
+                return self.fail(v);
+            }
+            (r, _) => r,
+        };
+        match (r, step) {
+            (Ok(data), Step::MoveFrom { off, len, misuse: None }) => {
+                if data.len() != len as usize {
+                    let v = self.violation_at(
+                        Invariant::DataIntact,
+                        format!("MoveFrom of {len} bytes for request {} returned {} bytes", job.rid, data.len()),
+                    );
+                    return self.fail(v);
+                }
+                let e = Expect { written: job.written.clone(), maybe: plan.write_ranges() };
+                if let Err(d) = e.check(job.rid, off as u64, &data) {
+                    let v = self.violation_at(Invariant::DataIntact, format!("MoveFrom({off}, {len}): {d}"));
+                    return self.fail(v);
+                }
+                self.report.moves += 1;
+                self.report.moved_bytes += len as u64;
+            }
+            (Ok(data), Step::MoveTo { off, len, misuse: None }) => {
+                if !data.is_empty() {
+                    let v = self.violation_at(
+                        Invariant::DataIntact,
+                        format!("MoveTo for request {} completed with {} bytes of data", job.rid, data.len()),
+                    );
+                    return self.fail(v);
+                }
+                self.set_job(id, |j| j.written.push((off as u64, len as u64)));
+                self.report.moves += 1;
+                self.report.moved_bytes += len as u64;
+            }
+            (Ok(_), _) => {
+                let v = self.violation_at(Invariant::Misuse, format!("{step:?} for request {} succeeded", job.rid));
+                return self.fail(v);
+            }
+            (Err(e), _) => self.move_failed(id, step, e),
+        }
+        if self.violation.is_none() {
+            self.server_continue(id);
+        }
+    }
+
+    pub(super) fn server_reply(&mut self, id: ProcId, job: Job, plan: &workload::Plan) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let (rid, client) = (job.rid, job.client);
+        let status = job.status;
+        let write = self.requests[&rid].req.access.write;
+        let seg_len = self.requests[&rid].req.seg_len;
+        let max_data = self.nodes[node].engine.as_ref().map_or(1400, |e| e.config().max_data()) as u32;
+        if plan.oversized_reply && write && status == Status::Ok && seg_len > max_data {
+            let len = (max_data + 1).min(seg_len);
+            let data = fill(rid, Writer::Server, 0, len as usize);
+            let msg = Reply { rid, status: Status::ReplySegmentRefused, executor: pid }.encode();
+            let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, Some((0, data))));
+            let pending = self.requests[&rid].pending();
+            if pending || r.is_ok() {
+                let c = check::check_misuse(
+                    self.now,
+                    &format!("reply with a {len}-byte segment"),
+                    r.as_ref().map(|_| ()),
+                    |e| matches!(e, Error::TooLarge { .. }),
+                );
+                if self.fail_if(c) {
+                    return;
+                }
+                self.report.misuses += 1;
+            }
+        }
+        let segment = match plan.reply_segment {
+            Some((off, len)) if write && status != Status::ForwardFailed => {
+                Some((off, fill(rid, Writer::Server, off as u64, len as usize)))
+            }
+            _ => None,
+        };
+        let msg = Reply { rid, status, executor: pid }.encode();
+        let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, segment));
+        self.trace(|| format!("n{node} {pid} replies #{rid} {status:?}: {r:?}"));
+        if let Some(Role::Server { job, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+            *job = None;
+        }
+        match r {
+            Ok(()) => {
+                if plan.double_reply {
+                    let msg = Reply { rid, status, executor: pid }.encode();
+                    let again = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
+                    let c = check::check_misuse(self.now, "a second reply", again.as_ref().map(|_| ()), |e| {
+                        matches!(e, Error::NotAwaitingReply(_))
+                    });
+                    if self.fail_if(c) {
+                        return;
+                    }
+                    self.report.misuses += 1;
+                }
+            }
+            Err(e) => {
+                let j = check::justify_server_error(self.now, self.now, &self.requests[&rid], node, &e, &self.hist);
+                if self.fail_if(j) {
+                    return;
+                }
+            }
+        }
+        self.server_receive(id);
+    }
+}
+
+/// The name a server registers.
+pub(super) fn server_name(pid: Pid) -> String {
+    format!("srv{:08x}", pid.0)
+}
