@@ -138,8 +138,14 @@ pub fn serve(p: Process) {
                 Ok(())
             }
             OP_RELEASE => {
+                let (n, mut failed) = (held.len(), Vec::new());
                 for h in held.drain(..) {
-                    let _ = p.reply(&reply, h);
+                    if let Err(e) = p.reply(&reply, h) {
+                        failed.push(e.to_string());
+                    }
+                }
+                if let Some(e) = failed.first() {
+                    eprintln!("bench server: {} of {n} replies to held senders failed, first: {e}", failed.len());
                 }
                 p.reply(&reply, from)
             }
