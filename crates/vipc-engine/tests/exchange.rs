@@ -535,3 +535,31 @@ fn garbage_is_counted_not_obeyed() {
     assert_eq!(mismatches, 2, "reported once per address");
     assert!(e.poll_transmit().is_none());
 }
+
+/// Exchange timers reuse a pending heap entry of the same process (one
+/// per exchange would pile up): the entry of an earlier exchange fires early
+/// for the current one, which re-arms, and its retransmission still comes
+/// exactly T_r after its Send.
+#[test]
+fn a_later_exchange_still_retransmits_t_r_after_its_send() {
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+    net.settle();
+    net.take_send(1, client).unwrap();
+    net.advance(Duration::from_millis(5));
+    net.filter = Some(Box::new(|_, _, _| 0)); // the second Send is lost, and every resend
+    let now = net.now;
+    net.nodes[1].send(now, client, server, msg(3), SendOptions::default(), None).unwrap();
+    net.advance(Duration::from_millis(19)); // t = 24 ms: the first exchange's entry (20 ms) has fired
+    assert_eq!(net.stats(1).retransmissions, 0, "nothing before T_r after the second Send");
+    net.advance(Duration::from_millis(2)); // t = 26 ms
+    assert_eq!(net.stats(1).retransmissions, 1, "one resend at 25 ms");
+    net.advance(Duration::from_millis(20));
+    assert_eq!(net.stats(1).retransmissions, 2, "and every T_r after");
+}

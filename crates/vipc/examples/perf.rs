@@ -42,15 +42,19 @@ fn main() {
             // Without baselines, for profiling.
             "udp-only" => {
                 let mut u = UdpPingPong::new(false);
-                println!("udp median {:.2} µs", median(time_each(iters, || u.round_trip())));
+                let child = u._child.child.id();
+                let (v, cpu) = with_cpu(child, || time_each(iters, || u.round_trip()));
+                println!("udp median {:.2} µs, cpu {cpu:.2} µs per round trip", median(v));
             }
             "remote-only" | "remote-poll-only" => {
-                let (_c, _node, me, server) = start_server(s == "remote-poll-only");
-                let v = time_each(iters, || {
-                    let mut m: Message = [0; 32];
-                    me.send(&mut m, server).unwrap();
+                let (c, _node, me, server) = start_server(s == "remote-poll-only");
+                let (v, cpu) = with_cpu(c.child.id(), || {
+                    time_each(iters, || {
+                        let mut m: Message = [0; 32];
+                        me.send(&mut m, server).unwrap();
+                    })
                 });
-                println!("vipc remote median {:.2} µs", median(v));
+                println!("vipc remote median {:.2} µs, cpu {cpu:.2} µs per exchange", median(v));
             }
             "local" => local(iters),
             "move" => moves(),
@@ -255,6 +259,24 @@ fn child(args: &[String]) {
     }
 }
 
+/// CPU time (user + system, all threads) of process `pid` so far, in µs.
+fn cpu_us(pid: &str) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks * 1e6 / 100.0 // USER_HZ
+}
+
+/// Runs `f` (which times some calls) and returns its samples with the CPU
+/// time this process and `child` spent per sample.
+fn with_cpu(child: u32, f: impl FnOnce() -> Vec<f64>) -> (Vec<f64>, f64) {
+    let child = child.to_string();
+    let before = cpu_us("self") + cpu_us(&child);
+    let v = f();
+    let cpu = (cpu_us("self") + cpu_us(&child) - before) / (v.len() + v.len() / 10) as f64;
+    (v, cpu)
+}
+
 /// Minor page faults of this process so far.
 fn minor_faults() -> u64 {
     let s = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -423,6 +445,7 @@ fn local(iters: usize) {
             },
         );
         row(if poll { "vipc local (poll_spin)" } else { "vipc local (blocking)" }, &v, "condvar hand-off", median(vc));
+        println!("   local exchanges counted {} (timed {})", node.stats().local_exchanges, v.len());
         node.shutdown();
     }
 }

@@ -240,7 +240,7 @@ pub(crate) struct Spin {
 
 impl Spin {
     /// How long the loop spins without yielding.
-    const PURE: Duration = Duration::from_micros(5);
+    const PURE: Duration = Duration::from_micros(2);
 
     pub(crate) fn new() -> Spin {
         Spin { start: Instant::now(), rounds: 0 }
@@ -249,7 +249,7 @@ impl Spin {
     /// One round of waiting.
     pub(crate) fn pause(&mut self) {
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % 16 == 0 && self.start.elapsed() >= Spin::PURE {
+        if self.rounds % 8 == 0 && self.start.elapsed() >= Spin::PURE {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

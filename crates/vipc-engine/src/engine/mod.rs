@@ -55,6 +55,8 @@ pub struct Engine {
     streams_in: HashMap<(Pid, u32), StreamIn>,
     location: LocationCache,
     timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
+    /// The earliest heap entry of each exchange and alien timer (see `arm`).
+    pending_timers: HashMap<TimerKey, Time>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     /// Data of the datagram being handled that belong in a lent buffer.
@@ -91,6 +93,7 @@ impl Engine {
             streams_out: HashMap::default(),
             streams_in: HashMap::default(),
             timers: BinaryHeap::new(),
+            pending_timers: HashMap::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             placement: None,
@@ -251,7 +254,32 @@ impl Engine {
         }
     }
 
+    /// Arms the timer `key` for `at`: pushes a heap entry, or — for the
+    /// timers of exchanges and aliens, re-armed on every exchange — reuses
+    /// one already pending for that key at or before `at`: the record then
+    /// expects that entry (its handler finds it early and re-arms). A busy
+    /// client or server thus keeps one live heap entry per peer process
+    /// instead of one stale entry per exchange. The record's `timer_at` must
+    /// be set before the call.
     fn arm(&mut self, at: Time, key: TimerKey) {
+        if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_)) {
+            match self.pending_timers.get(&key) {
+                Some(&t) if t <= at => {
+                    let expects = match key {
+                        TimerKey::Exchange(pid) => self.exchanges.get_mut(&pid).map(|ex| &mut ex.timer_at),
+                        TimerKey::Alien(pid) => self.aliens.get_mut(&pid).map(|a| &mut a.timer_at),
+                        _ => None,
+                    };
+                    if let Some(expects) = expects {
+                        *expects = Some(t);
+                    }
+                    return;
+                }
+                _ => {
+                    self.pending_timers.insert(key, at);
+                }
+            }
+        }
         self.timers.push(Reverse((at, key)));
     }
 

@@ -128,7 +128,7 @@ pub(crate) struct Lookup {
 }
 
 /// What a timer heap entry refers to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum TimerKey {
     Exchange(Pid),
     Alien(Pid),

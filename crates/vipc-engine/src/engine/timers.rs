@@ -2,7 +2,9 @@
 //!
 //! Timers live in one min-heap of `(time, key)`. Each record remembers the
 //! one entry it expects (`timer_at`); any other entry for it is stale and
-//! skipped, so re-arming never needs to search the heap.
+//! skipped, so re-arming never needs to search the heap. Exchange and alien
+//! timers reuse a pending entry of the same key that is due no later (see
+//! `Engine::arm`): their handlers re-arm when they find nothing due yet.
 
 use super::*;
 
@@ -14,6 +16,9 @@ impl Engine {
                 break;
             }
             self.timers.pop();
+            if self.pending_timers.get(&key) == Some(&at) {
+                self.pending_timers.remove(&key);
+            }
             match key {
                 TimerKey::Exchange(pid) => self.exchange_timer(now, pid, at),
                 TimerKey::Alien(pid) => self.alien_timer(now, pid, at),
