@@ -336,3 +336,31 @@ fn a_move_from_outliving_its_exchange_ends_quietly() {
     assert!(net.take_move(0, server).is_err(), "the mover learns the transfer failed");
     assert_eq!(net.stats(1).active_transfers, 0, "the orphaned stream was dropped");
 }
+
+/// A client that lends its read-only segment: MoveFrom chunks are lent
+/// transmits whose data the runtime takes from the client's own copy (here
+/// deliberately different from the engine's, to tell them apart).
+#[test]
+fn a_lending_client_serves_move_from_out_of_its_own_copy() {
+    for (access, from_lent) in [(Access::READ, true), (Access::READ_WRITE, false)] {
+        let mut net = Net::new(2);
+        let (server, client) = (net.proc(0), net.proc(1));
+        let size = 200_000;
+        net.lent.insert((1, client), pattern(size, 1));
+        let now = net.now;
+        net.nodes[0].receive(now, server, None, 0).unwrap();
+        let seg = Segment { data: pattern(size, 2), access };
+        net.nodes[1].send_lending(now, client, server, msg(1), SendOptions::default(), seg).unwrap();
+        net.settle();
+        net.take_received(0, server);
+        net.nodes[0].move_from(now, server, client, 100, (size - 100) as u32).unwrap();
+        net.settle();
+        let got = net.take_move(0, server).unwrap();
+        let expected = pattern(size, if from_lent { 1 } else { 2 });
+        assert!(
+            got == expected[100..],
+            "{access:?}: chunks from the {} copy",
+            if from_lent { "lent" } else { "engine's" }
+        );
+    }
+}

@@ -490,7 +490,9 @@ fn moves() {
                 let mut m: Message = [0; 32];
                 m[0] = op;
                 let t = Instant::now();
-                me.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
+                // As `vipc bench` does: read access for MoveFrom, write for MoveTo.
+                let s = if op == 1 { SegmentRef::Read(&seg) } else { SegmentRef::Write(&mut seg) };
+                me.send_with(&mut m, server, Some(s), SendOptions::default()).unwrap();
                 (u64::from_le_bytes(m[8..16].try_into().unwrap()) as f64 / 1e3, t.elapsed().as_secs_f64() * 1e6)
             };
             let (mf, xf) = one(1);

@@ -7,8 +7,11 @@ use vipc_engine::{Access, Completion, Message, Pid, Scope, Segment, SendOptions,
 
 /// A segment of the caller's memory lent to the receiver for one Send.
 ///
-/// The bytes are copied into the node when the Send starts; with write access
-/// they are copied back into the caller's buffer when the reply arrives.
+/// The bytes are copied into the node when the Send starts (into an
+/// allocation the process reuses); with write access they are copied back
+/// into the caller's buffer when the reply arrives. A read-only segment sent
+/// to a remote process is also lent as it is: the receiver's MoveFrom
+/// chunks are sent straight from the caller's buffer.
 #[derive(Debug)]
 pub enum SegmentRef<'a> {
     /// The receiver may read (MoveFrom) the segment; its first part travels with the Send.
@@ -124,23 +127,41 @@ impl Process {
         segment: Option<SegmentRef<'_>>,
         opts: SendOptions,
     ) -> Result<Pid> {
-        let (seg, back) = match segment {
-            None => (None, None),
-            Some(SegmentRef::Read(b)) => (Some(Segment { data: self.copy_in(b), access: Access::READ }), None),
-            Some(SegmentRef::Write(b)) => (Some(Segment { data: self.copy_in(b), access: Access::WRITE }), Some(b)),
-            Some(SegmentRef::ReadWrite(b)) => {
-                (Some(Segment { data: self.copy_in(b), access: Access::READ_WRITE }), Some(b))
-            }
-        };
         let (me, m) = (self.pid, *msg);
-        match self.shared.block(me, self.lead_to(to), Lend::None, |e, now| e.send(now, me, to, m, opts, seg))? {
-            Completion::Send(Ok(o)) => {
-                *msg = o.reply;
-                if let Some(s) = o.segment {
-                    if let Some(buf) = back {
+        let lead = self.lead_to(to);
+        let completion = match segment {
+            // A read-only segment to a remote process: the node keeps a copy
+            // but MoveFrom chunks leave straight from `b`, which this thread
+            // lends for the exchange.
+            Some(SegmentRef::Read(b)) if lead == Lead::Yes && !self.shared.keyed() => {
+                let seg = Segment { data: self.copy_in(b), access: Access::READ };
+                self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, seg))?
+            }
+            segment => {
+                let (seg, back) = match segment {
+                    None => (None, None),
+                    Some(SegmentRef::Read(b)) => (Some(Segment { data: self.copy_in(b), access: Access::READ }), None),
+                    Some(SegmentRef::Write(b)) => {
+                        (Some(Segment { data: self.copy_in(b), access: Access::WRITE }), Some(b))
+                    }
+                    Some(SegmentRef::ReadWrite(b)) => {
+                        (Some(Segment { data: self.copy_in(b), access: Access::READ_WRITE }), Some(b))
+                    }
+                };
+                let c = self.shared.block(me, lead, Lend::None, |e, now| e.send(now, me, to, m, opts, seg))?;
+                if let (Completion::Send(Ok(o)), Some(buf)) = (&c, back) {
+                    if let Some(s) = &o.segment {
                         let n = buf.len().min(s.data.len());
                         buf[..n].copy_from_slice(&s.data[..n]);
                     }
+                }
+                c
+            }
+        };
+        match completion {
+            Completion::Send(Ok(o)) => {
+                *msg = o.reply;
+                if let Some(s) = o.segment {
                     self.recycle(s.data);
                 }
                 Ok(o.replier)

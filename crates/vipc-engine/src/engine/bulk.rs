@@ -393,14 +393,22 @@ impl Engine {
             }
             Source::Segment { exchange } => {
                 let at = s.base as usize;
-                let segment = self
+                let ex = self
                     .exchanges
                     .get(&s.local)
                     .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == *exchange))
-                    .and_then(|ex| ex.segment.as_ref())
-                    .filter(|seg| at + s.total <= seg.data.len());
-                match segment {
-                    Some(seg) => vipc_wire::encode(&h, &seg.data[at + start..at + end], key.as_ref(), &mut bytes),
+                    .filter(|ex| at + s.total <= ex.segment_size());
+                match ex {
+                    Some(ex) if ex.lent => {
+                        // The client's thread sends the chunk from its own copy.
+                        let lent = Lent { pid: s.local, offset: at + start, len: end - start };
+                        self.recycle(bytes);
+                        return self.emit_lent(Destination::Addr(addr), &h, lent);
+                    }
+                    Some(ex) => {
+                        let seg = ex.segment.as_ref().expect("segment_size > 0");
+                        vipc_wire::encode(&h, &seg.data[at + start..at + end], key.as_ref(), &mut bytes)
+                    }
                     None => {
                         // The client's exchange has ended: nobody wants the rest.
                         self.streams_out.remove(&(peer, seq));

@@ -51,6 +51,39 @@ impl Engine {
         opts: SendOptions,
         segment: Option<Segment>,
     ) -> Result<(), Error> {
+        self.send_inner(now, from, to, msg, opts, segment, false)
+    }
+
+    /// Send whose read-only `segment` the caller also keeps, unchanged, for
+    /// the whole exchange (lends it): data packets of a MoveFrom by the
+    /// remote receiver are then [`Transmit`]s with [`Transmit::lent`] set,
+    /// whose data the runtime appends from the caller's copy — nothing is
+    /// copied per packet. Only when the segment grants read access alone and
+    /// the node has no key; otherwise exactly [`Engine::send`].
+    pub fn send_lending(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        opts: SendOptions,
+        segment: Segment,
+    ) -> Result<(), Error> {
+        let lent = segment.access == Access::READ && self.cfg.key.is_none();
+        self.send_inner(now, from, to, msg, opts, Some(segment), lent)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_inner(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        opts: SendOptions,
+        segment: Option<Segment>,
+        lent: bool,
+    ) -> Result<(), Error> {
         self.check_caller(from)?;
         check_destination(to)?;
         if to == from {
@@ -72,6 +105,7 @@ impl Engine {
                 msg,
                 opts,
                 segment,
+                lent,
                 state: ExchangeState::Local { received_by: None },
                 timer_at: None,
             },

@@ -61,6 +61,10 @@ pub(crate) struct Exchange {
     pub msg: Message,
     pub opts: SendOptions,
     pub segment: Option<Segment>,
+    /// The sender's thread keeps an identical read-only copy of the segment
+    /// for the whole exchange ([`crate::Engine::send_lending`]): MoveFrom
+    /// chunks are sent from it.
+    pub lent: bool,
     pub state: ExchangeState,
     /// Expected heap entry (see `Timers`).
     pub timer_at: Option<Time>,
