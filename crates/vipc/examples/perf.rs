@@ -57,6 +57,22 @@ fn main() {
                 println!("vipc remote median {:.2} µs, cpu {cpu:.2} µs per exchange", median(v));
             }
             "local" => local(iters),
+            "local-poll-only" => {
+                let node = Node::start(node_cfg(1, vec![], true)).unwrap();
+                let (server, _t) = node
+                    .spawn(|p| loop {
+                        let mut m: Message = [0; 32];
+                        let Ok(from) = p.receive(&mut m) else { return };
+                        let _ = p.reply(&m, from);
+                    })
+                    .unwrap();
+                let me = node.attach().unwrap();
+                let v = time_each(iters, || {
+                    let mut m: Message = [0; 32];
+                    me.send(&mut m, server).unwrap();
+                });
+                println!("vipc local poll median {:.2} µs", median(v));
+            }
             "move" => moves(),
             "read" => read_units(),
             "rss" => rss(iters.min(1000)),
@@ -142,7 +158,7 @@ impl Drop for ChildProc {
 
 fn node_cfg(host: u16, peers: Vec<SocketAddr>, poll: bool) -> NodeConfig {
     let mut cfg = NodeConfig::fixed(host, "127.0.0.1:0".parse().unwrap(), peers);
-    cfg.kernel_server = false;
+    cfg.kernel_server = std::env::var("PERF_KS").is_ok();
     if poll {
         cfg.poll_spin = Some(Duration::from_micros(200));
     }

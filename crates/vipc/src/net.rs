@@ -177,7 +177,8 @@ pub(crate) fn recv_spin(
 ) -> Option<(usize, SocketAddr)> {
     use nix::sys::socket::{recvmsg, MsgFlags, SockaddrLike, SockaddrStorage};
     let fd = sock.as_raw_fd();
-    let mut spin = Spin::new();
+    let mut spin = Spin::syscalls();
+    let mut rounds = 0u32;
     loop {
         let mut iov = [IoSliceMut::new(&mut *buf)];
         match recvmsg::<SockaddrStorage>(fd, &mut iov, None, MsgFlags::MSG_DONTWAIT) {
@@ -193,7 +194,8 @@ pub(crate) fn recv_spin(
                 }
             }
             Err(nix::errno::Errno::EAGAIN) => {
-                if stop.load(Ordering::Acquire) || Instant::now() >= until {
+                rounds = rounds.wrapping_add(1);
+                if stop.load(Ordering::Acquire) || (rounds % 8 == 0 && Instant::now() >= until) {
                     return None;
                 }
                 spin.pause();
@@ -231,25 +233,34 @@ pub(crate) fn send_all(sock: &UdpSocket, batch: &mut std::collections::VecDeque<
 }
 
 /// Pacing of a busy-wait loop: pure spinning for [`Spin::PURE`], then a
-/// `sched_yield` per round, so that a thread sharing our CPU (the peer we
-/// wait for, on a machine with fewer free cores than spinners) gets to run.
+/// `sched_yield` every `every` rounds (a few µs apart), so that a thread
+/// sharing our CPU — the peer we wait for, on a machine with fewer free cores
+/// than spinners — gets to run, while a yield rarely delays noticing what we
+/// wait for.
 pub(crate) struct Spin {
     start: Instant,
     rounds: u32,
+    every: u32,
 }
 
 impl Spin {
     /// How long the loop spins without yielding.
     const PURE: Duration = Duration::from_micros(2);
 
-    pub(crate) fn new() -> Spin {
-        Spin { start: Instant::now(), rounds: 0 }
+    /// For a loop whose rounds are cheap (a flag load): yield every 64.
+    pub(crate) fn cheap() -> Spin {
+        Spin { start: Instant::now(), rounds: 0, every: 64 }
+    }
+
+    /// For a loop whose rounds are system calls: yield every 8.
+    pub(crate) fn syscalls() -> Spin {
+        Spin { start: Instant::now(), rounds: 0, every: 8 }
     }
 
     /// One round of waiting.
     pub(crate) fn pause(&mut self) {
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % 8 == 0 && self.start.elapsed() >= Spin::PURE {
+        if self.rounds % self.every == 0 && self.start.elapsed() >= Spin::PURE {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -107,6 +107,11 @@ pub(crate) enum Lead {
 /// How a blocked thread learns that its slot has something for it (its
 /// completion, or work on its lent buffer): a flag that a polling thread
 /// spins on, and a condition variable it sleeps on.
+///
+/// Aligned to its own cache lines: a spinning thread reads `ready` in a loop,
+/// and must not share the line with another thread's signal or with the
+/// reference counts of its `Arc`, which wakers touch.
+#[repr(align(128))]
 pub(crate) struct Signal {
     ready: AtomicBool,
     cv: Condvar,
@@ -173,10 +178,11 @@ pub(crate) struct State {
     reader_blocked: bool,
     /// A completion for the blocked reader arrived by another way: send it the wake-up datagram.
     wake_reader: bool,
-    /// Sleeping threads to notify once the lock is released.
-    notify: Vec<Arc<Signal>>,
+    /// Threads to signal once the lock is released (their flag set, and the
+    /// condition variable notified if they sleep).
+    notify: Vec<(Arc<Signal>, bool)>,
     /// An empty list kept to swap with `notify`.
-    notify_spare: Vec<Arc<Signal>>,
+    notify_spare: Vec<(Arc<Signal>, bool)>,
     /// Counts the times the token was given up (lets the background thread
     /// see that it has been free for a whole [`GRACE`]).
     releases: u64,
@@ -390,21 +396,21 @@ impl Shared {
     }
 
     /// Tells the thread of `pid` that its slot has something for it, unless
-    /// that thread is the `actor` at work: a spinning thread sees the flag; a
-    /// thread blocked reading the socket gets a datagram; a sleeping one is notified.
+    /// that thread is the `actor` at work: a thread blocked reading the socket
+    /// gets a datagram; otherwise, once the lock is released, its flag is set
+    /// (a spinning thread sees it) and, if it sleeps, it is notified.
     fn wake(&self, st: &mut State, pid: Pid, actor: Option<Pid>) {
-        let Some(slot) = st.slots.get(&pid) else { return };
-        slot.signal.ready.store(true, Ordering::Release);
         if actor == Some(pid) {
             return;
         }
+        let Some(slot) = st.slots.get(&pid) else { return };
         if st.reader == Reader::Process(pid) && st.reader_blocked {
             st.wake_reader = true;
-        } else if slot.sleeping {
-            // Notified once the lock is released (see `flush_locked`), so that
-            // the woken thread does not find the lock still held.
-            let signal = slot.signal.clone();
-            st.notify.push(signal);
+        } else {
+            // Signalled once the lock is released (see `flush_locked`), so
+            // that the woken thread does not find the lock still held.
+            let entry = (slot.signal.clone(), slot.sleeping);
+            st.notify.push(entry);
         }
     }
 
@@ -464,8 +470,11 @@ impl Shared {
                 VecDeque::new()
             };
             drop(st);
-            for s in notify.drain(..) {
-                s.cv.notify_one();
+            for (s, sleeping) in notify.drain(..) {
+                s.ready.store(true, Ordering::Release);
+                if sleeping {
+                    s.cv.notify_one();
+                }
             }
             if std::mem::take(&mut wake) {
                 self.send_wake();
@@ -553,8 +562,8 @@ impl Shared {
             Lead::No => false,
             Lead::IfHot => hot,
         };
-        let st = self.flush_locked(st);
-        self.wait(pid, st, &signal, lead, lend)
+        self.flush(st);
+        self.wait(pid, &signal, lead, lend)
     }
 
     /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
@@ -562,17 +571,15 @@ impl Shared {
     /// engine and waking the others, until its own completion arrives; the
     /// others sleep on their slot. With `poll_spin`, first spins: the leader
     /// on non-blocking receives, a follower on its slot's flag.
-    fn wait<'a>(
-        &'a self,
-        pid: Pid,
-        mut st: MutexGuard<'a, State>,
-        signal: &Signal,
-        lead: bool,
-        mut lend: Lend<'_>,
-    ) -> Result<Completion> {
+    fn wait(&self, pid: Pid, signal: &Signal, lead: bool, mut lend: Lend<'_>) -> Result<Completion> {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
-        let mut spinner = net::Spin::new();
+        let mut spinner = net::Spin::cheap();
         let mut work = VecDeque::new();
+        if let (Some(until), false) = (spin_until, lead) {
+            // A follower first spins on its flag without touching the lock.
+            spin_on(signal, until, &mut spinner);
+        }
+        let mut st = self.lock();
         loop {
             let Some(slot) = st.slots.get_mut(&pid) else {
                 self.release(&mut st, pid);
@@ -607,6 +614,7 @@ impl Shared {
                     }
                 }
                 st.reader_blocked = spin.is_none();
+                signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked above
                 let mut buf = std::mem::take(&mut st.rxbuf);
                 drop(st);
                 let got = match spin {
@@ -642,12 +650,13 @@ impl Shared {
                 continue;
             }
             if let Some(until) = spin {
+                // Nothing for us yet (checked under the lock): clear a stale
+                // flag, then spin on it without touching the lock; one that
+                // would lead looks at the token again now and then.
+                signal.ready.store(false, Ordering::Relaxed);
                 drop(st);
-                // Spin on the flag; look at the token again now and then.
-                let check = (Instant::now() + SPIN_CHECK).min(until);
-                while !signal.ready.load(Ordering::Acquire) && Instant::now() < check {
-                    spinner.pause();
-                }
+                let check = if lead { (Instant::now() + SPIN_CHECK).min(until) } else { until };
+                spin_on(signal, check, &mut spinner);
                 st = self.lock();
                 continue;
             }
@@ -777,6 +786,18 @@ impl Shared {
         drop(st);
         // Wake the reader at once rather than after its read timeout.
         self.send_wake();
+    }
+}
+
+/// Spins until `signal`'s flag is set or `until` passes.
+fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
+    let mut rounds = 0u32;
+    while !signal.ready.load(Ordering::Acquire) {
+        rounds = rounds.wrapping_add(1);
+        if rounds % 16 == 0 && Instant::now() >= until {
+            return;
+        }
+        spinner.pause();
     }
 }
 
