@@ -2,8 +2,11 @@
 //! learned from every packet, least recently used entry evicted.
 
 use crate::HostId;
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::SocketAddr;
+
+/// Host ids are small integers: FxHash suffices (and keeps runs deterministic).
+type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 pub(crate) struct LocationCache {
     capacity: usize,
@@ -13,13 +16,17 @@ pub(crate) struct LocationCache {
 
 impl LocationCache {
     pub fn new(capacity: usize) -> LocationCache {
-        LocationCache { capacity: capacity.max(1), tick: 0, entries: HashMap::new() }
+        LocationCache { capacity: capacity.max(1), tick: 0, entries: HashMap::default() }
     }
 
     /// Records that `host` is at `addr`.
     pub fn learn(&mut self, host: HostId, addr: SocketAddr) {
         self.tick += 1;
-        if !self.entries.contains_key(&host) && self.entries.len() >= self.capacity {
+        if let Entry::Occupied(mut e) = self.entries.entry(host) {
+            *e.get_mut() = (addr, self.tick);
+            return;
+        }
+        if self.entries.len() >= self.capacity {
             if let Some(oldest) = self.entries.iter().min_by_key(|(_, (_, t))| *t).map(|(h, _)| *h) {
                 self.entries.remove(&oldest);
             }
