@@ -1,0 +1,1 @@
+//! vipc-fs: the V file server (page-level file access over Send/Receive/Reply).
