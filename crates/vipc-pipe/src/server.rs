@@ -1,0 +1,412 @@
+//! The pipe server: one V process per pipe, registered as `pipe:NAME`
+//! (scope Any), answering open/read/write/close/heartbeat requests. A read of
+//! an empty pipe and a write to a full one are answered later: the server
+//! withholds the reply (000 §3.7), so the client simply stays blocked in Send.
+
+use crate::error::{PipeError, PipeResult};
+use crate::proto::{self, get, put};
+use crate::state::{Mode, PipeState};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vipc::{Message, Node, Pid, Process, ReceiveInfo, Scope};
+
+/// Largest write segment taken with the request itself (the rest is read with MoveFrom).
+pub const INLINE: usize = 64 * 1024;
+
+/// How a pipe server is set up.
+#[derive(Clone, Debug)]
+pub struct PipeConfig {
+    /// Bytes the pipe buffers; also the largest atomic write. Writers block when it is full.
+    pub capacity: usize,
+    /// An end not heard from (request or heartbeat) for this long is closed as dead.
+    pub lease: Duration,
+    /// How often the server checks leases.
+    pub tick: Duration,
+    /// Most ends open at once.
+    pub max_ends: usize,
+}
+
+impl Default for PipeConfig {
+    fn default() -> PipeConfig {
+        PipeConfig {
+            capacity: 1 << 20,
+            lease: Duration::from_secs(5),
+            tick: Duration::from_millis(500),
+            max_ends: 1024,
+        }
+    }
+}
+
+/// A running pipe server. Dropping it (or [`PipeServer::stop`]) stops it.
+#[derive(Debug)]
+pub struct PipeServer {
+    name: String,
+    pid: Pid,
+    node: Node,
+    token: u32,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PipeServer {
+    /// Starts the server of pipe `name` on `node` and registers it as `pipe:NAME`.
+    pub fn start(node: &Node, name: &str, cfg: PipeConfig) -> PipeResult<PipeServer> {
+        if name.is_empty() || name.len() > proto::MAX_NAME {
+            return Err(PipeError::BadName(name.to_string()));
+        }
+        if cfg.capacity == 0 || cfg.capacity > u32::MAX as usize / 2 || cfg.lease.is_zero() || cfg.tick.is_zero() {
+            return Err(PipeError::Protocol("invalid pipe configuration".into()));
+        }
+        let token = rand_token();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (pid, thread) = {
+            let cfg = cfg.clone();
+            node.spawn(move |p| Server::new(cfg, token).run(&p))?
+        };
+        let stop = stopping.clone();
+        let tick = cfg.tick;
+        node.spawn(move |p| ticker(&p, pid, tick, &stop))?;
+        node.set_pid(&proto::service_name(name), pid, Scope::Any)?;
+        Ok(PipeServer { name: name.to_string(), pid, node: node.clone(), token, stopping, thread: Some(thread) })
+    }
+
+    /// The server process.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The pipe's name (registered as `pipe:NAME`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stops the server: held readers get EOF, held writers EPIPE, the name is removed.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = self.node.set_pid(&proto::service_name(&self.name), Pid::NONE, Scope::Any);
+        if let Ok(p) = self.node.attach() {
+            let mut m = proto::request(proto::OP_STOP, 0, self.token);
+            if p.send(&mut m, self.pid).is_ok() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Drop for PipeServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn rand_token() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    (h.finish() as u32) | 1
+}
+
+/// Wakes the server every `tick` so that it expires dead ends.
+fn ticker(p: &Process, server: Pid, tick: Duration, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(tick);
+        let mut m = proto::request(proto::OP_TICK, 0, 0);
+        if p.send(&mut m, server).is_err() {
+            return;
+        }
+    }
+}
+
+/// A read request waiting for data.
+struct HeldRead {
+    from: Pid,
+    end: u32,
+    cap: usize,
+    msg: Message,
+}
+
+/// A write request waiting for room.
+struct HeldWrite {
+    from: Pid,
+    end: u32,
+    len: usize,
+    inline: Option<Vec<u8>>,
+    msg: Message,
+}
+
+struct Server {
+    cfg: PipeConfig,
+    token: u32,
+    st: PipeState,
+    readers: VecDeque<HeldRead>,
+    writers: VecDeque<HeldWrite>,
+    scratch: Vec<u8>,
+}
+
+fn reply_msg(req: &Message, status: u8, count: u32) -> Message {
+    let mut m = *req;
+    m[0] = status;
+    m[1] = proto::VERSION;
+    put(&mut m, 8, count);
+    m
+}
+
+impl Server {
+    fn new(cfg: PipeConfig, token: u32) -> Server {
+        let st = PipeState::new(cfg.capacity, cfg.max_ends, token);
+        Server { cfg, token, st, readers: VecDeque::new(), writers: VecDeque::new(), scratch: Vec::new() }
+    }
+
+    fn run(mut self, p: &Process) {
+        let mut inbuf = vec![0u8; INLINE];
+        loop {
+            let mut msg: Message = [0; 32];
+            let info = match p.receive_with_segment(&mut msg, &mut inbuf) {
+                Ok(i) => i,
+                Err(vipc::Error::NodeStopped) => return,
+                Err(e) => {
+                    tracing::debug!("pipe server: receive failed: {e}");
+                    return;
+                }
+            };
+            if msg[1] != proto::VERSION {
+                self.answer(p, info.from, reply_msg(&msg, proto::EPROTO, 0));
+                continue;
+            }
+            if msg[0] == proto::OP_STOP && get(&msg, 8) == self.token {
+                self.stop(p);
+                let _ = p.reply(&reply_msg(&msg, proto::OK, 0), info.from);
+                return;
+            }
+            self.request(p, &msg, &info, &inbuf);
+            self.progress(p);
+        }
+    }
+
+    /// Replies; a failed reply means the client is gone.
+    fn answer(&mut self, p: &Process, to: Pid, m: Message) -> bool {
+        match p.reply(&m, to) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("pipe server: reply to {to} failed: {e}");
+                false
+            }
+        }
+    }
+
+    fn request(&mut self, p: &Process, msg: &Message, info: &ReceiveInfo, inbuf: &[u8]) {
+        let now = Instant::now();
+        let end = get(msg, 4);
+        let from = info.from;
+        match msg[0] {
+            proto::OP_OPEN => {
+                let mode = match get(msg, 8) {
+                    proto::MODE_READ => Mode::Read,
+                    proto::MODE_WRITE => Mode::Write,
+                    _ => {
+                        self.answer(p, from, reply_msg(msg, proto::EINVAL, 0));
+                        return;
+                    }
+                };
+                match self.st.open(mode, now) {
+                    Some(id) => {
+                        let mut m = reply_msg(msg, proto::OK, self.st.capacity() as u32);
+                        put(&mut m, 4, id);
+                        put(&mut m, 12, self.cfg.lease.as_millis().min(u32::MAX as u128) as u32);
+                        if !self.answer(p, from, m) {
+                            self.close_end(p, id);
+                        }
+                    }
+                    None => {
+                        self.answer(p, from, reply_msg(msg, proto::EMFILE, 0));
+                    }
+                }
+            }
+            proto::OP_READ => match self.st.touch(end, now) {
+                None => {
+                    self.answer(p, from, reply_msg(msg, proto::EBADF, 0));
+                }
+                Some(Mode::Write) => {
+                    self.answer(p, from, reply_msg(msg, proto::EINVAL, 0));
+                }
+                Some(Mode::Read) if !info.access.write || info.segment_size == 0 => {
+                    self.answer(p, from, reply_msg(msg, proto::EINVAL, 0));
+                }
+                Some(Mode::Read) => {
+                    self.readers.push_back(HeldRead { from, end, cap: info.segment_size as usize, msg: *msg });
+                }
+            },
+            proto::OP_WRITE => match self.st.touch(end, now) {
+                None => {
+                    self.answer(p, from, reply_msg(msg, proto::EBADF, 0));
+                }
+                Some(Mode::Read) => {
+                    self.answer(p, from, reply_msg(msg, proto::EINVAL, 0));
+                }
+                Some(Mode::Write) => {
+                    let len = info.segment_size as usize;
+                    if len > 0 && !info.access.read {
+                        self.answer(p, from, reply_msg(msg, proto::EINVAL, 0));
+                    } else if len > self.st.capacity() {
+                        self.answer(p, from, reply_msg(msg, proto::EMSGSIZE, 0));
+                    } else if len == 0 {
+                        self.answer(p, from, reply_msg(msg, proto::OK, 0));
+                    } else {
+                        let inline = (info.len >= len).then(|| inbuf[..len].to_vec());
+                        self.writers.push_back(HeldWrite { from, end, len, inline, msg: *msg });
+                    }
+                }
+            },
+            proto::OP_CLOSE => {
+                let status = if self.st.touch(end, now).is_some() { proto::OK } else { proto::EBADF };
+                self.close_end(p, end);
+                self.answer(p, from, reply_msg(msg, status, 0));
+            }
+            proto::OP_HEARTBEAT => {
+                let status = if self.st.touch(end, now).is_some() { proto::OK } else { proto::EBADF };
+                self.answer(p, from, reply_msg(msg, status, 0));
+            }
+            proto::OP_STAT => {
+                let (r, w) = self.st.counts();
+                let mut m = reply_msg(msg, proto::OK, self.st.buf.len() as u32);
+                put(&mut m, 12, r as u32);
+                put(&mut m, 16, w as u32);
+                put(&mut m, 20, self.readers.len() as u32);
+                put(&mut m, 24, self.writers.len() as u32);
+                put(&mut m, 28, self.st.capacity() as u32);
+                self.answer(p, from, m);
+            }
+            proto::OP_TICK => {
+                self.answer(p, from, reply_msg(msg, proto::OK, 0));
+                for id in self.st.expired(now, self.cfg.lease) {
+                    tracing::debug!("pipe server: end {id} expired (no heartbeat)");
+                    self.close_end(p, id);
+                }
+            }
+            _ => {
+                self.answer(p, from, reply_msg(msg, proto::ENOSYS, 0));
+            }
+        }
+    }
+
+    /// Closes an end and answers its held requests with EBADF.
+    fn close_end(&mut self, p: &Process, id: u32) {
+        if self.st.close(id).is_none() {
+            return;
+        }
+        let mut gone = Vec::new();
+        self.readers.retain(|r| {
+            let keep = r.end != id;
+            if !keep {
+                gone.push((r.from, r.msg));
+            }
+            keep
+        });
+        self.writers.retain(|w| {
+            let keep = w.end != id;
+            if !keep {
+                gone.push((w.from, w.msg));
+            }
+            keep
+        });
+        for (from, msg) in gone {
+            self.answer(p, from, reply_msg(&msg, proto::EBADF, 0));
+        }
+    }
+
+    /// Answers every held request that can be answered now.
+    fn progress(&mut self, p: &Process) {
+        loop {
+            let mut changed = false;
+            if self.st.broken() {
+                while let Some(w) = self.writers.pop_front() {
+                    if !self.answer(p, w.from, reply_msg(&w.msg, proto::EPIPE, 0)) {
+                        self.close_end(p, w.end);
+                    }
+                    changed = true;
+                }
+            }
+            while self.writers.front().is_some_and(|w| w.len <= self.st.room()) && !self.st.broken() {
+                let Some(w) = self.writers.pop_front() else { break };
+                changed = true;
+                let ok = match &w.inline {
+                    Some(d) => {
+                        self.st.buf.extend(d.iter());
+                        true
+                    }
+                    None => {
+                        self.scratch.resize(w.len, 0);
+                        match p.move_from(w.from, 0, &mut self.scratch) {
+                            Ok(()) => {
+                                self.st.buf.extend(self.scratch.iter());
+                                true
+                            }
+                            Err(e) => {
+                                tracing::debug!("pipe server: MoveFrom {} failed: {e}", w.from);
+                                false
+                            }
+                        }
+                    }
+                };
+                if !ok || !self.answer(p, w.from, reply_msg(&w.msg, proto::OK, w.len as u32)) {
+                    self.close_end(p, w.end);
+                }
+            }
+            while let Some(r) = self.readers.front() {
+                let (from, end, cap, msg) = (r.from, r.end, r.cap, r.msg);
+                if !self.st.buf.is_empty() {
+                    self.readers.pop_front();
+                    changed = true;
+                    let n = cap.min(self.st.buf.len());
+                    let data = &self.st.buf.make_contiguous()[..n];
+                    let m = reply_msg(&msg, proto::OK, n as u32);
+                    let sent = match p.reply_with_segment(&m, from, 0, data) {
+                        Err(vipc::Error::Protocol(vipc::ProtocolError::TooLarge { .. })) => {
+                            p.move_to(from, 0, data).and_then(|()| p.reply(&m, from))
+                        }
+                        r => r,
+                    };
+                    match sent {
+                        Ok(()) => {
+                            self.st.buf.drain(..n);
+                        }
+                        Err(e) => {
+                            tracing::debug!("pipe server: reading to {from} failed: {e}");
+                            self.close_end(p, end);
+                        }
+                    }
+                } else if self.st.at_eof() {
+                    self.readers.pop_front();
+                    changed = true;
+                    if !self.answer(p, from, reply_msg(&msg, proto::EOF, 0)) {
+                        self.close_end(p, end);
+                    }
+                } else {
+                    break;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.st.maybe_reset();
+    }
+
+    /// Answers everything held before the server goes away.
+    fn stop(&mut self, p: &Process) {
+        for r in std::mem::take(&mut self.readers) {
+            self.answer(p, r.from, reply_msg(&r.msg, proto::EOF, 0));
+        }
+        for w in std::mem::take(&mut self.writers) {
+            self.answer(p, w.from, reply_msg(&w.msg, proto::EPIPE, 0));
+        }
+    }
+}
