@@ -30,11 +30,12 @@ pub struct Config {
     /// How long a remote GetPid waits for the first answer.
     pub getpid_timeout: Duration,
     /// Largest UDP payload this node sends (header + data + MAC), except
-    /// bulk-transfer chunks to loopback peers (see `loopback_packet`).
+    /// to loopback peers (see `loopback_packet`).
     pub max_packet: usize,
-    /// If set, the largest UDP payload of a bulk-transfer chunk sent to a
-    /// peer on a loopback address (127.0.0.0/8, ::1): the loopback MTU is
-    /// 64 KiB, so up to 65,507 bytes travel unfragmented. `None`: `max_packet`.
+    /// If set, the largest UDP payload of a packet carrying data (a bulk
+    /// chunk, an appended or a reply segment) sent to a peer on a loopback
+    /// address (127.0.0.0/8, ::1): the loopback MTU is 64 KiB, so up to
+    /// 65,507 bytes travel unfragmented. `None`: `max_packet`.
     pub loopback_packet: Option<usize>,
     /// Bulk-transfer window: data packets in flight before an acknowledgement.
     pub window: usize,
@@ -88,12 +89,20 @@ impl Config {
         self.data_in(self.max_packet)
     }
 
-    /// Data bytes of one bulk-transfer chunk sent to `peer` (see `loopback_packet`).
-    pub fn chunk_to(&self, peer: SocketAddr) -> usize {
+    /// Data bytes of one packet sent to `peer`: a bulk-transfer chunk, or an
+    /// appended or reply segment (see `loopback_packet`).
+    pub fn data_to(&self, peer: SocketAddr) -> usize {
         match self.loopback_packet {
             Some(p) if peer.ip().is_loopback() => self.data_in(p),
             _ => self.max_data(),
         }
+    }
+
+    /// Data bytes of a reply segment to a process on this node: as much as
+    /// one packet to a loopback peer may carry, so that a server's limit does
+    /// not depend on whether its client is local.
+    pub fn local_data(&self) -> usize {
+        self.data_in(self.loopback_packet.unwrap_or(self.max_packet))
     }
 
     /// Chunks a stream of `chunk`-byte chunks keeps unacknowledged at most.

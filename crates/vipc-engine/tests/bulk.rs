@@ -263,7 +263,7 @@ fn loopback_peers_get_large_chunks_and_the_window_counts_bytes() {
     });
     let size = 1 << 20;
     let (server, client) = exchange_with_segment(&mut net, size, Access::WRITE);
-    let chunk = net.nodes[0].config().chunk_to(addr(1));
+    let chunk = net.nodes[0].config().data_to(addr(1));
     assert_eq!(chunk, vipc_wire::MAX_DATA, "the largest chunk a datagram holds");
     assert_eq!(net.nodes[0].config().window_chunks(chunk), 4);
     net.filter = Some(Box::new(|_, _, _| 0)); // nothing arrives: only the first window leaves

@@ -81,6 +81,65 @@ fn page_write_and_page_read_are_two_packets_each() {
     assert_eq!(net.sent, 2);
 }
 
+/// A page of `len` bytes written in a Send, then read back in a Reply, to a
+/// peer whose location is known: returns the bytes that rode in the Send and
+/// the outcome of the reply with the page (packets counted in `net.sent`).
+fn page_write_then_read(net: &mut Net, len: usize) -> (usize, Result<(), Error>) {
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let page: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    // Warm the location cache: a Send to an unknown host is broadcast, with max_data appended.
+    net.nodes[1].send(now, client, server, msg(0), SendOptions::default(), None).unwrap();
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(0), None).unwrap();
+    net.settle();
+    net.take_send(1, client).unwrap();
+    net.sent = 0;
+    net.nodes[0].receive(now, server, None, len).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), seg(&page, Access::READ)).unwrap();
+    net.settle();
+    let got = net.take_received(0, server).segment;
+    assert!(page.starts_with(&got), "the appended part is the start of the page");
+    net.nodes[0].reply(now, server, client, msg(1), None).unwrap();
+    net.settle();
+    net.take_send(1, client).unwrap();
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(2), SendOptions::default(), seg(&vec![0; len], Access::WRITE)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    let replied = net.nodes[0].reply(now, server, client, msg(2), Some((0, page.clone())));
+    if replied.is_err() {
+        net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+    }
+    net.settle();
+    let out = net.take_send(1, client).unwrap();
+    if replied.is_ok() {
+        assert!(out.segment.unwrap().data == page, "the whole page rides in the Reply");
+    }
+    (got.len(), replied)
+}
+
+#[test]
+fn segments_in_one_packet_are_as_large_as_the_path_allows() {
+    // Loopback peers: an 8 KB page travels in one packet each way.
+    let mut net = Net::with(2, |c| c.loopback_packet = Some(vipc_wire::MAX_DATAGRAM));
+    assert_eq!(page_write_then_read(&mut net, 8192).0, 8192);
+    assert_eq!(net.sent, 4, "2 packets per page write and per page read");
+    assert_eq!(net.nodes[0].config().data_to(addr(1)), vipc_wire::MAX_DATA);
+    // Without a loopback limit, max_packet (1472) holds: 1400 data bytes.
+    let mut net = Net::new(2);
+    let max = net.nodes[0].config().max_data();
+    let (appended, replied) = page_write_then_read(&mut net, max);
+    assert_eq!((appended, net.sent), (max, 4));
+    replied.unwrap();
+    let (appended, replied) = page_write_then_read(&mut net, max + 1);
+    assert_eq!(appended, max, "the rest is left for MoveFrom");
+    let e = replied.unwrap_err();
+    assert!(matches!(e, Error::TooLarge { len, limit, .. } if len == max as u64 + 1 && limit == max as u64), "{e:?}");
+}
+
 #[test]
 fn appended_data_is_buffered_for_a_receiver_not_yet_waiting() {
     let mut net = Net::new(2);

@@ -310,7 +310,7 @@ impl Engine {
         source: Source,
         total: usize,
     ) {
-        let chunk = self.cfg.chunk_to(addr);
+        let chunk = self.cfg.data_to(addr);
         let n = chunks(total, chunk);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
         self.streams_out.insert(

@@ -146,6 +146,13 @@ impl Engine {
     /// (Re)transmits the Send packet of a remote exchange.
     pub(crate) fn transmit_send(&mut self, sender: Pid) {
         let Some(ex) = self.exchanges.get(&sender) else { return };
+        let ExchangeState::Remote { .. } = ex.state else { return };
+        let to = self.route(ex.to);
+        let limit = match to {
+            Destination::Addr(a) => self.cfg.data_to(a),
+            Destination::Broadcast => self.cfg.max_data(),
+        };
+        let ex = &self.exchanges[&sender];
         let ExchangeState::Remote { seq, .. } = ex.state else { return };
         let access = ex.access();
         let mut h = self.header(PacketType::Send);
@@ -160,11 +167,10 @@ impl Engine {
         h.total_len = ex.segment_size() as u32;
         h.message = ex.msg;
         let appended = match (&ex.segment, access.read) {
-            (Some(s), true) => &s.data[..s.data.len().min(self.cfg.max_data())],
+            (Some(s), true) => &s.data[..s.data.len().min(limit)],
             _ => &[][..],
         };
         let bytes = vipc_wire::to_vec(&h, appended, self.cfg.key.as_ref());
-        let to = self.route(h.dst);
         self.emit_raw(to, PacketType::Send, bytes);
     }
 
@@ -226,7 +232,8 @@ impl Engine {
 
     /// Reply to `to`, which must be awaiting a reply from `from`. With a
     /// segment `(offset, bytes)`, the bytes are written at `offset` of the
-    /// sender's write-granted segment (they must fit in one packet). Never blocks.
+    /// sender's write-granted segment (they must fit in one packet to the
+    /// sender: [`Config::data_to`], or [`Config::local_data`] locally). Never blocks.
     pub fn reply(
         &mut self,
         _now: Time,
@@ -238,15 +245,19 @@ impl Engine {
         if !self.procs.contains_key(&from) {
             return Err(Error::NotLocalProcess(from));
         }
-        if let Some((_, data)) = &segment {
-            let limit = self.cfg.max_data();
-            if data.len() > limit {
-                return Err(Error::TooLarge { what: "reply segment", len: data.len() as u64, limit: limit as u64 });
-            }
-        }
+        let too_large = |data: &[u8], limit: usize| {
+            (data.len() > limit).then_some(Error::TooLarge {
+                what: "reply segment",
+                len: data.len() as u64,
+                limit: limit as u64,
+            })
+        };
         if let Some(ex) = self.exchanges.get_mut(&to) {
             if matches!(ex.state, ExchangeState::Local { received_by: Some(r) } if r == from) {
                 if let Some((off, data)) = &segment {
+                    if let Some(e) = too_large(data, self.cfg.local_data()) {
+                        return Err(e);
+                    }
                     if !ex.access().write {
                         return Err(Error::NoAccess("write"));
                     }
@@ -265,6 +276,9 @@ impl Engine {
             return Err(Error::NotAwaitingReply(to));
         }
         let (offset, data) = segment.unwrap_or_default();
+        if let Some(e) = too_large(&data, self.cfg.data_to(a.addr)) {
+            return Err(e);
+        }
         if !data.is_empty() {
             if !a.access.write {
                 return Err(Error::NoAccess("write"));

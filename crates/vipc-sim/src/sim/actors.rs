@@ -84,7 +84,8 @@ impl Sim {
             85..=96 => 1,
             _ => 2,
         };
-        let max_reply = engine_config(&self.sc, 0, 0, 0, HostIdConfig::Allocate).max_data() as u32;
+        // Every virtual node is on loopback (see `node_addr`).
+        let max_reply = engine_config(&self.sc, 0, 0, 0, HostIdConfig::Allocate).data_to(super::node_addr(0)) as u32;
         let plan = workload::plan(&mut self.rng, seg_len, access, max_reply);
         let req = Request { rid, hops, idempotent, access, seg_len };
         let segment = (seg_len > 0).then(|| Segment { data: fill(rid, Writer::Client, 0, seg_len as usize), access });

@@ -64,23 +64,27 @@ impl Sim {
             self.report.misuses += 1;
         }
         // 001 §2.5: the first part of a read-granted segment travels in the
-        // Send packet (all of it locally) and Receive returns as much as fits.
+        // Send packet (all of it locally) and Receive returns as much as fits:
+        // one packet's data to a known peer — every virtual node is on
+        // loopback, so `data_to(any node)` — or `max_data` if the Send was
+        // broadcast because the sender did not know where the receiver is.
         let local = m.from.host() == pid.host();
-        let max_data = self.nodes[node].engine.as_ref().map_or(0, |e| e.config().max_data());
-        let expected = if m.access.read {
-            let limit = if local { usize::MAX } else { max_data };
-            cap.min(m.segment_size as usize).min(limit)
-        } else {
-            0
-        };
+        let cfg = self.nodes[node]
+            .engine
+            .as_ref()
+            .map(|e| (e.config().max_data(), e.config().data_to(super::node_addr(node))));
+        let (broadcast_data, packet_data) = cfg.unwrap_or((0, 0));
+        let fits = |limit: usize| if m.access.read { cap.min(m.segment_size as usize).min(limit) } else { 0 };
+        let expected =
+            if local { fits(usize::MAX)..=fits(usize::MAX) } else { fits(broadcast_data)..=fits(packet_data) };
         // With a small buffer the engine may drop appended data (and count it).
         let dropped =
             m.segment.is_empty() && self.nodes[node].engine.as_ref().is_some_and(|e| e.stats().appended_dropped > 0);
-        if m.segment.len() != expected && !dropped {
+        if !expected.contains(&m.segment.len()) && !dropped {
             let v = self.violation_at(
                 Invariant::DataIntact,
                 format!(
-                    "{pid} received {} appended bytes from {} ({}) with capacity {cap} of a {}-byte {:?} segment; expected {expected}",
+                    "{pid} received {} appended bytes from {} ({}) with capacity {cap} of a {}-byte {:?} segment; expected {expected:?}",
                     m.segment.len(),
                     m.from,
                     if local { "local" } else { "remote" },
@@ -446,7 +450,10 @@ impl Sim {
         let status = job.status;
         let write = self.requests[&rid].req.access.write;
         let seg_len = self.requests[&rid].req.seg_len;
-        let max_data = self.nodes[node].engine.as_ref().map_or(1400, |e| e.config().max_data()) as u32;
+        // Every virtual node is on loopback: local or remote, a reply segment
+        // may be as large as one packet to a loopback peer.
+        let max_data =
+            self.nodes[node].engine.as_ref().map_or(1400, |e| e.config().data_to(super::node_addr(node))) as u32;
         if plan.oversized_reply && write && status == Status::Ok && seg_len > max_data {
             let len = (max_data + 1).min(seg_len);
             let data = fill(rid, Writer::Server, 0, len as usize);
