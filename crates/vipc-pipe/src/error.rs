@@ -27,9 +27,9 @@ impl PipeError {
     pub fn errno(&self) -> i32 {
         match self {
             PipeError::Errno(e) => i32::from(*e),
-            PipeError::NotFound(_) => 2,  // ENOENT
-            PipeError::BadName(_) => 22,  // EINVAL
-            _ => 5,                       // EIO
+            PipeError::NotFound(_) => 2, // ENOENT
+            PipeError::BadName(_) => 22, // EINVAL
+            _ => 5,                      // EIO
         }
     }
 
