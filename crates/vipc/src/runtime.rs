@@ -359,6 +359,8 @@ impl Shared {
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
+                Event::HostUp { host, addr } => tracing::debug!(host, %addr, "host up"),
+                Event::HostDown(host) => tracing::info!(host, "host down: silent for too long"),
                 Event::VersionMismatch { addr, version } => {
                     tracing::warn!(
                         "the node at {addr} speaks protocol version {version}, we speak {}",
@@ -562,8 +564,14 @@ impl Shared {
             Lead::No => false,
             Lead::IfHot => hot,
         };
-        self.flush(st);
-        self.wait(pid, &signal, lead, lend)
+        if self.poll_spin.is_some() && !lead {
+            // A spinning follower waits without the lock (see `wait`).
+            self.flush(st);
+            self.wait(pid, None, &signal, lead, lend)
+        } else {
+            let st = self.flush_locked(st);
+            self.wait(pid, Some(st), &signal, lead, lend)
+        }
     }
 
     /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
@@ -571,15 +579,27 @@ impl Shared {
     /// engine and waking the others, until its own completion arrives; the
     /// others sleep on their slot. With `poll_spin`, first spins: the leader
     /// on non-blocking receives, a follower on its slot's flag.
-    fn wait(&self, pid: Pid, signal: &Signal, lead: bool, mut lend: Lend<'_>) -> Result<Completion> {
+    fn wait<'a>(
+        &'a self,
+        pid: Pid,
+        st: Option<MutexGuard<'a, State>>,
+        signal: &Signal,
+        lead: bool,
+        mut lend: Lend<'_>,
+    ) -> Result<Completion> {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
         let mut spinner = net::Spin::cheap();
         let mut work = VecDeque::new();
-        if let (Some(until), false) = (spin_until, lead) {
-            // A follower first spins on its flag without touching the lock.
-            spin_on(signal, until, &mut spinner);
-        }
-        let mut st = self.lock();
+        let mut st = match st {
+            Some(st) => st,
+            None => {
+                // A spinning follower first spins on its flag without the lock.
+                if let Some(until) = spin_until {
+                    spin_on(signal, until, &mut spinner);
+                }
+                self.lock()
+            }
+        };
         loop {
             let Some(slot) = st.slots.get_mut(&pid) else {
                 self.release(&mut st, pid);
