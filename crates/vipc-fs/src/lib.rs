@@ -1,1 +1,25 @@
-//! vipc-fs: the V file server (page-level file access over Send/Receive/Reply).
+//! vipc-fs: the V file server (Cheriton and Zwaenepoel 1983, Zwaenepoel
+//! 1985 ch. 3–4) over vipc: page-level file access through Send, Receive
+//! and Reply. A page read is a Send granting a buffer and a reply carrying
+//! the page (2 packets); a page write is a Send whose segment carries the
+//! page (2 packets); larger transfers move by MoveTo/MoveFrom. The protocol
+//! is specified in docs/PROTOCOL.md, "File service".
+//!
+//! The [`FileServer`] exports a directory under the logical name `fs:NAME`;
+//! an [`FsClient`] on any node finds it by that name and uses paths
+//! relative to the export's root. No request reaches outside the exported
+//! directory: absolute paths, `..` beyond the root and symlinks that lead
+//! out fail with EACCES; a read-only export fails every mutation with EROFS.
+
+#![deny(missing_docs)]
+
+mod attr;
+mod client;
+mod error;
+pub mod proto;
+mod server;
+
+pub use attr::{Attr, DirEntry, FileKind, SetAttr, SetTime, StatFs, Timestamp};
+pub use client::{FsClient, Handle};
+pub use error::{FsError, FsResult};
+pub use server::{service_name, ExportConfig, FileServer, Tuning};

@@ -1,0 +1,533 @@
+//! The client: path-based calls on an export, each one exchange (or a few
+//! for large reads, writes and directories) with the server found by its
+//! logical name `fs:NAME`.
+//!
+//! Failure: a call whose exchange fails returns [`FsError::Transport`]
+//! (EIO) within the node's T_t and makes the next call look the name up
+//! again, so a restarted server is used as soon as it is registered. Open
+//! handles are client-side ids; after a server restart a handle is reopened
+//! once by its remembered path and flags (without O_CREAT, O_EXCL, O_TRUNC),
+//! else the call fails with ESTALE.
+
+use crate::attr::{Attr, DirEntry, Reader, SetAttr, StatFs, ATTR_LEN, STATFS_LEN};
+use crate::error::{FsError, FsResult};
+use crate::proto::*;
+use crate::server::service_name;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use vipc::{Error, Node, Pid, Process, ProtocolError, Scope, SegmentRef, SendOptions};
+
+/// An open file of an [`FsClient`]: a client-side id, valid across server restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle(pub u64);
+
+/// Bytes of directory entries asked for per READDIR exchange.
+const READDIR_BATCH: usize = 32 << 10;
+/// Longest symlink target read back.
+const READLINK_MAX: usize = 4096;
+
+/// The server as last resolved.
+#[derive(Clone, Copy, Debug)]
+struct Server {
+    pid: Pid,
+    instance: u64,
+}
+
+/// What the client remembers of an open file.
+#[derive(Clone, Debug)]
+struct Open {
+    path: String,
+    flags: i32,
+    instance: u64,
+    remote: u64,
+}
+
+/// The client's owner process: it answers the server's liveness pings, so
+/// the server can release the files of a client that died.
+struct Owner {
+    pid: Pid,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A client of one export. `Send + Sync`: it holds a small pool of vipc
+/// processes on its node, so many threads may call at once.
+pub struct FsClient {
+    node: Node,
+    export: String,
+    name: String,
+    server: Mutex<Option<Server>>,
+    pool: Mutex<Vec<Process>>,
+    owner: Owner,
+    read_only: AtomicBool,
+    unit: usize,
+    page: usize,
+    opens: Mutex<HashMap<u64, Open>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for FsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsClient").field("export", &self.export).finish()
+    }
+}
+
+fn owner_loop(p: Process) {
+    loop {
+        let mut m = [0u8; 32];
+        let from = match p.receive(&mut m) {
+            Ok(f) => f,
+            Err(_) => return,
+        };
+        let _ = p.reply(&Rep::errno(0).0, from);
+        if m[0] == OP_STOP && from.host() == p.pid().host() {
+            return;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bad(what: &str) -> FsError {
+    FsError::Protocol(what.to_string())
+}
+
+/// The segment of a path request: the path, then `extra`, in a buffer of at
+/// least `reply` bytes (the reply segment is written at its start).
+fn path_segment(path: &str, extra: &[u8], reply: usize) -> FsResult<Vec<u8>> {
+    if path.len() > MAX_PATH || extra.len() > MAX_PATH + 64 {
+        return Err(FsError::Errno(libc::ENAMETOOLONG));
+    }
+    let mut v = Vec::with_capacity((path.len() + extra.len()).max(reply));
+    v.extend_from_slice(path.as_bytes());
+    v.extend_from_slice(extra);
+    if v.len() < reply {
+        v.resize(reply, 0);
+    }
+    Ok(v)
+}
+
+impl FsClient {
+    /// Finds the server of `export` by its logical name `fs:NAME` (scope Any) from `node`.
+    pub fn connect(node: &Node, export: &str) -> FsResult<FsClient> {
+        let (pid, thread) = node.spawn(owner_loop)?;
+        let page = if node.local_addr().ip().is_loopback() { MAX_PACKET_DATA } else { ETHERNET_PACKET_DATA };
+        let c = FsClient {
+            node: node.clone(),
+            export: export.to_string(),
+            name: service_name(export),
+            server: Mutex::new(None),
+            pool: Mutex::new(Vec::new()),
+            owner: Owner { pid, thread: Some(thread) },
+            read_only: AtomicBool::new(false),
+            unit: DEFAULT_UNIT,
+            page,
+            opens: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        };
+        c.server()?;
+        Ok(c)
+    }
+
+    /// The export's name.
+    pub fn export_name(&self) -> &str {
+        &self.export
+    }
+
+    /// Whether the export is read-only (every mutation fails with EROFS).
+    pub fn read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Largest read or write done as one 2-packet exchange (data in the
+    /// reply or in the Send), on this node's network.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+
+    /// Sets the transfer unit of large reads and writes (the server moves
+    /// their data by MoveTo/MoveFrom in pieces of this size).
+    pub fn set_unit(&mut self, unit: usize) {
+        self.unit = unit.clamp(1024, MAX_IO);
+    }
+
+    /// The transfer unit (see [`FsClient::set_unit`]).
+    pub fn unit(&self) -> usize {
+        self.unit
+    }
+
+    /// The pid of the server process, looked up by name if not known (or after a failure).
+    fn server(&self) -> FsResult<Server> {
+        if let Some(s) = *lock(&self.server) {
+            return Ok(s);
+        }
+        let p = self.process()?;
+        let r = self.resolve(&p);
+        self.give_back(p);
+        r
+    }
+
+    fn resolve(&self, p: &Process) -> FsResult<Server> {
+        let pid = p.get_pid(&self.name, Scope::Any)?.ok_or_else(|| FsError::NotFound(self.name.clone()))?;
+        let mut m = Req::new(OP_HELLO).0;
+        p.send(&mut m, pid)?;
+        let rep = Rep(m);
+        if rep.error() != 0 {
+            return Err(FsError::Errno(rep.error()));
+        }
+        self.read_only.store(rep.flags() & RF_READ_ONLY != 0, Ordering::Relaxed);
+        let s = Server { pid, instance: rep.value() };
+        *lock(&self.server) = Some(s);
+        Ok(s)
+    }
+
+    fn process(&self) -> FsResult<Process> {
+        if let Some(p) = lock(&self.pool).pop() {
+            return Ok(p);
+        }
+        Ok(self.node.attach()?)
+    }
+
+    fn give_back(&self, p: Process) {
+        let mut pool = lock(&self.pool);
+        if pool.len() < 64 {
+            pool.push(p);
+        }
+    }
+
+    /// One exchange with the server. A destination that no longer exists
+    /// (the server restarted on a live node) is looked up again and the
+    /// request sent once more (it never ran); any other failure forgets the
+    /// server, so the next call looks it up.
+    fn call(&self, req: Req, mut seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
+        let p = self.process()?;
+        let r = (|| {
+            let mut server = match *lock(&self.server) {
+                Some(s) => s,
+                None => self.resolve(&p)?,
+            };
+            for attempt in 0..2 {
+                let mut m = req.0;
+                let seg_again = match &mut seg {
+                    None => None,
+                    Some(SegmentRef::Read(b)) => Some(SegmentRef::Read(b)),
+                    Some(SegmentRef::Write(b)) => Some(SegmentRef::Write(b)),
+                    Some(SegmentRef::ReadWrite(b)) => Some(SegmentRef::ReadWrite(b)),
+                };
+                match p.send_with(&mut m, server.pid, seg_again, SendOptions::default()) {
+                    Ok(_) => return Ok((Rep(m), server)),
+                    Err(e) => {
+                        *lock(&self.server) = None;
+                        let gone = matches!(e, Error::Protocol(ProtocolError::NoSuchProcess(_)));
+                        if gone && attempt == 0 && req.op() != OP_HELLO {
+                            server = self.resolve(&p)?;
+                            continue;
+                        }
+                        return Err(FsError::Transport(e));
+                    }
+                }
+            }
+            Err(bad("unreachable retry"))
+        })();
+        self.give_back(p);
+        r
+    }
+
+    /// [`FsClient::call`], failing with the server's errno.
+    fn call_ok(&self, req: Req, seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
+        let (rep, s) = self.call(req, seg)?;
+        match rep.error() {
+            0 => Ok((rep, s)),
+            e if e > 0 => Err(FsError::Errno(e)),
+            e => Err(bad(&format!("negative errno {e}"))),
+        }
+    }
+
+    fn owner_b(&self) -> u32 {
+        self.owner.pid.0
+    }
+
+    /// A path request with a read-write segment holding the path (and
+    /// `extra`), room for `reply` bytes of reply; returns the reply and the segment.
+    fn path_call(&self, mut req: Req, path: &str, extra: &[u8], reply: usize) -> FsResult<(Rep, Vec<u8>)> {
+        let mut seg = path_segment(path, extra, reply)?;
+        req.set_path_len(path.len());
+        req.set_b(self.owner_b());
+        let (rep, _) = self.call_ok(req, Some(SegmentRef::ReadWrite(&mut seg)))?;
+        Ok((rep, seg))
+    }
+
+    fn attr_reply(rep: &Rep, seg: &[u8]) -> FsResult<Attr> {
+        if (rep.count() as usize) < ATTR_LEN {
+            return Err(bad("short attributes"));
+        }
+        Attr::decode(&mut Reader::new(seg)).ok_or_else(|| bad("invalid attributes"))
+    }
+
+    /// Attributes of `path` (lstat: a final symlink is not followed).
+    pub fn lookup(&self, path: &str) -> FsResult<Attr> {
+        let (rep, seg) = self.path_call(Req::new(OP_LOOKUP), path, &[], ATTR_LEN)?;
+        Self::attr_reply(&rep, &seg)
+    }
+
+    /// The entries of directory `path` with their attributes, without "." and "..".
+    pub fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut cookie = 0u64;
+        loop {
+            let mut req = Req::new(OP_READDIR);
+            req.set_offset(cookie);
+            req.set_count(READDIR_BATCH as u32);
+            let (rep, seg) = self.path_call(req, path, &[], READDIR_BATCH)?;
+            let used = (rep.count() as usize).min(seg.len());
+            let mut r = Reader::new(&seg[..used]);
+            while r.pos() < used {
+                let n = r.u16().ok_or_else(|| bad("short entry"))? as usize;
+                let name = r.bytes(n).ok_or_else(|| bad("short entry name"))?;
+                let name = String::from_utf8(name.to_vec()).map_err(|_| bad("entry name not UTF-8"))?;
+                let attr = Attr::decode(&mut r).ok_or_else(|| bad("invalid entry attributes"))?;
+                out.push(DirEntry { name, attr });
+            }
+            if rep.flags() & RF_EOF != 0 {
+                return Ok(out);
+            }
+            if rep.next() <= cookie {
+                return Err(bad("readdir made no progress"));
+            }
+            cookie = rep.next();
+        }
+    }
+
+    /// Opens (with O_CREAT: creates) `path`; O_CREAT, O_EXCL, O_TRUNC and O_APPEND are honoured.
+    pub fn open(&self, path: &str, flags: i32, mode: u32) -> FsResult<(Handle, Attr)> {
+        let (remote, attr, instance) = self.open_remote(path, flags, mode)?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.opens).insert(id, Open { path: path.to_string(), flags, instance, remote });
+        Ok((Handle(id), attr))
+    }
+
+    fn open_remote(&self, path: &str, flags: i32, mode: u32) -> FsResult<(u64, Attr, u64)> {
+        let mut seg = path_segment(path, &[], ATTR_LEN)?;
+        let mut req = Req::new(OP_OPEN);
+        req.set_path_len(path.len());
+        req.set_a(mode);
+        req.set_count(flags as u32);
+        req.set_b(self.owner_b());
+        let (rep, server) = self.call_ok(req, Some(SegmentRef::ReadWrite(&mut seg)))?;
+        Ok((rep.value(), Self::attr_reply(&rep, &seg)?, server.instance))
+    }
+
+    /// A handle request: `build` makes the request for the server's handle.
+    /// A handle of an earlier server instance (or one the server no longer
+    /// knows) is reopened once by path; if that fails: ESTALE.
+    fn with_handle<T>(&self, h: Handle, mut f: impl FnMut(u64) -> FsResult<T>) -> FsResult<T> {
+        let open = lock(&self.opens).get(&h.0).cloned().ok_or(FsError::Errno(libc::EBADF))?;
+        let current = self.server()?;
+        let mut open = if open.instance != current.instance { self.reopen(h, &open)? } else { open };
+        match f(open.remote) {
+            Err(FsError::Errno(libc::EBADF)) => {
+                open = self.reopen(h, &open)?;
+                f(open.remote)
+            }
+            r => r,
+        }
+    }
+
+    fn reopen(&self, h: Handle, old: &Open) -> FsResult<Open> {
+        let flags = old.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        let (remote, _, instance) = match self.open_remote(&old.path, flags, 0) {
+            Ok(r) => r,
+            Err(FsError::Errno(_)) => return Err(FsError::Errno(libc::ESTALE)),
+            Err(e) => return Err(e),
+        };
+        let new = Open { path: old.path.clone(), flags: old.flags, instance, remote };
+        lock(&self.opens).insert(h.0, new.clone());
+        Ok(new)
+    }
+
+    /// Reads at `offset` into `buf`; returns the bytes read (short only at end of file).
+    pub fn read(&self, h: Handle, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = (buf.len() - done).min(MAX_IO);
+            let piece = &mut buf[done..done + n];
+            let got = self.with_handle(h, |remote| {
+                let mut req = Req::new(OP_READ);
+                req.set_handle(remote);
+                req.set_offset(offset + done as u64);
+                req.set_count(n as u32);
+                req.set_a(self.unit as u32);
+                let (rep, _) = self.call_ok(req, Some(SegmentRef::Write(&mut *piece)))?;
+                Ok(rep.count() as usize)
+            })?;
+            if got > n {
+                return Err(bad("read returned more than asked"));
+            }
+            done += got;
+            if got < n {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes `data` at `offset` (an O_APPEND handle appends); returns the bytes written.
+    pub fn write(&self, h: Handle, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let mut done = 0;
+        while done < data.len() {
+            let n = (data.len() - done).min(MAX_IO);
+            let piece = &data[done..done + n];
+            let put = self.with_handle(h, |remote| {
+                let mut req = Req::new(OP_WRITE);
+                req.set_handle(remote);
+                req.set_offset(offset + done as u64);
+                req.set_count(n as u32);
+                req.set_a(self.unit as u32);
+                let (rep, _) = self.call_ok(req, Some(SegmentRef::Read(piece)))?;
+                Ok(rep.count() as usize)
+            })?;
+            if put == 0 || put > n {
+                return Err(bad("write made no progress"));
+            }
+            done += put;
+        }
+        Ok(done)
+    }
+
+    /// Flushes the file's data (and with `datasync` false, its metadata) to stable storage.
+    pub fn fsync(&self, h: Handle, datasync: bool) -> FsResult<()> {
+        self.with_handle(h, |remote| {
+            let mut req = Req::new(OP_FSYNC);
+            req.set_handle(remote);
+            req.set_b(u32::from(datasync));
+            self.call_ok(req, None).map(|_| ())
+        })
+    }
+
+    /// Closes `h`. After a server restart there is nothing left to close on the server.
+    pub fn close(&self, h: Handle) -> FsResult<()> {
+        let open = lock(&self.opens).remove(&h.0).ok_or(FsError::Errno(libc::EBADF))?;
+        let current = self.server()?;
+        if open.instance != current.instance {
+            return Ok(());
+        }
+        let mut req = Req::new(OP_CLOSE);
+        req.set_handle(open.remote);
+        match self.call_ok(req, None) {
+            Ok(_) | Err(FsError::Errno(libc::EBADF)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Attributes of an open file.
+    pub fn fstat(&self, h: Handle) -> FsResult<Attr> {
+        self.with_handle(h, |remote| {
+            let mut req = Req::new(OP_FSTAT);
+            req.set_handle(remote);
+            let mut seg = vec![0u8; ATTR_LEN];
+            let (rep, _) = self.call_ok(req, Some(SegmentRef::Write(&mut seg)))?;
+            Self::attr_reply(&rep, &seg)
+        })
+    }
+
+    /// chmod, truncate and utimes of `path`, or of the open file `h` if given.
+    pub fn setattr(&self, path: &str, h: Option<Handle>, set: &SetAttr) -> FsResult<Attr> {
+        let mut extra = Vec::new();
+        set.encode(&mut extra);
+        let go = |remote: u64| {
+            let mut req = Req::new(OP_SETATTR);
+            req.set_handle(remote);
+            let (rep, seg) = self.path_call(req, path, &extra, ATTR_LEN)?;
+            Self::attr_reply(&rep, &seg)
+        };
+        match h {
+            Some(h) => self.with_handle(h, go),
+            None => go(0),
+        }
+    }
+
+    /// Creates directory `path`.
+    pub fn mkdir(&self, path: &str, mode: u32) -> FsResult<Attr> {
+        let mut req = Req::new(OP_MKDIR);
+        req.set_a(mode);
+        let (rep, seg) = self.path_call(req, path, &[], ATTR_LEN)?;
+        Self::attr_reply(&rep, &seg)
+    }
+
+    /// Removes the empty directory `path`.
+    pub fn rmdir(&self, path: &str) -> FsResult<()> {
+        self.path_call(Req::new(OP_RMDIR), path, &[], 0).map(|_| ())
+    }
+
+    /// Removes the non-directory `path`.
+    pub fn unlink(&self, path: &str) -> FsResult<()> {
+        self.path_call(Req::new(OP_UNLINK), path, &[], 0).map(|_| ())
+    }
+
+    /// Renames `from` to `to`; `flags` are renameat2's (RENAME_NOREPLACE, RENAME_EXCHANGE; 0 = plain).
+    pub fn rename(&self, from: &str, to: &str, flags: u32) -> FsResult<()> {
+        let mut req = Req::new(OP_RENAME);
+        req.set_a(to.len() as u32);
+        req.set_count(flags);
+        self.path_call(req, from, to.as_bytes(), 0).map(|_| ())
+    }
+
+    /// Creates the symbolic link `path` pointing at `target` (stored as given).
+    pub fn symlink(&self, target: &str, path: &str) -> FsResult<Attr> {
+        let mut req = Req::new(OP_SYMLINK);
+        req.set_a(target.len() as u32);
+        let (rep, seg) = self.path_call(req, path, target.as_bytes(), ATTR_LEN)?;
+        Self::attr_reply(&rep, &seg)
+    }
+
+    /// The target of the symbolic link `path`.
+    pub fn readlink(&self, path: &str) -> FsResult<String> {
+        let (rep, seg) = self.path_call(Req::new(OP_READLINK), path, &[], READLINK_MAX)?;
+        let n = rep.count() as usize;
+        let b = seg.get(..n).ok_or_else(|| bad("readlink length beyond the segment"))?;
+        String::from_utf8(b.to_vec()).map_err(|_| bad("link target not UTF-8"))
+    }
+
+    /// Usage of the export's file system.
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let mut seg = vec![0u8; STATFS_LEN];
+        let (_, _) = self.call_ok(Req::new(OP_STATFS), Some(SegmentRef::Write(&mut seg)))?;
+        StatFs::decode(&mut Reader::new(&seg)).ok_or_else(|| bad("invalid statfs"))
+    }
+}
+
+impl Drop for FsClient {
+    fn drop(&mut self) {
+        // Close what is still open (best effort), then stop the owner process.
+        let opens: Vec<u64> = lock(&self.opens).keys().copied().collect();
+        if let Ok(s) = self.server() {
+            for id in opens {
+                if let Some(o) = lock(&self.opens).remove(&id) {
+                    if o.instance == s.instance {
+                        let mut req = Req::new(OP_CLOSE);
+                        req.set_handle(o.remote);
+                        let _ = self.call(req, None);
+                    }
+                }
+            }
+        }
+        if let Ok(p) = self.process() {
+            let mut m = Req::new(OP_STOP).0;
+            let _ = p.send(&mut m, self.owner.pid);
+        }
+        if let Some(t) = self.owner.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Checks at compile time that the client may be shared between threads.
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<FsClient>();
+    is::<Arc<FsClient>>();
+}

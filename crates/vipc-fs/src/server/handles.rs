@@ -1,0 +1,173 @@
+//! Open files of the server: the handle table, who owns each handle (the
+//! client's owner process, so that a dead client's files can be released),
+//! and the per-handle read-ahead state.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use vipc::Pid;
+
+/// Read-ahead of one handle: after a sequential read the worker reads the
+/// next block into `buf` once it has replied (001 §4, read-ahead).
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    /// Offset the next sequential read would start at.
+    pub next: u64,
+    /// Consecutive sequential reads seen.
+    pub streak: u32,
+    /// Prefetched bytes, starting at `buf_off`.
+    pub buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    pub buf_off: u64,
+    /// The server's write epoch when `buf` was read (a write anywhere invalidates it).
+    pub epoch: u64,
+    /// When `buf` was read (it is trusted for a short time only).
+    pub at: Option<Instant>,
+}
+
+/// One open file.
+#[derive(Debug)]
+pub struct OpenFile {
+    /// The file (or directory) descriptor.
+    pub file: File,
+    /// The client's owner process.
+    pub owner: Pid,
+    /// The O_* flags it was opened with.
+    pub flags: i32,
+    /// Read-ahead state.
+    pub ra: Mutex<ReadAhead>,
+}
+
+#[derive(Debug, Default)]
+struct Owner {
+    handles: HashSet<u64>,
+    last_seen: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    files: HashMap<u64, Arc<OpenFile>>,
+    owners: HashMap<Pid, Owner>,
+}
+
+/// The handle table. Handle ids carry the server instance in their high 32
+/// bits, so a restarted server never mistakes an old handle for one of its own.
+#[derive(Debug)]
+pub struct Handles {
+    instance: u32,
+    next: AtomicU32,
+    table: Mutex<Table>,
+}
+
+impl Handles {
+    /// An empty table for server instance `instance`.
+    pub fn new(instance: u32) -> Handles {
+        Handles { instance, next: AtomicU32::new(1), table: Mutex::new(Table::default()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds an open file; returns its handle.
+    pub fn insert(&self, f: OpenFile) -> u64 {
+        let id = (u64::from(self.instance) << 32) | u64::from(self.next.fetch_add(1, Ordering::Relaxed).max(1));
+        let owner = f.owner;
+        let mut t = self.lock();
+        t.files.insert(id, Arc::new(f));
+        let o = t.owners.entry(owner).or_default();
+        o.handles.insert(id);
+        o.last_seen = Some(Instant::now());
+        id
+    }
+
+    /// The open file of `id`, noting that its owner is alive.
+    pub fn get(&self, id: u64) -> Option<Arc<OpenFile>> {
+        let mut t = self.lock();
+        let f = t.files.get(&id)?.clone();
+        if let Some(o) = t.owners.get_mut(&f.owner) {
+            o.last_seen = Some(Instant::now());
+        }
+        Some(f)
+    }
+
+    /// The owner of `id` (noting that it is alive), or the null pid.
+    pub fn owner_of(&self, id: u64) -> Pid {
+        self.get(id).map_or(Pid::NONE, |f| f.owner)
+    }
+
+    /// Removes `id` (closing the file when the last user lets go).
+    pub fn remove(&self, id: u64) -> Option<Arc<OpenFile>> {
+        let mut t = self.lock();
+        let f = t.files.remove(&id)?;
+        if let Some(o) = t.owners.get_mut(&f.owner) {
+            o.handles.remove(&id);
+            if o.handles.is_empty() {
+                t.owners.remove(&f.owner);
+            }
+        }
+        Some(f)
+    }
+
+    /// Releases every handle of `owner` (a client that died); returns how many.
+    pub fn release_owner(&self, owner: Pid) -> usize {
+        let mut t = self.lock();
+        let Some(o) = t.owners.remove(&owner) else { return 0 };
+        for id in &o.handles {
+            t.files.remove(id);
+        }
+        o.handles.len()
+    }
+
+    /// Owners holding handles that have not been heard from since `before`.
+    pub fn idle_owners(&self, before: Instant) -> Vec<Pid> {
+        let t = self.lock();
+        t.owners.iter().filter(|(_, o)| o.last_seen.is_none_or(|s| s < before)).map(|(p, _)| *p).collect()
+    }
+
+    /// Notes that `owner` is alive (it answered a ping).
+    pub fn seen(&self, owner: Pid) {
+        if let Some(o) = self.lock().owners.get_mut(&owner) {
+            o.last_seen = Some(Instant::now());
+        }
+    }
+
+    /// Open handles.
+    pub fn len(&self) -> usize {
+        self.lock().files.len()
+    }
+
+    /// Drops every handle (the server stops).
+    pub fn clear(&self) {
+        let mut t = self.lock();
+        t.files.clear();
+        t.owners.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(owner: u32) -> OpenFile {
+        OpenFile { file: File::open("/").unwrap(), owner: Pid(owner), flags: 0, ra: Mutex::new(ReadAhead::default()) }
+    }
+
+    #[test]
+    fn handles_carry_the_instance_and_owners_release_theirs() {
+        let h = Handles::new(7);
+        let a = h.insert(file(0x10001));
+        let b = h.insert(file(0x10001));
+        let c = h.insert(file(0x20001));
+        assert_eq!(a >> 32, 7);
+        assert_ne!(a, b);
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.release_owner(Pid(0x10001)), 2);
+        assert!(h.get(a).is_none() && h.get(b).is_none() && h.get(c).is_some());
+        assert!(h.remove(c).is_some());
+        assert_eq!(h.len(), 0);
+        assert_eq!(h.release_owner(Pid(0x20001)), 0);
+    }
+}

@@ -1,0 +1,170 @@
+//! The file server: one receiver process registered as `fs:NAME`, which
+//! forwards every request to the least busy of a pool of worker processes
+//! (the V servers' structure), and a reaper that frees the files of dead
+//! clients. See docs/PROTOCOL.md, "File service".
+
+mod confine;
+mod handles;
+mod ops;
+mod worker;
+
+use crate::error::{FsError, FsResult};
+use crate::proto::{Rep, Req, OP_STOP};
+use ops::Service;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use vipc::{Node, Pid, Scope};
+use worker::Pool;
+
+/// What to export and how.
+#[derive(Clone, Debug)]
+pub struct ExportConfig {
+    /// The export's name: the server registers `fs:NAME`.
+    pub name: String,
+    /// The exported directory.
+    pub dir: PathBuf,
+    /// Refuse every mutation with EROFS.
+    pub read_only: bool,
+    /// Worker processes (requests served at once); at least 1.
+    pub workers: usize,
+}
+
+/// Tuning knobs of a server beyond [`ExportConfig`] (defaults are the usual choice).
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Prefetch the next block of sequential readers after replying (read-ahead).
+    pub read_ahead: bool,
+    /// How often idle clients holding handles are checked for life.
+    pub sweep: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning { read_ahead: true, sweep: Duration::from_secs(10) }
+    }
+}
+
+/// The logical name a server of export `name` registers.
+pub fn service_name(export: &str) -> String {
+    format!("fs:{export}")
+}
+
+/// A running file server; [`FileServer::stop`] (or dropping it) stops it.
+pub struct FileServer {
+    node: Node,
+    name: String,
+    receiver: Pid,
+    svc: Arc<Service>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for FileServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileServer").field("name", &self.name).field("receiver", &self.receiver).finish()
+    }
+}
+
+impl FileServer {
+    /// Starts serving `cfg.dir` on `node` under the name `fs:NAME` (scope Any).
+    pub fn start(node: &Node, cfg: ExportConfig) -> FsResult<FileServer> {
+        FileServer::start_tuned(node, cfg, Tuning::default())
+    }
+
+    /// [`FileServer::start`] with explicit [`Tuning`].
+    pub fn start_tuned(node: &Node, cfg: ExportConfig, tuning: Tuning) -> FsResult<FileServer> {
+        let name = service_name(&cfg.name);
+        if name.len() > 32 || cfg.name.is_empty() {
+            return Err(FsError::Protocol(format!("export name {:?} must be 1 to 29 bytes", cfg.name)));
+        }
+        let root = confine::Root::open(&cfg.dir)
+            .map_err(|e| FsError::Protocol(format!("cannot export {}: {e}", cfg.dir.display())))?;
+        let instance = rand_instance();
+        let svc = Arc::new(Service {
+            root,
+            read_only: cfg.read_only,
+            handles: handles::Handles::new(instance),
+            instance,
+            epoch: AtomicU64::new(0),
+            read_ahead: tuning.read_ahead,
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let n = cfg.workers.max(1);
+        let mut procs = Vec::with_capacity(n);
+        for _ in 0..n {
+            procs.push(node.attach()?);
+        }
+        let pool = Arc::new(Pool {
+            workers: procs.iter().map(|p| p.pid()).collect(),
+            load: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        });
+        let mut threads = Vec::new();
+        for (i, p) in procs.into_iter().enumerate() {
+            let (svc, pool) = (svc.clone(), pool.clone());
+            threads.push(spawn(format!("fs-{}-w{i}", cfg.name), move || worker::worker(p, svc, pool, i))?);
+        }
+        let reaper = node.attach()?;
+        let (s, st, sweep) = (svc.clone(), stop.clone(), tuning.sweep);
+        threads.push(spawn(format!("fs-{}-reaper", cfg.name), move || worker::reaper(reaper, s, sweep, st))?);
+        let receiver = node.attach()?;
+        let rpid = receiver.pid();
+        let (nm, st) = (name.clone(), stop.clone());
+        threads.push(spawn(format!("fs-{}-recv", cfg.name), move || worker::receiver(receiver, pool, nm, st))?);
+        let server = FileServer { node: node.clone(), name, receiver: rpid, svc, threads, stop };
+        node.set_pid(&server.name, rpid, Scope::Any)?;
+        Ok(server)
+    }
+
+    /// The receiver's pid (what `fs:NAME` resolves to).
+    pub fn pid(&self) -> Pid {
+        self.receiver
+    }
+
+    /// Files the server holds open for its clients.
+    pub fn open_handles(&self) -> usize {
+        self.svc.handles.len()
+    }
+
+    /// Stops the server: unregisters the name, stops its processes, closes its files.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        if let Ok(p) = self.node.attach() {
+            let mut m = Req::new(OP_STOP).0;
+            if p.send(&mut m, self.receiver).is_err() || Rep(m).error() != 0 {
+                tracing::debug!("file server {}: the receiver did not acknowledge the stop", self.name);
+            }
+        }
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.svc.handles.clear();
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> FsResult<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f).map_err(FsError::from)
+}
+
+/// A random nonzero server instance id.
+fn rand_instance() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    (h.finish() as u32).max(1)
+}

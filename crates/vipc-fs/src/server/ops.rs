@@ -1,0 +1,492 @@
+//! What the server does for each request: decode it, act on the confined
+//! file system, and produce the reply (or the errno). Transport concerns
+//! (receiving, moving large data, replying) are in [`super::worker`].
+
+use super::confine::{attr_of, fstat, proc_path, Errno, Root};
+use super::handles::{Handles, OpenFile, ReadAhead};
+use crate::attr::{Reader, SetAttr, SetTime, StatFs};
+use crate::proto::*;
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Timespec, Timestamps, CWD, UTIME_NOW, UTIME_OMIT};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use vipc::Pid;
+
+/// How long prefetched read-ahead data is trusted (files may change on the
+/// server's side without going through the file service).
+pub const READ_AHEAD_TTL: Duration = Duration::from_millis(200);
+/// Largest read-ahead block.
+pub const READ_AHEAD_MAX: usize = 1 << 20;
+
+/// State shared by the workers of one export.
+#[derive(Debug)]
+pub struct Service {
+    /// The exported directory.
+    pub root: Root,
+    /// Every mutation fails with EROFS.
+    pub read_only: bool,
+    /// Open files.
+    pub handles: Handles,
+    /// Random id of this server instance (HELLO).
+    pub instance: u32,
+    /// Bumped by every mutation through this server: invalidates read-ahead.
+    pub epoch: AtomicU64,
+    /// Whether sequential reads are prefetched.
+    pub read_ahead: bool,
+}
+
+/// The data a reply carries back into the client's segment.
+pub enum Data {
+    /// None.
+    None,
+    /// The first `n` bytes of the worker's I/O buffer.
+    Io(usize),
+    /// These bytes.
+    Owned(Vec<u8>),
+}
+
+/// A successful answer: the reply message, its data, and read-ahead to do after replying.
+pub struct Answer {
+    /// The reply message.
+    pub rep: Rep,
+    /// Data for the client's segment.
+    pub data: Data,
+    /// (handle, offset, length) to prefetch once the reply is sent.
+    pub prefetch: Option<(u64, u64, usize)>,
+}
+
+impl Answer {
+    fn plain(rep: Rep) -> Answer {
+        Answer { rep, data: Data::None, prefetch: None }
+    }
+    fn ok() -> Answer {
+        Answer::plain(Rep::errno(0))
+    }
+    fn with(rep: Rep, data: Vec<u8>) -> Answer {
+        let mut rep = rep;
+        rep.set_count(data.len() as u32);
+        Answer { rep, data: Data::Owned(data), prefetch: None }
+    }
+}
+
+/// A request's inputs as the worker received them.
+pub struct Input<'a> {
+    /// The request.
+    pub req: Req,
+    /// The segment bytes the request needs (path, second path, setattr, write data).
+    pub seg: &'a [u8],
+    /// Size of the segment the client granted.
+    pub seg_size: usize,
+    /// The client may receive data in its segment.
+    pub writable: bool,
+}
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    e.raw_os_error()
+}
+
+fn io_errno(e: std::io::Error) -> Errno {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn utf8(b: &[u8]) -> Result<&str, Errno> {
+    std::str::from_utf8(b).map_err(|_| libc::EINVAL)
+}
+
+/// The first path of a request.
+pub fn path1<'a>(i: &Input<'a>) -> Result<&'a str, Errno> {
+    utf8(i.seg.get(..i.req.path_len()).ok_or(libc::EINVAL)?)
+}
+
+/// The second path (rename target, symlink target), `a` bytes after the first.
+pub fn path2<'a>(i: &Input<'a>) -> Result<&'a str, Errno> {
+    let s = i.req.path_len();
+    utf8(i.seg.get(s..s + i.req.a() as usize).ok_or(libc::EINVAL)?)
+}
+
+/// Bytes of the segment a request needs before it can be served.
+pub fn needed(req: &Req) -> usize {
+    let p = req.path_len();
+    match req.op() {
+        OP_RENAME | OP_SYMLINK => p + req.a() as usize,
+        OP_SETATTR => p + crate::attr::SETATTR_LEN,
+        OP_WRITE => req.count() as usize,
+        OP_LOOKUP | OP_OPEN | OP_READDIR | OP_MKDIR | OP_RMDIR | OP_UNLINK | OP_READLINK => p,
+        _ => 0,
+    }
+}
+
+/// The O_* flags a client may pass to OPEN.
+const OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_NOATIME;
+
+fn attr_bytes(a: &crate::attr::Attr) -> Vec<u8> {
+    let mut v = Vec::with_capacity(crate::attr::ATTR_LEN);
+    a.encode(&mut v);
+    v
+}
+
+fn settime(t: Option<SetTime>) -> Timespec {
+    match t {
+        None => Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT },
+        Some(SetTime::Now) => Timespec { tv_sec: 0, tv_nsec: UTIME_NOW },
+        Some(SetTime::At(ts)) => Timespec { tv_sec: ts.secs, tv_nsec: ts.nanos as _ },
+    }
+}
+
+/// Reads at `off` until `buf` is full or the file ends.
+pub fn read_full(f: &File, mut off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], off) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                off += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_errno(e)),
+        }
+    }
+    Ok(got)
+}
+
+impl Service {
+    fn mutation(&self) -> Result<(), Errno> {
+        if self.read_only {
+            return Err(libc::EROFS);
+        }
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn file(&self, h: u64) -> Result<std::sync::Arc<OpenFile>, Errno> {
+        self.handles.get(h).ok_or(libc::EBADF)
+    }
+
+    /// Serves every request that needs no bulk transfer, and READ (whose data
+    /// land in `io`). WRITE is served by [`Service::write`].
+    pub fn serve(&self, i: &Input<'_>, io: &mut Vec<u8>) -> Result<Answer, Errno> {
+        let req = i.req;
+        let need_reply = |n: usize| if i.writable && i.seg_size >= n { Ok(()) } else { Err(libc::EINVAL) };
+        match req.op() {
+            OP_HELLO => {
+                let mut rep = Rep::errno(0);
+                rep.set_value(u64::from(self.instance));
+                rep.set_flags(if self.read_only { RF_READ_ONLY } else { 0 });
+                Ok(Answer::plain(rep))
+            }
+            OP_LOOKUP => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                let fd = self.root.node(path1(i)?)?;
+                Ok(Answer::with(Rep::errno(0), attr_bytes(&fstat(&fd)?)))
+            }
+            OP_OPEN => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                self.open(i)
+            }
+            OP_CLOSE => self.handles.remove(req.handle()).map(|_| Answer::ok()).ok_or(libc::EBADF),
+            OP_READ => self.read(i, io),
+            OP_FSTAT => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                let f = self.file(req.handle())?;
+                Ok(Answer::with(Rep::errno(0), attr_bytes(&fstat(&f.file)?)))
+            }
+            OP_FSYNC => {
+                let f = self.file(req.handle())?;
+                let r = if req.b() != 0 { f.file.sync_data() } else { f.file.sync_all() };
+                r.map_err(io_errno)?;
+                Ok(Answer::ok())
+            }
+            OP_READDIR => self.readdir(i),
+            OP_MKDIR => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                self.mutation()?;
+                let (dir, name) =
+                    self.root.parent(path1(i)?).map_err(|e| if e == libc::EINVAL { libc::EEXIST } else { e })?;
+                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(req.a() & 0o7777)).map_err(errno)?;
+                let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                Ok(Answer::with(Rep::errno(0), attr_bytes(&attr_of(&st))))
+            }
+            OP_RMDIR | OP_UNLINK => {
+                self.mutation()?;
+                let (dir, name) = self.root.parent(path1(i)?)?;
+                let flags = if req.op() == OP_RMDIR { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+                rustix::fs::unlinkat(&dir, name, flags).map_err(errno)?;
+                Ok(Answer::ok())
+            }
+            OP_RENAME => {
+                self.mutation()?;
+                let flags = RenameFlags::from_bits(req.count()).ok_or(libc::EINVAL)?;
+                let (d1, n1) = self.root.parent(path1(i)?)?;
+                let (d2, n2) = self.root.parent(path2(i)?)?;
+                rustix::fs::renameat_with(&d1, n1, &d2, n2, flags).map_err(errno)?;
+                Ok(Answer::ok())
+            }
+            OP_SETATTR => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                self.setattr(i)
+            }
+            OP_SYMLINK => {
+                need_reply(crate::attr::ATTR_LEN)?;
+                self.mutation()?;
+                let (dir, name) = self.root.parent(path1(i)?)?;
+                rustix::fs::symlinkat(path2(i)?, &dir, name).map_err(errno)?;
+                let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                Ok(Answer::with(Rep::errno(0), attr_bytes(&attr_of(&st))))
+            }
+            OP_READLINK => {
+                let fd = self.root.node(path1(i)?)?;
+                let target = rustix::fs::readlinkat(&fd, "", Vec::new()).map_err(|e| {
+                    if e == rustix::io::Errno::NOENT {
+                        libc::EINVAL // "" on a non-symlink O_PATH descriptor: not a link
+                    } else {
+                        errno(e)
+                    }
+                })?;
+                let bytes = target.into_bytes();
+                if !i.writable || bytes.len() > i.seg_size {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                Ok(Answer::with(Rep::errno(0), bytes))
+            }
+            OP_STATFS => {
+                need_reply(crate::attr::STATFS_LEN)?;
+                let v = rustix::fs::fstatvfs(self.root.fd()).map_err(errno)?;
+                let s = StatFs {
+                    blocks: v.f_blocks,
+                    bfree: v.f_bfree,
+                    bavail: v.f_bavail,
+                    files: v.f_files,
+                    ffree: v.f_ffree,
+                    bsize: v.f_frsize.max(v.f_bsize) as u32,
+                    namelen: v.f_namemax as u32,
+                };
+                let mut out = Vec::with_capacity(crate::attr::STATFS_LEN);
+                s.encode(&mut out);
+                Ok(Answer::with(Rep::errno(0), out))
+            }
+            _ => Err(libc::ENOSYS),
+        }
+    }
+
+    fn open(&self, i: &Input<'_>) -> Result<Answer, Errno> {
+        let req = i.req;
+        let flags = req.count() as i32;
+        if flags & !OPEN_FLAGS != 0 {
+            return Err(libc::EINVAL);
+        }
+        let acc = flags & libc::O_ACCMODE;
+        let writes = acc != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0;
+        if writes {
+            self.mutation()?;
+        }
+        let owner = Pid(req.b());
+        // O_NONBLOCK: opening a FIFO in the export must never block a worker.
+        let oflags = OFlags::from_bits_retain(flags as u32) | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = self.root.open_at(path1(i)?, oflags, req.a())?;
+        let attr = fstat(&fd)?;
+        let file = File::from(fd);
+        let id = self.handles.insert(OpenFile { file, owner, flags, ra: Mutex::new(ReadAhead::default()) });
+        let mut rep = Rep::errno(0);
+        rep.set_value(id);
+        rep.set_flags(if self.read_only { RF_READ_ONLY } else { 0 });
+        Ok(Answer::with(rep, attr_bytes(&attr)))
+    }
+
+    fn read(&self, i: &Input<'_>, io: &mut Vec<u8>) -> Result<Answer, Errno> {
+        let req = i.req;
+        let n = req.count() as usize;
+        if n > MAX_IO || !i.writable || i.seg_size < n {
+            return Err(libc::EINVAL);
+        }
+        let f = self.file(req.handle())?;
+        if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return Err(libc::EBADF);
+        }
+        let off = req.offset();
+        if io.len() < n {
+            io.resize(n, 0);
+        }
+        let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let fresh = ra.at.is_some_and(|t| t.elapsed() < READ_AHEAD_TTL) && ra.epoch == epoch;
+        let hit = fresh && off >= ra.buf_off && off + n as u64 <= ra.buf_off + ra.buf.len() as u64;
+        let got = if hit {
+            let s = (off - ra.buf_off) as usize;
+            io[..n].copy_from_slice(&ra.buf[s..s + n]);
+            n
+        } else {
+            read_full(&f.file, off, &mut io[..n])?
+        };
+        ra.streak = if off == ra.next && off != 0 { ra.streak.saturating_add(1) } else { 0 };
+        ra.next = off + got as u64;
+        let prefetch = (self.read_ahead && ra.streak >= 1 && got == n && n > 0)
+            .then(|| (req.handle(), off + n as u64, n.min(READ_AHEAD_MAX)));
+        drop(ra);
+        let mut rep = Rep::errno(0);
+        rep.set_count(got as u32);
+        Ok(Answer { rep, data: Data::Io(got), prefetch })
+    }
+
+    /// Read-ahead after a reply: reads the next block of a sequential reader
+    /// into its handle, and asks the kernel to start on the blocks after it.
+    pub fn prefetch(&self, handle: u64, off: u64, len: usize) {
+        let Some(f) = self.handles.get(handle) else { return };
+        let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
+        if ra.next != off {
+            return; // the reader moved on meanwhile
+        }
+        let _ = rustix::fs::fadvise(
+            &f.file,
+            off + len as u64,
+            std::num::NonZeroU64::new(4 * len as u64),
+            rustix::fs::Advice::WillNeed,
+        );
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let mut buf = std::mem::take(&mut ra.buf);
+        buf.resize(len, 0);
+        match read_full(&f.file, off, &mut buf) {
+            Ok(got) => {
+                buf.truncate(got);
+                ra.buf = buf;
+                ra.buf_off = off;
+                ra.epoch = epoch;
+                ra.at = Some(Instant::now());
+            }
+            Err(_) => ra.at = None,
+        }
+    }
+
+    /// WRITE: `data` are the bytes to write (already fetched from the client).
+    pub fn write(&self, req: &Req, data: &[u8]) -> Result<Answer, Errno> {
+        let f = self.file(req.handle())?;
+        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(libc::EBADF);
+        }
+        self.mutation()?;
+        // The reply leaves once the data are in the server's page cache: the
+        // disk write happens behind it (write-behind); FSYNC forces it.
+        f.file.write_all_at(data, req.offset()).map_err(io_errno)?;
+        let mut rep = Rep::errno(0);
+        rep.set_count(data.len() as u32);
+        Ok(Answer::plain(rep))
+    }
+
+    /// Checks a WRITE before its data are fetched.
+    pub fn check_write(&self, i: &Input<'_>) -> Result<(), Errno> {
+        let n = i.req.count() as usize;
+        if n > MAX_IO || i.seg_size < n {
+            return Err(libc::EINVAL);
+        }
+        if self.read_only {
+            return Err(libc::EROFS);
+        }
+        let f = self.file(i.req.handle())?;
+        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(libc::EBADF);
+        }
+        Ok(())
+    }
+
+    fn readdir(&self, i: &Input<'_>) -> Result<Answer, Errno> {
+        let req = i.req;
+        let cap = (req.count() as usize).min(i.seg_size);
+        if !i.writable {
+            return Err(libc::EINVAL);
+        }
+        let fd = self.root.open_at(path1(i)?, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK, 0)?;
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+        while let Some(e) = dir.read() {
+            let e = e.map_err(errno)?;
+            let name = e.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                names.push(name.to_vec());
+            }
+        }
+        names.sort_unstable();
+        let mut out = Vec::new();
+        let mut next = req.offset() as usize;
+        let mut entries = 0u32;
+        while next < names.len() {
+            let name = &names[next];
+            let st = match rustix::fs::statat(&fd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => {
+                    next += 1; // removed meanwhile
+                    continue;
+                }
+                Err(e) => return Err(errno(e)),
+            };
+            let name = String::from_utf8_lossy(name);
+            let len = 2 + name.len() + crate::attr::ATTR_LEN;
+            if out.len() + len > cap {
+                if entries == 0 {
+                    return Err(libc::EINVAL); // the client's buffer cannot hold one entry
+                }
+                break;
+            }
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            attr_of(&st).encode(&mut out);
+            entries += 1;
+            next += 1;
+        }
+        let mut rep = Rep::errno(0);
+        rep.set_next(next as u64);
+        rep.set_flags(if next >= names.len() { RF_EOF } else { 0 });
+        let mut a = Answer::with(rep, out);
+        a.rep.set_value(u64::from(entries));
+        Ok(a)
+    }
+
+    fn setattr(&self, i: &Input<'_>) -> Result<Answer, Errno> {
+        let req = i.req;
+        let p = req.path_len();
+        let set = SetAttr::decode(&mut Reader::new(i.seg.get(p..).ok_or(libc::EINVAL)?)).ok_or(libc::EINVAL)?;
+        self.mutation()?;
+        let path = path1(i)?;
+        let handle = if req.handle() != 0 { Some(self.file(req.handle())?) } else { None };
+        // The object: the open file, or the path (a final symlink is followed, as chmod(2) does).
+        let node;
+        let fd: BorrowedFd<'_> = match &handle {
+            Some(f) => f.file.as_fd(),
+            None => {
+                node = self.root.open_at(path, OFlags::PATH, 0)?;
+                node.as_fd()
+            }
+        };
+        let target = proc_path(&fd);
+        if let Some(size) = set.size {
+            let truncated = match &handle {
+                Some(f) if f.flags & libc::O_ACCMODE != libc::O_RDONLY => f.file.set_len(size).map_err(io_errno),
+                _ => Err(libc::EBADF),
+            };
+            if truncated.is_err() {
+                let fd = self.root.open_at(path, OFlags::WRONLY | OFlags::NONBLOCK, 0)?;
+                rustix::fs::ftruncate(&fd, size).map_err(errno)?;
+            }
+        }
+        if let Some(perm) = set.perm {
+            rustix::fs::chmod(target.as_str(), Mode::from_raw_mode(u32::from(perm) & 0o7777)).map_err(errno)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let times = Timestamps { last_access: settime(set.atime), last_modification: settime(set.mtime) };
+            rustix::fs::utimensat(CWD, target.as_str(), &times, AtFlags::empty()).map_err(errno)?;
+        }
+        let attr = fstat(fd)?;
+        Ok(Answer::with(Rep::errno(0), attr_bytes(&attr)))
+    }
+}

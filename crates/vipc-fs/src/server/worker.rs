@@ -1,0 +1,240 @@
+//! The server's processes: the receiver that takes every request and
+//! forwards it to the least busy worker (V style), the workers that serve
+//! requests and move data, and the reaper that releases the files of clients
+//! that died.
+
+use super::ops::{needed, Answer, Data, Input, Service};
+use crate::proto::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vipc::{Error, Message, Pid, Process, ProtocolError, ReceiveInfo};
+
+/// Receive buffer of a worker: the largest appended segment a packet can carry.
+const RECEIVE_BUFFER: usize = MAX_PACKET_DATA + 1024;
+
+/// The receiver's view of its workers.
+pub struct Pool {
+    /// Worker pids.
+    pub workers: Vec<Pid>,
+    /// Requests forwarded to each worker and not yet answered.
+    pub load: Vec<AtomicUsize>,
+}
+
+/// Whether `e` means the node itself is gone (the process should exit).
+fn stopped(e: &Error) -> bool {
+    matches!(e, Error::NodeStopped | Error::Protocol(ProtocolError::NotLocalProcess(_)))
+}
+
+/// The receiver: forwards each request to an idle worker (the least loaded
+/// one if none is idle). OP_STOP from a process of this node ends the
+/// server: the workers are told to stop, then the stopper gets its reply.
+pub fn receiver(p: Process, pool: Arc<Pool>, name: String, stop: Arc<AtomicBool>) {
+    let me = p.pid();
+    loop {
+        let mut msg: Message = [0; 32];
+        let from = match p.receive(&mut msg) {
+            Ok(f) => f,
+            Err(e) => {
+                if !stopped(&e) {
+                    tracing::warn!("file server {name}: receive failed: {e}");
+                }
+                break;
+            }
+        };
+        if msg[0] == OP_STOP {
+            if from.host() != me.host() {
+                let _ = p.reply(&Rep::errno(libc::EPERM).0, from);
+                continue;
+            }
+            stop.store(true, Ordering::SeqCst);
+            let _ = p.set_pid(&name, Pid::NONE, vipc::Scope::Any);
+            for w in &pool.workers {
+                let mut m = Req::new(OP_STOP).0;
+                let _ = p.send(&mut m, *w);
+            }
+            let _ = p.reply(&Rep::errno(0).0, from);
+            break;
+        }
+        let (i, _) = pool
+            .load
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, l)| l.load(Ordering::Relaxed))
+            .expect("a pool has at least one worker");
+        pool.load[i].fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = p.forward(&msg, from, pool.workers[i]) {
+            pool.load[i].fetch_sub(1, Ordering::Relaxed);
+            if stopped(&e) {
+                break;
+            }
+            tracing::debug!("file server {name}: forward from {from} failed: {e}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+}
+
+/// The transfer unit of a READ or WRITE request.
+fn unit(req: &Req) -> usize {
+    match req.a() as usize {
+        0 => DEFAULT_UNIT,
+        u => u.clamp(1024, MAX_IO),
+    }
+}
+
+/// Sends `data` into the client's segment and replies: in the reply packet
+/// if it fits (2 packets in all), else by MoveTo in `unit`-byte pieces first.
+fn reply_data(p: &Process, to: Pid, rep: &Rep, data: &[u8], unit: usize) -> Result<(), Error> {
+    if data.is_empty() {
+        return p.reply(&rep.0, to);
+    }
+    if data.len() <= MAX_PACKET_DATA {
+        match p.reply_with_segment(&rep.0, to, 0, data) {
+            Err(Error::Protocol(ProtocolError::TooLarge { .. })) => {}
+            r => return r,
+        }
+    }
+    for (k, piece) in data.chunks(unit).enumerate() {
+        p.move_to(to, (k * unit) as u32, piece)?;
+    }
+    p.reply(&rep.0, to)
+}
+
+/// Fetches the `need` first bytes of the client's segment: from the
+/// appended part if it holds them, the rest by MoveFrom in `unit` pieces.
+fn fetch<'a>(
+    p: &Process,
+    info: &ReceiveInfo,
+    appended: &'a [u8],
+    need: usize,
+    unit: usize,
+    io: &'a mut Vec<u8>,
+) -> Result<Result<&'a [u8], i32>, Error> {
+    if need <= appended.len() {
+        return Ok(Ok(&appended[..need]));
+    }
+    if !info.access.read || (info.segment_size as usize) < need {
+        return Ok(Err(libc::EINVAL));
+    }
+    if io.len() < need {
+        io.resize(need, 0);
+    }
+    let have = appended.len();
+    io[..have].copy_from_slice(appended);
+    let mut off = have;
+    while off < need {
+        let end = (off + unit).min(need);
+        p.move_from(info.from, off as u32, &mut io[off..end])?;
+        off = end;
+    }
+    Ok(Ok(&io[..need]))
+}
+
+/// A worker: serves the requests the receiver forwards to it.
+pub fn worker(p: Process, svc: Arc<Service>, pool: Arc<Pool>, index: usize) {
+    let mut rbuf = vec![0u8; RECEIVE_BUFFER];
+    let mut io: Vec<u8> = Vec::new();
+    let mut wbuf: Vec<u8> = Vec::new();
+    loop {
+        let mut msg: Message = [0; 32];
+        let info = match p.receive_with_segment(&mut msg, &mut rbuf) {
+            Ok(i) => i,
+            Err(e) => {
+                if !stopped(&e) {
+                    tracing::warn!("file server worker: receive failed: {e}");
+                }
+                return;
+            }
+        };
+        let req = Req(msg);
+        if req.op() == OP_STOP && info.from.host() == p.pid().host() && info.forwarder == info.from {
+            let _ = p.reply(&Rep::errno(0).0, info.from);
+            return;
+        }
+        let owner = match req.op() {
+            OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_CLOSE => svc.handles.owner_of(req.handle()),
+            _ => Pid(req.b()),
+        };
+        let r = serve_one(&p, &svc, &info, req, &rbuf[..info.len], &mut io, &mut wbuf);
+        pool.load[index].fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Ok(()) => {}
+            Err(e) if stopped(&e) => return,
+            Err(e) => {
+                // The client died or vanished mid-exchange: release its files.
+                let n = if owner.is_none() { 0 } else { svc.handles.release_owner(owner) };
+                tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
+            }
+        }
+    }
+}
+
+/// Serves one request; an error means the exchange with the client failed.
+fn serve_one(
+    p: &Process,
+    svc: &Service,
+    info: &ReceiveInfo,
+    req: Req,
+    appended: &[u8],
+    io: &mut Vec<u8>,
+    wbuf: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let to = info.from;
+    let unit = unit(&req);
+    let need = needed(&req);
+    let mut i = Input { req, seg: appended, seg_size: info.segment_size as usize, writable: info.access.write };
+    if req.op() == OP_WRITE {
+        if let Err(e) = svc.check_write(&i) {
+            return p.reply(&Rep::errno(e).0, to);
+        }
+    }
+    let seg = match fetch(p, info, appended, need, unit, wbuf)? {
+        Ok(s) => s,
+        Err(e) => return p.reply(&Rep::errno(e).0, to),
+    };
+    i.seg = seg;
+    let answer = if req.op() == OP_WRITE { svc.write(&req, seg) } else { svc.serve(&i, io) };
+    match answer {
+        Err(e) => p.reply(&Rep::errno(e).0, to),
+        Ok(Answer { rep, data, prefetch }) => {
+            match data {
+                Data::None => p.reply(&rep.0, to)?,
+                Data::Io(n) => reply_data(p, to, &rep, &io[..n], unit)?,
+                Data::Owned(v) => reply_data(p, to, &rep, &v, unit)?,
+            }
+            if let Some((h, off, len)) = prefetch {
+                svc.prefetch(h, off, len);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The reaper: every `sweep`, pings the owner process of each client that
+/// holds handles and has been silent for a whole `sweep`; a client whose
+/// owner is gone (its node says no such process, or its node is down) has
+/// its handles released.
+pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBool>) {
+    let mut last = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50).min(sweep));
+        if last.elapsed() < sweep {
+            continue;
+        }
+        last = Instant::now();
+        for owner in svc.handles.idle_owners(last - sweep) {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut m = Req::new(OP_PING_OWNER).0;
+            match p.send(&mut m, owner) {
+                Ok(_) => svc.handles.seen(owner),
+                Err(e) if stopped(&e) => return,
+                Err(e) => {
+                    let n = svc.handles.release_owner(owner);
+                    tracing::debug!("file server: client {owner} is gone ({e}); released {n} handles");
+                }
+            }
+        }
+    }
+}
