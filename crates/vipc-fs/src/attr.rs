@@ -107,7 +107,7 @@ pub const ATTR_LEN: usize = 80;
 /// Bytes of an encoded [`StatFs`].
 pub const STATFS_LEN: usize = 48;
 /// Bytes of an encoded [`SetAttr`].
-pub const SETATTR_LEN: usize = 36;
+pub const SETATTR_LEN: usize = 37;
 
 /// Little-endian reader over a byte slice that never panics.
 pub(crate) struct Reader<'a> {
@@ -255,7 +255,7 @@ fn get_settime(r: &mut Reader<'_>) -> Option<Option<SetTime>> {
 }
 
 impl SetAttr {
-    /// Appends the 36-byte encoding: presence byte (bit 0 perm, bit 1 size), perm, size, atime, mtime.
+    /// Appends the 37-byte encoding: presence byte (bit 0 perm, bit 1 size), perm, size, atime, mtime.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let present = u8::from(self.perm.is_some()) | (u8::from(self.size.is_some()) << 1);
         out.push(present);
@@ -263,7 +263,6 @@ impl SetAttr {
         out.extend_from_slice(&self.size.unwrap_or(0).to_le_bytes());
         put_settime(out, self.atime);
         put_settime(out, self.mtime);
-        out.push(0); // pad to 36
     }
 
     /// Decodes an encoding; `None` if it is short or invalid.
@@ -273,7 +272,6 @@ impl SetAttr {
         let size = r.u64()?;
         let atime = get_settime(r)?;
         let mtime = get_settime(r)?;
-        r.u8()?;
         Some(SetAttr {
             perm: (present & 1 != 0).then_some(perm & 0o7777),
             size: (present & 2 != 0).then_some(size),

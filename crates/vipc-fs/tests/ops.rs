@@ -1,0 +1,114 @@
+//! Every operation of the file service over two real loopback nodes.
+
+mod common;
+use common::*;
+use std::fs;
+use vipc_fs::{FileKind, FsError, SetAttr, SetTime, Timestamp};
+
+fn errno<T: std::fmt::Debug>(r: Result<T, FsError>) -> i32 {
+    match r {
+        Err(e) => e.errno(),
+        Ok(v) => panic!("expected an error, got {v:?}"),
+    }
+}
+
+#[test]
+fn files_round_trip_through_every_operation() {
+    let s = setup(false);
+    let c = &s.client;
+    let d = s.dir.path();
+    assert!(!c.read_only());
+    assert_eq!(c.export_name(), s.name);
+
+    // create, write, read, fstat, close
+    let (h, a) = c.open("f.txt", libc::O_CREAT | libc::O_RDWR | libc::O_EXCL, 0o640).unwrap();
+    assert_eq!((a.kind, a.size, a.perm), (FileKind::File, 0, 0o640));
+    assert_eq!(c.write(h, 0, b"hello world").unwrap(), 11);
+    let mut buf = [0u8; 64];
+    assert_eq!(c.read(h, 6, &mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"world");
+    assert_eq!(c.fstat(h).unwrap().size, 11);
+    c.fsync(h, false).unwrap();
+    c.fsync(h, true).unwrap();
+    c.close(h).unwrap();
+    assert_eq!(fs::read(d.join("f.txt")).unwrap(), b"hello world");
+    assert_eq!(errno(c.close(h)), libc::EBADF);
+    assert_eq!(errno(c.open("f.txt", libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600)), libc::EEXIST);
+
+    // O_APPEND and O_TRUNC
+    let (h, _) = c.open("f.txt", libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+    c.write(h, 0, b"!").unwrap();
+    c.close(h).unwrap();
+    assert_eq!(fs::read(d.join("f.txt")).unwrap(), b"hello world!");
+    let (h, a) = c.open("f.txt", libc::O_RDWR | libc::O_TRUNC, 0).unwrap();
+    assert_eq!(a.size, 0);
+    c.close(h).unwrap();
+
+    // mkdir, lookup, readdir with attributes
+    let a = c.mkdir("sub", 0o750).unwrap();
+    assert_eq!((a.kind, a.perm), (FileKind::Dir, 0o750));
+    fs::write(d.join("sub/x"), b"12345").unwrap();
+    assert_eq!(c.lookup("sub/x").unwrap().size, 5);
+    assert_eq!(c.lookup("").unwrap().kind, FileKind::Dir);
+    let mut names: Vec<(String, FileKind, u64)> =
+        c.readdir("").unwrap().into_iter().map(|e| (e.name, e.attr.kind, e.attr.size)).collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(names, vec![("f.txt".into(), FileKind::File, 0), ("sub".into(), FileKind::Dir, names[1].2)]);
+
+    // symlink, readlink, lookup does not follow
+    let a = c.symlink("sub/x", "ln").unwrap();
+    assert_eq!(a.kind, FileKind::Symlink);
+    assert_eq!(c.readlink("ln").unwrap(), "sub/x");
+    assert_eq!(c.lookup("ln").unwrap().kind, FileKind::Symlink);
+    assert_eq!(errno(c.readlink("f.txt")), libc::EINVAL);
+    // opening through a symlink inside the export works
+    let (h, a) = c.open("ln", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(a.size, 5);
+    c.close(h).unwrap();
+
+    // rename, plain and NOREPLACE
+    c.rename("sub/x", "sub/y", 0).unwrap();
+    assert!(d.join("sub/y").exists() && !d.join("sub/x").exists());
+    fs::write(d.join("z"), b"z").unwrap();
+    assert_eq!(errno(c.rename("z", "f.txt", libc::RENAME_NOREPLACE)), libc::EEXIST);
+    c.rename("z", "f.txt", 0).unwrap();
+    assert_eq!(fs::read(d.join("f.txt")).unwrap(), b"z");
+
+    // setattr: chmod, truncate (path and handle), utimes
+    let a = c.setattr("f.txt", None, &SetAttr { perm: Some(0o600), ..Default::default() }).unwrap();
+    assert_eq!(a.perm, 0o600);
+    let a = c.setattr("f.txt", None, &SetAttr { size: Some(1000), ..Default::default() }).unwrap();
+    assert_eq!(a.size, 1000);
+    let (h, _) = c.open("f.txt", libc::O_RDWR, 0).unwrap();
+    let a = c.setattr("f.txt", Some(h), &SetAttr { size: Some(3), ..Default::default() }).unwrap();
+    assert_eq!(a.size, 3);
+    c.close(h).unwrap();
+    let t = Timestamp { secs: 1_000_000_000, nanos: 5 };
+    let a = c
+        .setattr(
+            "f.txt",
+            None,
+            &SetAttr { atime: Some(SetTime::At(t)), mtime: Some(SetTime::At(t)), ..Default::default() },
+        )
+        .unwrap();
+    assert_eq!((a.atime, a.mtime), (t, t));
+    let a = c.setattr("f.txt", None, &SetAttr { mtime: Some(SetTime::Now), ..Default::default() }).unwrap();
+    assert!(a.mtime.secs > t.secs);
+    assert_eq!(a.atime, t);
+
+    // unlink, rmdir and their errors
+    assert_eq!(errno(c.rmdir("sub")), libc::ENOTEMPTY);
+    assert_eq!(errno(c.unlink("sub")), libc::EISDIR);
+    c.unlink("sub/y").unwrap();
+    c.rmdir("sub").unwrap();
+    assert_eq!(errno(c.rmdir("f.txt")), libc::ENOTDIR);
+    c.unlink("ln").unwrap();
+    assert_eq!(errno(c.lookup("ln")), libc::ENOENT);
+    assert_eq!(errno(c.open("missing", libc::O_RDONLY, 0)), libc::ENOENT);
+    assert_eq!(errno(c.mkdir("f.txt", 0o700)), libc::EEXIST);
+    assert_eq!(errno(c.readdir("f.txt")), libc::ENOTDIR);
+
+    // statfs
+    let st = c.statfs().unwrap();
+    assert!(st.blocks > 0 && st.bsize > 0 && st.namelen >= 255);
+}
