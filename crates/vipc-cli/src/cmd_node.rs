@@ -5,8 +5,8 @@ use crate::opts::NodeArgs;
 use std::io::Write;
 use vipc::{services, Node};
 
-/// Runs a node until SIGINT or SIGTERM.
-pub fn run(args: &NodeArgs) -> CliResult<()> {
+/// Runs a node (serving pipes `pipes`, if any) until SIGINT or SIGTERM.
+pub fn run(args: &NodeArgs, pipes: &[String]) -> CliResult<()> {
     let cfg = args.build()?;
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
@@ -15,9 +15,11 @@ pub fn run(args: &NodeArgs) -> CliResult<()> {
     .map_err(|e| CliError(format!("cannot install the signal handler: {e}")))?;
     let node = Node::start(cfg)?;
     services::spawn_echo(&node, Some("echo"))?;
+    let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
     say!("vipc node: host {:04x} listening on {}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
+    drop(servers);
     node.shutdown();
     Ok(())
 }

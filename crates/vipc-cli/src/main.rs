@@ -18,6 +18,7 @@ mod cmd_bench;
 mod cmd_keygen;
 mod cmd_node;
 mod cmd_ping;
+mod cmd_pipe;
 mod cmd_stat;
 mod demo;
 mod error;
@@ -45,6 +46,9 @@ struct Cli {
 enum Cmd {
     /// Run a node hosting the kernel server and the echo service (name `echo`) until SIGINT/SIGTERM.
     Node {
+        /// Also serve pipe NAME (registered as pipe:NAME; repeatable), as `vipc pipe serve` does.
+        #[arg(long = "pipe", value_name = "NAME")]
+        pipes: Vec<String>,
         #[command(flatten)]
         node: NodeArgs,
     },
@@ -80,6 +84,8 @@ enum Cmd {
     Demo,
     /// Benchmarks: vipc beside raw UDP/TCP, a condvar, ZeroMQ and gRPC (table, JSON lines, report, plots).
     Bench(cmd_bench::BenchArgs),
+    /// Pipes as a service: `serve NAME`, `write NAME` (from stdin), `read NAME` (to stdout), `stat NAME`.
+    Pipe(cmd_pipe::PipeArgs),
     /// Internal: a baseline server or client that `vipc bench` runs as a separate process.
     #[command(hide = true)]
     BenchPeer {
@@ -123,12 +129,13 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let r = match &cli.cmd {
-        Cmd::Node { node } => cmd_node::run(node),
+        Cmd::Node { node, pipes } => cmd_node::run(node, pipes),
         Cmd::Ping { target, count, size, node } => cmd_ping::run(target, *count, *size, node),
         Cmd::Stat { target, node } => cmd_stat::run(target, node),
         Cmd::Keygen { file, force } => cmd_keygen::run(file, *force),
         Cmd::Demo => demo::run(),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Pipe(a) => cmd_pipe::run(a),
         Cmd::BenchPeer { args } => cmd_bench::peer(args),
     };
     match r {
