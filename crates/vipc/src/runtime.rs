@@ -8,7 +8,7 @@ use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, Stats, Time};
@@ -106,7 +106,9 @@ pub(crate) enum Lead {
 
 /// How a blocked thread learns that its slot has something for it (its
 /// completion, or work on its lent buffer): a flag that a polling thread
-/// spins on, and a condition variable it sleeps on.
+/// spins on, and a condition variable it sleeps on. The completion itself
+/// is kept here too, so that a thread that was only waiting (no reader
+/// token, no lent buffer) takes it without the node's lock.
 ///
 /// Aligned to its own cache lines: a spinning thread reads `ready` in a loop,
 /// and must not share the line with another thread's signal or with the
@@ -114,7 +116,45 @@ pub(crate) enum Lead {
 #[repr(align(128))]
 pub(crate) struct Signal {
     ready: AtomicBool,
+    /// The CPU its thread was on when it last began to wait.
+    cpu: AtomicUsize,
+    /// The CPU of the thread this one last handed something to (the one
+    /// that will most likely answer): spinning while it shares our CPU only
+    /// keeps it from running.
+    peer_cpu: AtomicUsize,
+    /// The completion of the pending call, once delivered (put there under
+    /// the node's lock).
+    done: Mutex<Option<Completion>>,
     cv: Condvar,
+}
+
+impl Signal {
+    fn new() -> Signal {
+        Signal {
+            ready: AtomicBool::new(false),
+            cpu: AtomicUsize::new(NO_CPU),
+            peer_cpu: AtomicUsize::new(NO_CPU),
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn done(&self) -> MutexGuard<'_, Option<Completion>> {
+        self.done.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the completion, if delivered.
+    fn take(&self) -> Option<Completion> {
+        self.done().take()
+    }
+}
+
+/// `Signal::cpu` when unknown.
+const NO_CPU: usize = usize::MAX;
+
+/// The CPU the calling thread runs on (a few ns: glibc reads it from rseq).
+fn current_cpu() -> usize {
+    nix::sched::sched_getcpu().unwrap_or(NO_CPU)
 }
 
 /// The buffer a blocked call lends (zero-copy MoveTo / MoveFrom): only its
@@ -138,7 +178,6 @@ enum Work {
 
 /// Where a local process's completion is delivered.
 struct Slot {
-    done: Option<Completion>,
     /// Work on the lent buffer, in order.
     work: VecDeque<Work>,
     signal: Arc<Signal>,
@@ -180,9 +219,7 @@ pub(crate) struct State {
     wake_reader: bool,
     /// Threads to signal once the lock is released (their flag set, and the
     /// condition variable notified if they sleep).
-    notify: Vec<(Arc<Signal>, bool)>,
-    /// An empty list kept to swap with `notify`.
-    notify_spare: Vec<(Arc<Signal>, bool)>,
+    notify: Notify,
     /// Counts the times the token was given up (lets the background thread
     /// see that it has been free for a whole [`GRACE`]).
     releases: u64,
@@ -271,7 +308,6 @@ impl Shared {
                 reader_blocked: false,
                 wake_reader: false,
                 notify: Vec::new(),
-                notify_spare: Vec::new(),
                 releases: 0,
                 reader_gen: 0,
                 lead_waiters: VecDeque::new(),
@@ -388,7 +424,7 @@ impl Shared {
             tracing::debug!(%pid, "completion for a process that is gone");
             return;
         };
-        slot.done = Some(completion);
+        *slot.signal.done() = Some(completion);
         match origin {
             Origin::Net(_) => slot.last_net = Some(now),
             Origin::Call(by) if by != Some(pid) => slot.last_net = None,
@@ -404,6 +440,14 @@ impl Shared {
     fn wake(&self, st: &mut State, pid: Pid, actor: Option<Pid>) {
         if actor == Some(pid) {
             return;
+        }
+        let Some(slot) = st.slots.get(&pid) else { return };
+        if self.poll_spin.is_some() {
+            // The actor will wait for an answer, most likely from `pid`.
+            let cpu = slot.signal.cpu.load(Ordering::Relaxed);
+            if let Some(a) = actor.and_then(|a| st.slots.get(&a)) {
+                a.signal.peer_cpu.store(cpu, Ordering::Relaxed);
+            }
         }
         let Some(slot) = st.slots.get(&pid) else { return };
         if st.reader == Reader::Process(pid) && st.reader_blocked {
@@ -454,11 +498,7 @@ impl Shared {
     /// one sending leaves its datagrams to it.
     pub(crate) fn flush_locked<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let mut wake = std::mem::take(&mut st.wake_reader);
-        let mut notify = Vec::new();
-        if !st.notify.is_empty() {
-            notify = std::mem::take(&mut st.notify_spare);
-            std::mem::swap(&mut notify, &mut st.notify);
-        }
+        let mut notify = take_notify(&mut st);
         let send = !st.sending && !st.outq.is_empty();
         if !send && !wake && notify.is_empty() {
             return st;
@@ -472,20 +512,12 @@ impl Shared {
                 VecDeque::new()
             };
             drop(st);
-            for (s, sleeping) in notify.drain(..) {
-                s.ready.store(true, Ordering::Release);
-                if sleeping {
-                    s.cv.notify_one();
-                }
-            }
+            signal_all(&mut notify);
             if std::mem::take(&mut wake) {
                 self.send_wake();
             }
             net::send_all(&self.unicast, &mut batch);
             st = self.lock();
-            if notify.capacity() > st.notify_spare.capacity() {
-                st.notify_spare = std::mem::take(&mut notify);
-            }
             if !send {
                 return st;
             }
@@ -502,8 +534,20 @@ impl Shared {
         }
     }
 
-    /// [`Shared::flush_locked`], then unlocks.
-    pub(crate) fn flush(&self, st: MutexGuard<'_, State>) {
+    /// [`Shared::flush_locked`], then unlocks. With nothing to send, the
+    /// threads to wake are signalled after unlocking and the lock is not
+    /// taken again (a woken thread would find it held).
+    pub(crate) fn flush(&self, mut st: MutexGuard<'_, State>) {
+        if st.sending || st.outq.is_empty() {
+            let wake = std::mem::take(&mut st.wake_reader);
+            let mut notify = take_notify(&mut st);
+            drop(st);
+            signal_all(&mut notify);
+            if wake {
+                self.send_wake();
+            }
+            return;
+        }
         drop(self.flush_locked(st));
     }
 
@@ -546,7 +590,7 @@ impl Shared {
         let now = self.now();
         let (signal, hot) = match st.slots.get_mut(&pid) {
             Some(slot) => {
-                slot.done = None;
+                *slot.signal.done() = None;
                 slot.work.clear();
                 slot.signal.ready.store(false, Ordering::Relaxed);
                 (slot.signal.clone(), slot.last_net.is_some_and(|t| now.since(t) < HOT))
@@ -590,12 +634,22 @@ impl Shared {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
         let mut spinner = net::Spin::cheap();
         let mut work = VecDeque::new();
+        if spin_until.is_some() {
+            signal.cpu.store(current_cpu(), Ordering::Relaxed);
+        }
         let mut st = match st {
             Some(st) => st,
             None => {
-                // A spinning follower first spins on its flag without the lock.
+                // A spinning follower first spins on its flag without the
+                // lock, and takes its completion without it: it holds no
+                // reader token and has asked for none (see `release`).
                 if let Some(until) = spin_until {
                     spin_on(signal, until, &mut spinner);
+                    if !lead {
+                        if let Some(c) = signal.take() {
+                            return Ok(c);
+                        }
+                    }
                 }
                 self.lock()
             }
@@ -607,7 +661,7 @@ impl Shared {
             };
             if !slot.work.is_empty() {
                 std::mem::swap(&mut work, &mut slot.work);
-                if slot.done.is_none() {
+                if slot.signal.done().is_none() {
                     slot.signal.ready.store(false, Ordering::Relaxed);
                 }
                 drop(st);
@@ -615,7 +669,7 @@ impl Shared {
                 st = self.lock();
                 continue;
             }
-            if let Some(c) = slot.done.take() {
+            if let Some(c) = slot.signal.take() {
                 self.release(&mut st, pid);
                 return Ok(c);
             }
@@ -677,6 +731,11 @@ impl Shared {
                 drop(st);
                 let check = if lead { (Instant::now() + SPIN_CHECK).min(until) } else { until };
                 spin_on(signal, check, &mut spinner);
+                if !lead {
+                    if let Some(c) = signal.take() {
+                        return Ok(c);
+                    }
+                }
                 st = self.lock();
                 continue;
             }
@@ -761,9 +820,8 @@ impl Shared {
             return Err(Error::NodeStopped);
         }
         let pid = st.engine.create_process()?;
-        let signal = Arc::new(Signal { ready: AtomicBool::new(false), cv: Condvar::new() });
-        let slot =
-            Slot { done: None, work: VecDeque::new(), signal, sleeping: false, wants_lead: false, last_net: None };
+        let signal = Arc::new(Signal::new());
+        let slot = Slot { work: VecDeque::new(), signal, sleeping: false, wants_lead: false, last_net: None };
         st.slots.insert(pid, slot);
         Ok(pid)
     }
@@ -809,7 +867,46 @@ impl Shared {
     }
 }
 
-/// Spins until `signal`'s flag is set or `until` passes.
+/// Threads to signal, and whether each sleeps on its condition variable.
+type Notify = Vec<(Arc<Signal>, bool)>;
+
+thread_local! {
+    /// An empty list with capacity, swapped with `State::notify` when a
+    /// thread takes the signals to send out of the lock (no allocation per call).
+    static NOTIFY_SPARE: std::cell::RefCell<Notify> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Takes the signals to send once the lock is released.
+fn take_notify(st: &mut State) -> Notify {
+    if st.notify.is_empty() {
+        return Vec::new();
+    }
+    let spare = NOTIFY_SPARE.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    std::mem::replace(&mut st.notify, spare)
+}
+
+/// Sets the flags (and wakes the sleepers) of `notify`, then keeps the
+/// emptied list for this thread's next [`take_notify`].
+fn signal_all(notify: &mut Notify) {
+    if notify.capacity() == 0 {
+        return;
+    }
+    for (s, sleeping) in notify.drain(..) {
+        s.ready.store(true, Ordering::Release);
+        if sleeping {
+            s.cv.notify_one();
+        }
+    }
+    NOTIFY_SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.capacity() < notify.capacity() {
+            *s = std::mem::take(notify);
+        }
+    });
+}
+
+/// Spins until `signal`'s flag is set or `until` passes. While the thread
+/// expected to answer last ran on our CPU, each round yields it the CPU.
 fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
     let mut rounds = 0u32;
     while !signal.ready.load(Ordering::Acquire) {
@@ -817,7 +914,12 @@ fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
         if rounds % 16 == 0 && Instant::now() >= until {
             return;
         }
-        spinner.pause();
+        let peer = signal.peer_cpu.load(Ordering::Relaxed);
+        if peer != NO_CPU && peer == current_cpu() {
+            std::thread::yield_now();
+        } else {
+            spinner.pause();
+        }
     }
 }
 
