@@ -1,0 +1,115 @@
+//! Page reads and writes are 2-packet exchanges; large transfers move by
+//! MoveTo/MoveFrom in the client's unit; the fallback without large packets.
+
+mod common;
+use common::*;
+use std::fs;
+
+fn page_exchange_packets(s: &Setup, page: usize) -> (u64, u64) {
+    let c = &s.client;
+    let data = pattern(page, 3);
+    fs::write(s.dir.path().join("p"), pattern(page * 4, 9)).unwrap();
+    let (h, _) = c.open("p", libc::O_RDWR, 0).unwrap();
+    let mut buf = vec![0u8; page];
+    c.read(h, 0, &mut buf).unwrap(); // warm-up (location cache)
+    let before = packets(&s.client_node);
+    assert_eq!(c.read(h, page as u64, &mut buf).unwrap(), page);
+    let read = packets(&s.client_node) - before;
+    assert_eq!(buf, pattern(page * 4, 9)[page..2 * page]);
+    let before = packets(&s.client_node);
+    assert_eq!(c.write(h, 2 * page as u64, &data).unwrap(), page);
+    let write = packets(&s.client_node) - before;
+    c.close(h).unwrap();
+    assert_eq!(fs::read(s.dir.path().join("p")).unwrap()[2 * page..3 * page], data[..]);
+    (read, write)
+}
+
+#[test]
+fn page_reads_and_writes_are_two_packets() {
+    let s = setup(false);
+    for page in [512, 4096, 8192] {
+        assert_eq!(page_exchange_packets(&s, page), (2, 2), "{page}-byte page");
+    }
+    assert!(s.client.page_size() >= 8192);
+}
+
+#[test]
+fn pages_larger_than_a_packet_fall_back_to_moves() {
+    // Ethernet-size packets everywhere: a 4 KB reply segment is too large for
+    // one packet, so the server moves the page and then replies.
+    let s = setup_with(false, |c| c.engine.loopback_packet = None);
+    let (read, write) = page_exchange_packets(&s, 4096);
+    assert!(read > 2 && write > 2, "read {read} write {write} packets");
+    assert_eq!(page_exchange_packets(&s, 1024), (2, 2));
+}
+
+#[test]
+fn large_reads_and_writes_move_in_units() {
+    let mut s = setup(false);
+    s.client.set_unit(64 << 10);
+    let c = &s.client;
+    let size = 3 << 20 | 12345;
+    let data = pattern(size, 5);
+    let (h, _) = c.open("big", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    assert_eq!(c.write(h, 0, &data).unwrap(), size);
+    c.fsync(h, false).unwrap();
+    assert_eq!(fs::read(s.dir.path().join("big")).unwrap(), data);
+    let mut back = vec![0u8; size + 1000];
+    assert_eq!(c.read(h, 0, &mut back).unwrap(), size, "short only at end of file");
+    assert_eq!(back[..size], data[..]);
+    // more than one request (MAX_IO) in one call
+    let huge = pattern(9 << 20, 1);
+    assert_eq!(c.write(h, 1, &huge).unwrap(), huge.len());
+    let mut back = vec![0u8; huge.len()];
+    assert_eq!(c.read(h, 1, &mut back).unwrap(), huge.len());
+    assert!(back == huge);
+    let mut none = [0u8; 10];
+    assert_eq!(c.read(h, 1 << 40, &mut none).unwrap(), 0);
+    c.close(h).unwrap();
+}
+
+#[test]
+fn sequential_reads_see_writes_despite_read_ahead() {
+    let s = setup(false);
+    let c = &s.client;
+    let mut model = pattern(64 << 10, 2);
+    fs::write(s.dir.path().join("seq"), &model).unwrap();
+    let (h, _) = c.open("seq", libc::O_RDWR, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..8usize {
+        assert_eq!(c.read(h, (i * 4096) as u64, &mut buf).unwrap(), 4096);
+        assert_eq!(buf, model[i * 4096..(i + 1) * 4096]);
+        // the next block is now prefetched; overwrite part of it
+        c.write(h, ((i + 1) * 4096) as u64, &[0xEE; 16]).unwrap();
+        model[(i + 1) * 4096..(i + 1) * 4096 + 16].copy_from_slice(&[0xEE; 16]);
+        assert_eq!(c.read(h, ((i + 1) * 4096) as u64, &mut buf[..16]).unwrap(), 16);
+        assert_eq!(buf[..16], [0xEE; 16]);
+        c.read(h, (i * 4096) as u64, &mut buf).unwrap(); // back on the sequential track
+    }
+    // a change made on the server's side is seen once the read-ahead expires
+    c.read(h, 0, &mut buf).unwrap();
+    c.read(h, 4096, &mut buf).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut local = model.clone();
+    local[8192] = 0x11;
+    fs::write(s.dir.path().join("seq"), &local).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert_eq!(c.read(h, 8192, &mut buf).unwrap(), 4096);
+    assert_eq!(buf[0], 0x11);
+    c.close(h).unwrap();
+}
+
+#[test]
+fn directories_larger_than_one_batch_are_listed_whole() {
+    let s = setup(false);
+    let d = s.dir.path().join("many");
+    fs::create_dir(&d).unwrap();
+    for i in 0..1500 {
+        fs::write(d.join(format!("file-with-a-longish-name-{i:05}")), []).unwrap();
+    }
+    let list = s.client.readdir("many").unwrap();
+    assert_eq!(list.len(), 1500);
+    let mut names: Vec<String> = list.into_iter().map(|e| e.name).collect();
+    names.dedup();
+    assert_eq!(names.len(), 1500);
+}
