@@ -106,7 +106,7 @@ pub fn label(bytes: usize) -> String {
 }
 
 fn packets(s: &Stats) -> u64 {
-    s.packets_out.iter().sum::<u64>() + s.packets_in.iter().sum::<u64>()
+    s.ipc_packets()
 }
 
 /// Packets in and out of `node` per run of `op`, over `n` runs.

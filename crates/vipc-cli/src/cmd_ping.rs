@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use vipc::{services, Node, SegmentRef, SendOptions, Stats};
 
 fn packets(s: &Stats) -> (u64, u64) {
-    (s.packets_out.iter().sum(), s.packets_in.iter().sum())
+    (s.ipc_sent(), s.ipc_received())
 }
 
 /// The `q`-quantile of sorted samples.

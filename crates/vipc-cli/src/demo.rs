@@ -108,17 +108,10 @@ fn start_cluster() -> CliResult<Vec<Node>> {
 }
 
 /// Packets on the wire so far: everything the cluster's nodes sent, except
-/// the logical-host announcements a fixed-id node repeats for a while after
-/// it starts (they belong to no step).
+/// housekeeping (host-id announcements and I-Am-Here heartbeats, which
+/// belong to no step).
 fn wire(nodes: &[Node]) -> u64 {
-    let host_alloc = [vipc::PacketType::HostRequest.index(), vipc::PacketType::HostComplaint.index()];
-    nodes
-        .iter()
-        .map(|n| {
-            let s = n.stats();
-            s.packets_out.iter().enumerate().filter(|(i, _)| !host_alloc.contains(i)).map(|(_, c)| c).sum::<u64>()
-        })
-        .sum()
+    nodes.iter().map(|n| n.stats().ipc_sent()).sum()
 }
 
 fn fmt_dur(d: Duration) -> String {

@@ -55,6 +55,12 @@ pub struct Config {
     pub max_names: usize,
     /// Cluster key: when set every packet is MACed and unMACed packets are dropped.
     pub key: Option<AuthKey>,
+    /// I-Am-Here (004 §4.2): how often this node announces itself on the
+    /// broadcast channel; `None` turns the alive-host table off.
+    pub alive_period: Option<Duration>,
+    /// A host is declared down after this many `alive_period`s without a
+    /// packet from it (detection within `(alive_down_after + 1.05) × alive_period`).
+    pub alive_down_after: u32,
     /// Seed for the engine's random choices (host id candidates, first sequence number).
     pub seed: u64,
 }
@@ -78,6 +84,8 @@ impl Default for Config {
             max_processes: 16_384,
             max_names: 1024,
             key: None,
+            alive_period: None,
+            alive_down_after: 3,
             seed: 0,
         }
     }

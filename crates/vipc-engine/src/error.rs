@@ -64,6 +64,17 @@ pub enum Error {
     /// The node has no logical host id yet (allocation still running).
     #[error("node not ready: logical host allocation in progress")]
     NotReady,
+    /// The alive-host table changed since the caller read it.
+    #[error("the alive-host table changed (sequence {current}, read under {given})")]
+    StaleTable {
+        /// The sequence number the caller read the table under.
+        given: u32,
+        /// The table's sequence number now.
+        current: u32,
+    },
+    /// No host in that row of the alive-host table.
+    #[error("no host in row {0} of the alive-host table")]
+    NoSuchRow(usize),
     /// The call is not possible in this situation (e.g. a lent move to a
     /// process on this node); the ordinary variant of the call is.
     #[error("unsupported: {0}")]

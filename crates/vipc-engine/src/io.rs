@@ -112,6 +112,15 @@ pub enum Event {
         /// Where the other claimant is.
         addr: SocketAddr,
     },
+    /// I-Am-Here: a host came up (first heard, or restarted).
+    HostUp {
+        /// The host.
+        host: HostId,
+        /// Where it announced itself from.
+        addr: SocketAddr,
+    },
+    /// I-Am-Here: a host fell silent for `alive_down_after` periods (or restarted).
+    HostDown(HostId),
     /// A peer speaks another protocol version; reported once per address.
     VersionMismatch {
         /// The peer.

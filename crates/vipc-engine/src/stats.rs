@@ -5,6 +5,11 @@ use vipc_wire::PacketType;
 /// Number of packet types (per-type counters).
 pub const TYPES: usize = PacketType::ALL.len();
 
+/// Host allocation and I-Am-Here: packets that belong to no exchange.
+fn is_housekeeping(t: PacketType) -> bool {
+    matches!(t, PacketType::HostRequest | PacketType::HostComplaint | PacketType::IAmHere)
+}
+
 /// The node's counters. All are monotone except the gauges at the end.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -40,6 +45,10 @@ pub struct Stats {
     pub appended_dropped: u64,
     /// Location-cache misses (sends that had to be broadcast).
     pub location_misses: u64,
+    /// I-Am-Here: hosts that came up.
+    pub hosts_up: u64,
+    /// I-Am-Here: hosts declared down.
+    pub hosts_down: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -48,6 +57,8 @@ pub struct Stats {
     pub active_transfers: u64,
     /// Gauge: live local processes.
     pub processes: u64,
+    /// Gauge: hosts in the alive-host table.
+    pub alive_hosts: u64,
 }
 
 impl Stats {
@@ -59,6 +70,23 @@ impl Stats {
     /// Packets out of one type.
     pub fn received(&self, t: PacketType) -> u64 {
         self.packets_in[t.index()]
+    }
+
+    /// Packets of the IPC protocol proper sent: every type but the
+    /// housekeeping ones (host allocation, I-Am-Here), which come on their
+    /// own schedule — what "packets per exchange" counts.
+    pub fn ipc_sent(&self) -> u64 {
+        PacketType::ALL.iter().filter(|t| !is_housekeeping(**t)).map(|&t| self.sent(t)).sum()
+    }
+
+    /// Packets of the IPC protocol proper received (see [`Stats::ipc_sent`]).
+    pub fn ipc_received(&self) -> u64 {
+        PacketType::ALL.iter().filter(|t| !is_housekeeping(**t)).map(|&t| self.received(t)).sum()
+    }
+
+    /// [`Stats::ipc_sent`] plus [`Stats::ipc_received`].
+    pub fn ipc_packets(&self) -> u64 {
+        self.ipc_sent() + self.ipc_received()
     }
 
     /// Named counters in a stable order, for printing and serialising.
@@ -89,6 +117,9 @@ impl Stats {
             ("active_aliens", self.active_aliens),
             ("active_transfers", self.active_transfers),
             ("processes", self.processes),
+            ("hosts_up", self.hosts_up),
+            ("hosts_down", self.hosts_down),
+            ("alive_hosts", self.alive_hosts),
         ];
         v.extend(named.iter().map(|(k, n)| (k.to_string(), *n)));
         v

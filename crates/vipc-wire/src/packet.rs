@@ -25,7 +25,8 @@ pub const MAX_DATA: usize = MAX_DATAGRAM - HEADER_LEN - MAC_LEN;
 pub type Message = [u8; MESSAGE_LEN];
 
 /// The packet types: the 13 of 000 §5.5 plus the selective-retransmission
-/// acknowledgement for MoveFrom and an exchange cancellation.
+/// acknowledgement for MoveFrom, an exchange cancellation and the I-Am-Here
+/// heartbeat of 004 §4.2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -59,11 +60,13 @@ pub enum PacketType {
     MoveFromAck = 14,
     /// The sender abandoned the exchange (process destroyed): free its state.
     Cancel = 15,
+    /// "This host is alive": the periodic heartbeat of the alive-host table (004 §4.2).
+    IAmHere = 16,
 }
 
 impl PacketType {
     /// Every packet type, in wire-code order.
-    pub const ALL: [PacketType; 15] = [
+    pub const ALL: [PacketType; 16] = [
         PacketType::HostRequest,
         PacketType::HostComplaint,
         PacketType::Send,
@@ -79,6 +82,7 @@ impl PacketType {
         PacketType::MoveFromData,
         PacketType::MoveFromAck,
         PacketType::Cancel,
+        PacketType::IAmHere,
     ];
 
     /// Decodes a wire code.
@@ -86,7 +90,7 @@ impl PacketType {
         PacketType::ALL.get((v as usize).wrapping_sub(1)).copied()
     }
 
-    /// Index 0..15 for per-type counters.
+    /// Index 0..16 for per-type counters.
     pub fn index(self) -> usize {
         self as usize - 1
     }
@@ -109,6 +113,7 @@ impl PacketType {
             PacketType::MoveFromData => "move-from-data",
             PacketType::MoveFromAck => "move-from-ack",
             PacketType::Cancel => "cancel",
+            PacketType::IAmHere => "i-am-here",
         }
     }
 }
@@ -126,10 +131,14 @@ impl Flags {
     pub const SEG_WRITE: u16 = 1 << 2;
     /// Bulk data: the receiver must acknowledge now.
     pub const ACK_REQUEST: u16 = 1 << 3;
+    /// I-Am-Here: the sender is new (or forgot its table) and asks every
+    /// receiver to announce itself back after a short random delay.
+    pub const HELLO: u16 = 1 << 4;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
-    pub const KNOWN: u16 = Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::MAC;
+    pub const KNOWN: u16 =
+        Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::HELLO | Self::MAC;
 
     /// True when every bit of `bits` is set.
     pub fn has(self, bits: u16) -> bool {

@@ -35,9 +35,11 @@ pub struct NodeConfig {
     /// Protocol knobs: T_r (`retransmit`), T_t (`timeout`), host allocation
     /// wait, packet size, bulk window, limits. `host_id` and `key` are taken
     /// from this struct; a `seed` of 0 is replaced by a random one. The
-    /// default sends bulk chunks of up to 65,507 bytes to loopback peers
-    /// (`loopback_packet`), and [`crate::Node::start`] lowers `window_bytes`
-    /// to half the receive buffer the kernel granted.
+    /// default sends packets carrying data of up to 65,507 bytes to loopback
+    /// peers (`loopback_packet`) and announces the node every 100 ms
+    /// (`alive_period`: I-Am-Here, a crashed host is declared down within
+    /// about 0.4 s), and [`crate::Node::start`] lowers `window_bytes` to half
+    /// the receive buffer the kernel granted.
     pub engine: Config,
     /// Where broadcasts (host allocation, location-cache misses, remote GetPid) go.
     pub broadcast: Broadcast,
@@ -68,7 +70,11 @@ impl Default for NodeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             host_id: HostIdConfig::Allocate,
             key: None,
-            engine: Config { loopback_packet: Some(vipc_wire::MAX_DATAGRAM), ..Config::default() },
+            engine: Config {
+                loopback_packet: Some(vipc_wire::MAX_DATAGRAM),
+                alive_period: Some(Duration::from_millis(100)),
+                ..Config::default()
+            },
             broadcast: Broadcast::default(),
             faults: FaultConfig::default(),
             socket_buffer: 4 << 20,

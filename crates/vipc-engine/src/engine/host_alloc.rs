@@ -27,6 +27,7 @@ impl Engine {
         if fixed {
             self.host = Some(candidate);
             self.events.push_back(Event::HostReady(candidate));
+            self.start_alive(now);
         }
         let nonce = self.rng.gen();
         self.alloc = Some(HostAlloc { candidate, fixed, nonce, started: now, announced: 0, timer_at: now });
@@ -44,6 +45,7 @@ impl Engine {
             if !fixed {
                 self.host = Some(candidate);
                 self.events.push_back(Event::HostReady(candidate));
+                self.start_alive(now);
             }
             return;
         }

@@ -33,6 +33,10 @@ impl Engine {
             return self.stray();
         }
         self.location.learn(h.src.host(), from);
+        self.alive_heard(now, h.src.host(), h.incarnation);
+        if h.ptype == PacketType::IAmHere {
+            return self.on_i_am_here(now, from, &h);
+        }
         // Every remaining type is addressed to a process of ours, except a broadcast GetPid.
         if h.ptype != PacketType::GetPid && h.dst.host() != host {
             return self.stray();
@@ -49,7 +53,9 @@ impl Engine {
             PacketType::MoveToData | PacketType::MoveFromData => self.on_data(now, from, &h, pkt.data),
             PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
             PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
-            PacketType::HostRequest | PacketType::HostComplaint => unreachable!("handled above"),
+            PacketType::HostRequest | PacketType::HostComplaint | PacketType::IAmHere => {
+                unreachable!("handled above")
+            }
         }
     }
 

@@ -3,8 +3,10 @@
 //! The submodules each add one group of methods to [`Engine`]:
 //! `primitives` (Send/Receive/Reply/Forward/GetPid/SetPid), `bulk`
 //! (MoveTo/MoveFrom streams), `input` (datagram dispatch), `host_alloc`
-//! (announcement–complaint), `timers` (retransmission and expiry).
+//! (announcement–complaint), `alive` (I-Am-Here), `timers` (retransmission
+//! and expiry).
 
+mod alive;
 mod bulk;
 mod host_alloc;
 mod input;
@@ -14,6 +16,8 @@ mod state;
 mod timers;
 
 use crate::*;
+pub use alive::AliveHosts;
+use alive::AliveTable;
 use host_alloc::HostAlloc;
 use location::LocationCache;
 use rand::{Rng, SeedableRng};
@@ -54,6 +58,7 @@ pub struct Engine {
     streams_out: HashMap<(Pid, u32), StreamOut>,
     streams_in: HashMap<(Pid, u32), StreamIn>,
     location: LocationCache,
+    alive: AliveTable,
     timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
     /// The earliest heap entry of each exchange and alien timer (see `arm`).
     pending_timers: HashMap<TimerKey, Time>,
@@ -78,6 +83,7 @@ impl Engine {
         let next_seq = rng.gen();
         let mut e = Engine {
             location: LocationCache::new(config.location_cache),
+            alive: AliveTable::default(),
             cfg: config,
             rng,
             incarnation,
@@ -124,6 +130,7 @@ impl Engine {
         s.active_aliens = self.aliens.len() as u64;
         s.active_transfers = (self.streams_out.len() + self.streams_in.len()) as u64;
         s.processes = self.procs.len() as u64;
+        s.alive_hosts = self.alive_hosts().hosts().count() as u64;
         s
     }
 

@@ -140,6 +140,10 @@ pub(crate) enum TimerKey {
     StreamOut(Pid, u32),
     StreamIn(Pid, u32),
     HostAlloc,
+    /// The periodic I-Am-Here announcement and check.
+    Alive,
+    /// Our I-Am-Here to a newcomer, after a random delay.
+    AliveReply(crate::HostId),
 }
 
 /// True if sequence number `a` is newer than `b` (serial arithmetic).

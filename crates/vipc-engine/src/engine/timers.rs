@@ -27,6 +27,8 @@ impl Engine {
                 TimerKey::StreamIn(p, s) => self.stream_in_timer(now, (p, s), at),
                 TimerKey::HostAlloc if self.host_alloc_due(at) => self.host_alloc_timer(now),
                 TimerKey::HostAlloc => {}
+                TimerKey::Alive => self.alive_timer(now, at),
+                TimerKey::AliveReply(host) => self.alive_reply_timer(host),
             }
         }
     }

@@ -48,10 +48,9 @@ pub fn short_timers(cfg: &mut NodeConfig) {
     cfg.engine.timeout = Duration::from_millis(300);
 }
 
-/// Sum of the packets a node sent and received.
+/// Sum of the IPC packets a node sent and received (no housekeeping).
 pub fn packets(n: &Node) -> u64 {
-    let s = n.stats();
-    s.packets_out.iter().sum::<u64>() + s.packets_in.iter().sum::<u64>()
+    n.stats().ipc_packets()
 }
 
 /// Deterministic test bytes.

@@ -1,0 +1,214 @@
+//! I-Am-Here (004 §4.2): which hosts are alive.
+//!
+//! Every `alive_period` the node broadcasts an IAmHere. A host is up from its
+//! first IAmHere and down once nothing has been heard from it (any valid
+//! packet counts) for `alive_down_after` periods. A host heard for the first
+//! time — or one that says HELLO (it booted or forgot its table) — gets our
+//! own IAmHere after a random delay of 0–10 ms, so a newcomer fills its table
+//! at once without every host answering in the same instant.
+//!
+//! The table has numbered rows (a freed row is reused) and a sequence number
+//! bumped on every change, so that a row number means something only together
+//! with the sequence number it was read under (the thesis's AKV and
+//! `sequence_no`). The node itself is not in its table.
+
+use super::*;
+use std::time::Duration;
+use vipc_wire::Flags;
+
+/// Longest random delay before answering a newcomer.
+const NEWCOMER_REPLY_MAX: Duration = Duration::from_millis(10);
+
+/// A row of the alive-host table.
+#[derive(Clone, Debug)]
+pub(crate) struct AliveRow {
+    host: HostId,
+    addr: SocketAddr,
+    incarnation: u16,
+    last_heard: Time,
+}
+
+/// The alive-host table: numbered rows and a change sequence number.
+#[derive(Debug, Default)]
+pub(crate) struct AliveTable {
+    rows: Vec<Option<AliveRow>>,
+    seq: u32,
+    /// When the next periodic announcement is due (the timer it expects).
+    next_tick: Option<Time>,
+}
+
+impl AliveTable {
+    fn find(&self, host: HostId) -> Option<usize> {
+        self.rows.iter().position(|r| r.as_ref().is_some_and(|r| r.host == host))
+    }
+
+    fn insert(&mut self, row: AliveRow) {
+        match self.rows.iter().position(Option::is_none) {
+            Some(i) => self.rows[i] = Some(row),
+            None => self.rows.push(Some(row)),
+        }
+        self.seq = self.seq.wrapping_add(1);
+    }
+
+    fn remove(&mut self, i: usize) -> Option<AliveRow> {
+        let row = self.rows.get_mut(i)?.take()?;
+        while self.rows.last().is_some_and(Option::is_none) {
+            self.rows.pop();
+        }
+        self.seq = self.seq.wrapping_add(1);
+        Some(row)
+    }
+}
+
+/// A snapshot of the alive-host table (`GET_IAH_BIT_VECTOR`): row `i` of
+/// `rows` holds the host of row `i`, or `None` for a free row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AliveHosts {
+    /// The table's sequence number when the snapshot was taken.
+    pub seq: u32,
+    /// Host of each row (`None`: free).
+    pub rows: Vec<Option<HostId>>,
+}
+
+impl AliveHosts {
+    /// The alive hosts, in row order.
+    pub fn hosts(&self) -> impl Iterator<Item = HostId> + '_ {
+        self.rows.iter().flatten().copied()
+    }
+}
+
+impl Engine {
+    /// A snapshot of the alive-host table (empty when I-Am-Here is off).
+    pub fn alive_hosts(&self) -> AliveHosts {
+        let t = &self.alive;
+        AliveHosts { seq: t.seq, rows: t.rows.iter().map(|r| r.as_ref().map(|r| r.host)).collect() }
+    }
+
+    /// The host in row `row` of the table as it was under sequence number
+    /// `seq` (`GET_IAH_HOST_NO`). Errors: `StaleTable` if the table changed
+    /// since, `NoSuchRow` for a free or missing row.
+    pub fn alive_host_at(&self, row: usize, seq: u32) -> Result<HostId, Error> {
+        if seq != self.alive.seq {
+            return Err(Error::StaleTable { given: seq, current: self.alive.seq });
+        }
+        self.alive.rows.get(row).and_then(|r| r.as_ref()).map(|r| r.host).ok_or(Error::NoSuchRow(row))
+    }
+
+    /// True if `host` is in the alive-host table.
+    pub fn is_host_alive(&self, host: HostId) -> bool {
+        self.alive.find(host).is_some()
+    }
+
+    /// Forgets every host (`RESET_IAH_BIT_VECTOR`) and says HELLO, so that
+    /// the live ones are back within about 10 ms. Every row freed is an
+    /// [`Event::HostDown`].
+    pub fn reset_alive(&mut self, now: Time) {
+        for i in 0..self.alive.rows.len() {
+            if let Some(row) = self.alive.remove(i) {
+                self.events.push_back(Event::HostDown(row.host));
+            }
+        }
+        if self.cfg.alive_period.is_some() && self.host.is_some() {
+            self.announce(Destination::Broadcast, true);
+        }
+        self.arm_alive_tick(now);
+    }
+
+    /// Starts the periodic announcements (when the host id is known): the
+    /// first says HELLO.
+    pub(super) fn start_alive(&mut self, now: Time) {
+        if self.cfg.alive_period.is_none() {
+            return;
+        }
+        self.announce(Destination::Broadcast, true);
+        self.arm_alive_tick(now);
+    }
+
+    fn arm_alive_tick(&mut self, now: Time) {
+        let Some(period) = self.cfg.alive_period else { return };
+        // Up to 5% later than the period, so that hosts do not stay in step.
+        let jitter = self.rng.gen_range(0..=period.as_nanos() as u64 / 20);
+        let at = now + period + Duration::from_nanos(jitter);
+        self.alive.next_tick = Some(at);
+        self.arm(at, TimerKey::Alive);
+    }
+
+    /// The periodic tick: announce, and declare down the hosts silent for
+    /// `alive_down_after` periods.
+    pub(super) fn alive_timer(&mut self, now: Time, at: Time) {
+        if self.alive.next_tick != Some(at) {
+            return;
+        }
+        let Some(period) = self.cfg.alive_period else { return };
+        let silence = period * self.cfg.alive_down_after.max(1);
+        for i in 0..self.alive.rows.len() {
+            let silent =
+                self.alive.rows.get(i).and_then(|r| r.as_ref()).is_some_and(|r| now.since(r.last_heard) >= silence);
+            if silent {
+                let row = self.alive.remove(i).expect("checked");
+                self.stats.hosts_down += 1;
+                self.events.push_back(Event::HostDown(row.host));
+            }
+        }
+        self.announce(Destination::Broadcast, false);
+        self.arm_alive_tick(now);
+    }
+
+    /// Answers a newcomer: our IAmHere to it alone, sent by its timer.
+    pub(super) fn alive_reply_timer(&mut self, host: HostId) {
+        if let Some(addr) = self.location.lookup(host) {
+            self.announce(Destination::Addr(addr), false);
+        }
+    }
+
+    fn announce(&mut self, to: Destination, hello: bool) {
+        let Some(host) = self.host else { return };
+        let mut h = self.header(PacketType::IAmHere);
+        h.flags = Flags(0).with(Flags::HELLO, hello);
+        h.src = Pid::new(host, 0);
+        let period = self.cfg.alive_period.unwrap_or_default().as_millis().min(u32::MAX as u128) as u32;
+        h.message[0..4].copy_from_slice(&period.to_be_bytes());
+        self.emit(to, &h, &[]);
+    }
+
+    /// Any valid packet from `host` shows it alive (if its incarnation is the one we know).
+    pub(super) fn alive_heard(&mut self, now: Time, host: HostId, incarnation: u16) {
+        if let Some(i) = self.alive.find(host) {
+            let row = self.alive.rows[i].as_mut().expect("found");
+            if row.incarnation == incarnation {
+                row.last_heard = now;
+            }
+        }
+    }
+
+    /// An IAmHere from `host` at `from`.
+    pub(super) fn on_i_am_here(&mut self, now: Time, from: SocketAddr, h: &Header) {
+        if self.cfg.alive_period.is_none() {
+            return self.stray();
+        }
+        let host = h.src.host();
+        let mut answer = h.flags.has(Flags::HELLO);
+        match self.alive.find(host) {
+            Some(i) if self.alive.rows[i].as_ref().is_some_and(|r| r.incarnation == h.incarnation) => {
+                let row = self.alive.rows[i].as_mut().expect("found");
+                row.last_heard = now;
+                row.addr = from;
+            }
+            found => {
+                // New, or restarted (another incarnation): its old life is down.
+                if let Some(old) = found.and_then(|i| self.alive.remove(i)) {
+                    self.stats.hosts_down += 1;
+                    self.events.push_back(Event::HostDown(old.host));
+                }
+                self.alive.insert(AliveRow { host, addr: from, incarnation: h.incarnation, last_heard: now });
+                self.stats.hosts_up += 1;
+                self.events.push_back(Event::HostUp { host, addr: from });
+                answer = true;
+            }
+        }
+        if answer {
+            let delay = self.rng.gen_range(0..=NEWCOMER_REPLY_MAX.as_nanos() as u64);
+            self.arm(now + Duration::from_nanos(delay), TimerKey::AliveReply(host));
+        }
+    }
+}

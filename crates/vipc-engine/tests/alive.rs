@@ -1,0 +1,193 @@
+//! I-Am-Here (004 §4.2): the alive-host table's rules.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use vipc_engine::*;
+use vipc_wire::PacketType;
+
+const PERIOD: Duration = Duration::from_millis(100);
+
+fn alive_net(n: usize) -> Net {
+    Net::with(n, |c| c.alive_period = Some(PERIOD))
+}
+
+fn hosts(net: &Net, i: usize) -> Vec<HostId> {
+    let mut h: Vec<HostId> = net.nodes[i].alive_hosts().hosts().collect();
+    h.sort_unstable();
+    h
+}
+
+fn is_i_am_here(bytes: &[u8]) -> bool {
+    vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::IAmHere)
+}
+
+/// Events of kind HostUp/HostDown seen by node `i`, in order, as (up?, host).
+fn changes(net: &Net, i: usize) -> Vec<(bool, HostId)> {
+    net.events
+        .iter()
+        .filter(|(n, _)| *n == i)
+        .filter_map(|(_, e)| match e {
+            Event::HostUp { host, .. } => Some((true, *host)),
+            Event::HostDown(host) => Some((false, *host)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn hosts_learn_each_other_from_the_first_announcements() {
+    let mut net = alive_net(3);
+    net.advance(Duration::from_millis(11));
+    assert_eq!(hosts(&net, 0), vec![2, 3]);
+    assert_eq!(hosts(&net, 1), vec![1, 3]);
+    assert_eq!(hosts(&net, 2), vec![1, 2]);
+    assert_eq!(net.stats(0).alive_hosts, 2);
+    assert_eq!(net.stats(0).hosts_up, 2);
+}
+
+#[test]
+fn a_newcomer_fills_its_table_within_10_ms() {
+    let mut net = alive_net(3);
+    net.advance(Duration::from_millis(250));
+    let mut c = config(4);
+    c.alive_period = Some(PERIOD);
+    net.nodes.push(Engine::new(c, net.now));
+    // Its HELLO reaches everyone at once; their answers come within 10 ms, long before a period.
+    net.advance(Duration::from_millis(10));
+    assert_eq!(hosts(&net, 3), vec![1, 2, 3]);
+    assert_eq!(hosts(&net, 0), vec![2, 3, 4]);
+}
+
+#[test]
+fn a_silent_host_is_declared_down_within_the_bound_and_not_before() {
+    let mut net = alive_net(3);
+    net.advance(Duration::from_millis(500));
+    let crashed = net.now;
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 2)));
+    let mut declared = None;
+    for _ in 0..100 {
+        net.advance(Duration::from_millis(5));
+        if !hosts(&net, 0).contains(&3) {
+            declared = Some(net.now.since(crashed));
+            break;
+        }
+    }
+    let after = declared.expect("host 3 declared down");
+    // Down after 3 silent periods, noticed at a tick (periods are up to 5% longer).
+    assert!(after >= PERIOD * 2, "declared down too early: {after:?}");
+    assert!(after <= PERIOD * 4 + PERIOD / 5, "declared down too late: {after:?}");
+    assert_eq!(changes(&net, 0).last(), Some(&(false, 3)));
+    assert_eq!(net.stats(0).hosts_down, 1);
+    assert_eq!(hosts(&net, 0), vec![2], "the live host stays");
+}
+
+#[test]
+fn two_lost_announcements_in_a_row_are_harmless() {
+    let mut net = alive_net(2);
+    net.advance(Duration::from_millis(50));
+    let mut dropped = 0;
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        if from == 1 && is_i_am_here(bytes) && dropped < 2 {
+            dropped += 1;
+            return 0;
+        }
+        1
+    }));
+    net.advance(Duration::from_secs(2));
+    assert_eq!(hosts(&net, 0), vec![2]);
+    assert_eq!(net.stats(0).hosts_down, 0);
+}
+
+#[test]
+fn any_packet_from_a_host_shows_it_alive() {
+    let mut net = alive_net(2);
+    net.advance(Duration::from_millis(50));
+    // Every announcement of node 1 is lost, but it keeps exchanging with node 0.
+    net.filter = Some(Box::new(|from, _, bytes| usize::from(!(from == 1 && is_i_am_here(bytes)))));
+    let (server, client) = (net.proc(0), net.proc(1));
+    for _ in 0..20 {
+        let now = net.now;
+        net.nodes[0].receive(now, server, None, 0).unwrap();
+        net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+        net.settle();
+        net.take_received(0, server);
+        net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+        net.settle();
+        net.take_send(1, client).unwrap();
+        net.advance(Duration::from_millis(50));
+    }
+    assert_eq!(hosts(&net, 0), vec![2], "a second of exchanges, no announcement");
+    // Silence now: it goes down.
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 1)));
+    net.advance(Duration::from_millis(500));
+    assert_eq!(hosts(&net, 0), Vec::<HostId>::new());
+}
+
+#[test]
+fn a_restarted_host_is_down_then_up_again() {
+    let mut net = alive_net(2);
+    net.advance(Duration::from_millis(50));
+    let seq = net.nodes[0].alive_hosts().seq;
+    let mut c = config(2);
+    c.alive_period = Some(PERIOD);
+    c.seed = 99; // another incarnation
+    net.nodes[1] = Engine::new(c, net.now);
+    net.advance(Duration::from_millis(1));
+    assert_eq!(hosts(&net, 0), vec![2]);
+    assert_eq!(changes(&net, 0), vec![(false, 2), (true, 2)], "the old life down, the new one up");
+    assert_eq!(net.nodes[0].alive_hosts().seq, seq.wrapping_add(2));
+}
+
+#[test]
+fn rows_are_read_under_a_sequence_number_and_reused() {
+    let mut net = alive_net(4);
+    net.advance(Duration::from_millis(20));
+    let view = net.nodes[0].alive_hosts();
+    assert_eq!(view.rows.len(), 3);
+    for (row, host) in view.rows.iter().enumerate() {
+        assert_eq!(net.nodes[0].alive_host_at(row, view.seq), Ok(host.unwrap()));
+    }
+    assert_eq!(net.nodes[0].alive_host_at(3, view.seq), Err(Error::NoSuchRow(3)));
+    // Host 3 (row 1) falls silent: its row is freed, and old reads are stale.
+    let row = view.rows.iter().position(|h| *h == Some(3)).unwrap();
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 2)));
+    net.advance(Duration::from_millis(500));
+    let after = net.nodes[0].alive_hosts();
+    assert_eq!(after.rows[row], None);
+    assert!(matches!(net.nodes[0].alive_host_at(0, view.seq), Err(Error::StaleTable { .. })));
+    assert_eq!(net.nodes[0].alive_host_at(row, after.seq), Err(Error::NoSuchRow(row)));
+    // A newcomer takes the free row.
+    net.filter = None;
+    let mut c = config(9);
+    c.alive_period = Some(PERIOD);
+    net.nodes.push(Engine::new(c, net.now));
+    net.advance(Duration::from_millis(11));
+    assert_eq!(net.nodes[0].alive_hosts().rows[row], Some(9));
+}
+
+#[test]
+fn reset_forgets_every_host_and_relearns_them_at_once() {
+    let mut net = alive_net(3);
+    net.advance(Duration::from_millis(20));
+    let now = net.now;
+    net.nodes[0].reset_alive(now);
+    assert_eq!(hosts(&net, 0), Vec::<HostId>::new());
+    net.advance(Duration::from_millis(11));
+    assert_eq!(hosts(&net, 0), vec![2, 3]);
+}
+
+#[test]
+fn i_am_here_is_off_unless_configured() {
+    let mut net = Net::new(2);
+    net.advance(Duration::from_secs(1));
+    assert_eq!(net.stats(0).sent(PacketType::IAmHere), 0);
+    // An announcement from a node that has it on is ignored and counted as stray.
+    let mut c = config(3);
+    c.alive_period = Some(PERIOD);
+    net.nodes.push(Engine::new(c, net.now));
+    net.settle();
+    assert_eq!(hosts(&net, 0), Vec::<HostId>::new());
+    assert_eq!(net.stats(0).stray, 1);
+}
