@@ -124,12 +124,18 @@ struct ChildProc {
 
 impl ChildProc {
     fn start(args: &[&str]) -> (ChildProc, String) {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn child");
+        // PERF_CHILD_CPU=N pins the child to CPU N (run this program under
+        // `taskset -c M` to pin it too): both sides on their own core, or on one.
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match std::env::var("PERF_CHILD_CPU") {
+            Ok(cpu) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpu]).arg(exe);
+                c
+            }
+            Err(_) => Command::new(exe),
+        };
+        let mut child = cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn child");
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
