@@ -1,4 +1,4 @@
-//! The bars of issue 3 as explicit checks on the records of a run.
+//! The bars of issues 3 and 4 as explicit checks on the records of a run.
 
 use crate::record::Record;
 
@@ -157,6 +157,77 @@ pub const BARS: &[Bar] = &[
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 50.0,
+    },
+    // Issue 4 (suite `files`): vipc's file service against sshfs on the same machine.
+    Bar {
+        what: "files: 4 KB page read via library / (remote SRR + local pread)",
+        record: "files_page_read_4KB_lib_vs_srr_pread",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.3,
+    },
+    Bar {
+        what: "files: random 4 KB reads/s, mount / sshfs (no caching), 1 reader",
+        record: "files_randread_4KB_1r_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 3.0,
+    },
+    Bar {
+        what: "files: random 4 KB reads/s, mount / sshfs (no caching), 4 readers",
+        record: "files_randread_4KB_4r_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 3.0,
+    },
+    Bar {
+        what: "files: random 4 KB reads/s, mount / sshfs (no caching), 16 readers",
+        record: "files_randread_4KB_16r_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 3.0,
+    },
+    Bar {
+        what: "files: sequential read, mount / sshfs (no caching)",
+        record: "files_seqread_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 3.0,
+    },
+    Bar {
+        what: "files: vipc cp / MoveFrom bulk rate",
+        record: "files_cp_vs_movefrom",
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "files: find time, mount / sshfs (default caching)",
+        record: "files_find_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.5,
+    },
+    Bar {
+        what: "files: du -s time, mount / sshfs (default caching)",
+        record: "files_du_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.5,
+    },
+    Bar {
+        what: "files: tar c time, mount / sshfs (default caching)",
+        record: "files_tar_c_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.5,
+    },
+    Bar {
+        what: "files: untar time, mount / sshfs (default caching)",
+        record: "files_untar_mount_vs_sshfs",
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 0.5,
     },
 ];
 

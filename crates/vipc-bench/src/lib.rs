@@ -15,6 +15,7 @@
 pub mod bars;
 pub mod condvar;
 pub mod error;
+pub mod files;
 pub mod grpc;
 pub mod ipc;
 pub mod peer;
@@ -43,7 +44,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The suites `vipc bench` knows.
-pub const SUITES: &[&str] = &["ipc"];
+pub const SUITES: &[&str] = &["ipc", "files"];
 
 /// What to run and how to report it.
 #[derive(Clone, Debug)]
@@ -125,15 +126,15 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
             Some((s, i)) => (s, Some(i)),
             None => (a.as_str(), None),
         };
-        if suite != "ipc" {
-            return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", "))));
-        }
+        let all: &[&str] = match suite {
+            "ipc" => ipc::ITEMS,
+            "files" => files::ITEMS,
+            _ => return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", ")))),
+        };
         let items: Vec<&str> = match item {
-            None => ipc::ITEMS.to_vec(),
-            Some(i) if ipc::ITEMS.contains(&i) => vec![i],
-            Some(i) => {
-                return Err(BenchError::Other(format!("unknown item {suite}/{i} (items: {})", ipc::ITEMS.join(", "))))
-            }
+            None => all.to_vec(),
+            Some(i) if all.contains(&i) => vec![i],
+            Some(i) => return Err(BenchError::Other(format!("unknown item {suite}/{i} (items: {})", all.join(", ")))),
         };
         for i in items {
             let pair = (suite.to_string(), i.to_string());
@@ -153,11 +154,14 @@ pub fn run(opts: &Options) -> Result<Results> {
     let mut out = Output::new(opts.json);
     out.results.quick = opts.quick;
     let start = Instant::now();
+    let mut files = files::Session::new(opts.exe.clone(), opts.quick);
     for (suite, item) in &items {
         eprintln!("bench: {suite}/{item} ...");
         let t = Instant::now();
         let before = out.results.records.len();
-        let r = {
+        let r = if suite == "files" {
+            files.run_item(&mut out, item)
+        } else {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
             ipc::run_item(&mut ctx, item)
         };
@@ -174,6 +178,7 @@ pub fn run(opts: &Options) -> Result<Results> {
             }
         }
     }
+    drop(files); // unmounts and stops the servers of suite `files`
     let results = out.results;
     let checks = bars::check(&results.records);
     let mut text = String::from("bars:\n");
@@ -209,7 +214,8 @@ mod tests {
     #[test]
     fn selection_expands_suites_and_items() {
         let all = selection(&[]).unwrap();
-        assert_eq!(all.len(), ipc::ITEMS.len());
+        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len());
+        assert_eq!(selection(&["files/tree".into()]).unwrap(), vec![("files".into(), "tree".into())]);
         let one = selection(&["ipc/exchange".into(), "ipc:pages".into(), "ipc/exchange".into()]).unwrap();
         assert_eq!(one, vec![("ipc".into(), "exchange".into()), ("ipc".into(), "pages".into())]);
         assert!(selection(&["disk".into()]).is_err());
