@@ -15,6 +15,7 @@ macro_rules! say {
 }
 
 mod cmd_bench;
+mod cmd_hosts;
 mod cmd_keygen;
 mod cmd_node;
 mod cmd_ping;
@@ -69,6 +70,16 @@ enum Cmd {
     Stat {
         /// Logical host (decimal or 0x hex), pid (HOST.LOCAL) or registered name.
         target: String,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// List the hosts alive (I-Am-Here): this command's node's view, or TARGET's node's.
+    Hosts {
+        /// A logical host id, pid or registered name whose node's table to read.
+        target: Option<String>,
+        /// Without TARGET: how long to listen for announcements (ms).
+        #[arg(long, default_value_t = 200)]
+        listen_ms: u64,
         #[command(flatten)]
         node: NodeArgs,
     },
@@ -132,6 +143,9 @@ fn main() -> ExitCode {
         Cmd::Node { node, pipes } => cmd_node::run(node, pipes),
         Cmd::Ping { target, count, size, node } => cmd_ping::run(target, *count, *size, node),
         Cmd::Stat { target, node } => cmd_stat::run(target, node),
+        Cmd::Hosts { target, listen_ms, node } => {
+            cmd_hosts::run(target.as_deref(), std::time::Duration::from_millis(*listen_ms), node)
+        }
         Cmd::Keygen { file, force } => cmd_keygen::run(file, *force),
         Cmd::Demo => demo::run(),
         Cmd::Bench(a) => cmd_bench::run(a),

@@ -333,3 +333,50 @@ fn demo_exercises_every_primitive_and_exits_zero() {
     }
     assert!(out.contains("every step succeeded"), "{out}");
 }
+
+#[test]
+fn hosts_lists_live_nodes_and_forgets_one_killed_with_sigkill() {
+    let addrs = free_addrs(3);
+    let s: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let node = |i: usize, host: &str| {
+        let mut args = vec!["--listen", &s[i], "--host-id", host, "--no-multicast"];
+        for (j, a) in s.iter().enumerate() {
+            if j != i {
+                args.extend(["--peer", a.as_str()]);
+            }
+        }
+        start_node(&args)
+    };
+    let (_n1, _n2, mut n3) = (node(0, "21"), node(1, "22"), node(2, "23"));
+    let hosts_of_21 = || {
+        let o = run(&["hosts", "21", "--no-multicast", "--peer", &s[0]]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    // Our own view: we said HELLO, everyone answered.
+    let o = run(&["hosts", "--no-multicast", "--peer", &s[0], "--peer", &s[1], "--peer", &s[2]]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for h in ["0015", "0016", "0017"] {
+        assert!(out.contains(&format!("  {h}  127.0.0.1:")), "{h} missing from {out}");
+    }
+    // Host 21's view, through its kernel server.
+    let out = hosts_of_21();
+    assert!(out.starts_with("vipc hosts: host 0015 hears"), "{out}");
+    assert!(out.contains("  0016  ") && out.contains("  0017  "), "{out}");
+    // SIGKILL host 23: host 21 forgets it.
+    n3.guard.0.kill().unwrap();
+    let killed = Instant::now();
+    loop {
+        let out = hosts_of_21();
+        if !out.contains("  0017  ") {
+            assert!(out.contains("  0016  "), "the live host stays: {out}");
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "host 23 never declared down: {out}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("host 23 declared down {:?} after SIGKILL (as seen by polling)", killed.elapsed());
+    let o = run(&["hosts", "--listen-ms", "x"]);
+    assert_one_line_error(&o, "invalid value 'x' for '--listen-ms <LISTEN_MS>'");
+}

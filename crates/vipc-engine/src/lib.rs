@@ -40,7 +40,7 @@ mod stats;
 mod time;
 
 pub use config::{Config, HostIdConfig};
-pub use engine::{AliveHosts, Engine};
+pub use engine::{AliveHost, AliveHosts, Engine};
 pub use error::Error;
 pub use io::{
     Access, Completion, Destination, Event, Lent, Received, Scope, Segment, SendOptions, SendOutcome, Transmit,

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vipc_engine::{Engine, HostId, HostIdConfig, Pid, Scope, Stats, Time};
+use vipc_engine::{AliveHosts, Engine, HostId, HostIdConfig, Pid, Scope, Stats, Time};
 
 /// The part of a node its user handles share; dropping the last one stops the node.
 struct Handle {
@@ -215,6 +215,12 @@ impl Node {
     /// The node's counters.
     pub fn stats(&self) -> Stats {
         self.handle.shared.stats()
+    }
+
+    /// The alive-host table (I-Am-Here, 004 §4.2): the hosts this node hears,
+    /// by row, with the table's sequence number.
+    pub fn alive_hosts(&self) -> Result<AliveHosts> {
+        self.handle.shared.call(None, |e, _| Ok(e.alive_hosts()))
     }
 
     /// Registers `pid` under `name` with `scope` (SetPid). A null pid removes the name.

@@ -3,7 +3,7 @@
 use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
-use vipc_engine::{Access, Completion, Message, Pid, Scope, Segment, SendOptions, Stats};
+use vipc_engine::{Access, AliveHosts, Completion, HostId, Message, Pid, Scope, Segment, SendOptions, Stats};
 
 /// A segment of the caller's memory lent to the receiver for one Send.
 ///
@@ -111,6 +111,26 @@ impl Process {
     /// The counters of the node this process lives on.
     pub fn node_stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// The alive-host table of this process's node (see [`crate::Node::alive_hosts`]).
+    pub fn alive_hosts(&self) -> Result<AliveHosts> {
+        self.shared.call(Some(self.pid), |e, _| Ok(e.alive_hosts()))
+    }
+
+    /// The host in row `row` of the alive-host table as read under sequence
+    /// number `seq` (fails with `StaleTable` if the table changed since).
+    pub fn alive_host_at(&self, row: usize, seq: u32) -> Result<HostId> {
+        self.shared.call(Some(self.pid), |e, _| e.alive_host_at(row, seq))
+    }
+
+    /// Forgets every host of the alive-host table and asks them to announce
+    /// themselves again (they are back within about 10 ms).
+    pub fn reset_alive_hosts(&self) -> Result<()> {
+        self.shared.call(Some(self.pid), |e, now| {
+            e.reset_alive(now);
+            Ok(())
+        })
     }
 
     /// Send: sends the 32-byte `msg` to `to` and blocks until the reply, which

@@ -10,10 +10,14 @@
 //! |---|---|---|---|
 //! | [`OP_STATS`] = 1 | counters | grant write access to a segment | the text `name=value\n` per counter of [`Stats::fields`](vipc_engine::Stats::fields) is written at offset 0 of the segment (reply-with-segment if it fits in one packet, else MoveTo) |
 //! | [`OP_PING`] = 2 | ping | anything | at once |
+//! | [`OP_HOSTS`] = 3 | the alive-host table (`GET_IAH_BIT_VECTOR`) | optionally a write-granted segment | bytes 4..8: sequence number; 8..12: rows; 16..32: bit *r* (byte 16 + *r*/8, bit *r*%8) set if row *r* < 128 holds a host; the segment gets 8 bytes per row: host id (u16), IPv4 address (4 bytes, in order) and port (u16) it announced itself from (`0.0.0.0:0` for IPv6), all zero for a free row |
+//! | [`OP_HOST_AT`] = 4 | one row (`GET_IAH_HOST_NO`) | bytes 4..8: sequence number, 8..12: row | bytes 12..14: host id, or status [`STATUS_STALE`] / [`STATUS_NO_ROW`] |
+//! | [`OP_RESET_HOSTS`] = 5 | forget every host and ask them to announce again (`RESET_IAH_BIT_VECTOR`) | anything | at once |
 //!
-//! The reply is the request with:
+//! Integers are little-endian. The reply is the request with:
 //! - byte 0: status — [`STATUS_OK`] = 0, [`STATUS_UNKNOWN_OP`] = 1,
-//!   [`STATUS_NO_SEGMENT`] = 2 (stats without a write-granted segment);
+//!   [`STATUS_NO_SEGMENT`] = 2 (stats without a write-granted segment),
+//!   [`STATUS_STALE`] = 3, [`STATUS_NO_ROW`] = 4;
 //! - bytes 4..8 (stats): bytes written into the segment, u32 little-endian;
 //! - bytes 8..12 (stats): length of the whole text, u32 little-endian (larger
 //!   than bytes 4..8 if the segment was too small);
@@ -30,18 +34,31 @@
 //! `vipc node` registers it under the name `echo`.
 
 use crate::{Error, Node, Process, Result, SegmentRef};
-use vipc_engine::{HostId, Message, Pid, Scope, SendOptions, Stats};
+use std::net::{Ipv4Addr, SocketAddr};
+use vipc_engine::{AliveHost, AliveHosts, HostId, Message, Pid, Scope, SendOptions, Stats};
 
 /// Operation: write the node's counters into the requester's segment.
 pub const OP_STATS: u8 = 1;
 /// Operation: reply at once.
 pub const OP_PING: u8 = 2;
+/// Operation: the alive-host table.
+pub const OP_HOSTS: u8 = 3;
+/// Operation: the host in one row of the alive-host table.
+pub const OP_HOST_AT: u8 = 4;
+/// Operation: reset the alive-host table.
+pub const OP_RESET_HOSTS: u8 = 5;
 /// Reply status: done.
 pub const STATUS_OK: u8 = 0;
 /// Reply status: byte 0 of the request is not a known operation.
 pub const STATUS_UNKNOWN_OP: u8 = 1;
 /// Reply status: the operation needs a write-granted segment.
 pub const STATUS_NO_SEGMENT: u8 = 2;
+/// Reply status: the alive-host table changed since the given sequence number.
+pub const STATUS_STALE: u8 = 3;
+/// Reply status: no host in that row.
+pub const STATUS_NO_ROW: u8 = 4;
+/// Bytes per row of [`OP_HOSTS`]'s segment.
+pub const HOST_ROW_LEN: usize = 8;
 
 /// Largest appended segment the echo service takes with a message.
 pub const ECHO_BUFFER: usize = 64 * 1024;
@@ -103,6 +120,49 @@ pub fn kernel_server(p: Process) {
             OP_PING => {
                 reply[0] = STATUS_OK;
                 p.reply(&reply, info.from)
+            }
+            OP_HOSTS => match p.alive_hosts() {
+                Ok(t) => {
+                    reply[0] = STATUS_OK;
+                    reply[4..8].copy_from_slice(&t.seq.to_le_bytes());
+                    reply[8..12].copy_from_slice(&(t.rows.len() as u32).to_le_bytes());
+                    reply[12..32].fill(0);
+                    for (r, row) in t.rows.iter().enumerate().take(128) {
+                        if row.is_some() {
+                            reply[16 + r / 8] |= 1 << (r % 8);
+                        }
+                    }
+                    let rows = encode_host_rows(&t);
+                    let n = rows.len().min(if info.access.write { info.segment_size as usize } else { 0 });
+                    if n == 0 {
+                        p.reply(&reply, info.from)
+                    } else {
+                        match p.reply_with_segment(&reply, info.from, 0, &rows[..n]) {
+                            Err(Error::Protocol(vipc_engine::Error::TooLarge { .. })) => {
+                                p.move_to(info.from, 0, &rows[..n]).and_then(|()| p.reply(&reply, info.from))
+                            }
+                            r => r,
+                        }
+                    }
+                }
+                Err(e) => Err(e),
+            },
+            OP_HOST_AT => {
+                let seq = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+                let row = u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]]) as usize;
+                reply[0] = match p.alive_host_at(row, seq) {
+                    Ok(host) => {
+                        reply[12..14].copy_from_slice(&host.to_le_bytes());
+                        STATUS_OK
+                    }
+                    Err(Error::Protocol(vipc_engine::Error::StaleTable { .. })) => STATUS_STALE,
+                    Err(_) => STATUS_NO_ROW,
+                };
+                p.reply(&reply, info.from)
+            }
+            OP_RESET_HOSTS => {
+                reply[0] = STATUS_OK;
+                p.reset_alive_hosts().and_then(|()| p.reply(&reply, info.from))
             }
             _ => {
                 reply[0] = STATUS_UNKNOWN_OP;
@@ -177,6 +237,46 @@ pub fn query_stats(p: &Process, host: HostId) -> Result<Vec<(String, u64)>> {
     }
     let n = (u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]) as usize).min(buf.len());
     Ok(parse_stats_text(&String::from_utf8_lossy(&buf[..n])))
+}
+
+/// The rows of [`OP_HOSTS`]'s segment.
+fn encode_host_rows(t: &AliveHosts) -> Vec<u8> {
+    let mut out = Vec::with_capacity(t.rows.len() * HOST_ROW_LEN);
+    for row in &t.rows {
+        let (host, ip, port) = match row {
+            Some(AliveHost { host, addr: SocketAddr::V4(a) }) => (*host, *a.ip(), a.port()),
+            Some(AliveHost { host, addr: SocketAddr::V6(_) }) => (*host, Ipv4Addr::UNSPECIFIED, 0),
+            None => (0, Ipv4Addr::UNSPECIFIED, 0),
+        };
+        out.extend_from_slice(&host.to_le_bytes());
+        out.extend_from_slice(&ip.octets());
+        out.extend_from_slice(&port.to_le_bytes());
+    }
+    out
+}
+
+/// Asks the kernel server of `host` for its alive-host table (IPv6
+/// addresses come back as `0.0.0.0:0`).
+pub fn query_hosts(p: &Process, host: HostId) -> Result<AliveHosts> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut msg: Message = [0; 32];
+    msg[0] = OP_HOSTS;
+    p.send_with(&mut msg, kernel_pid(host), Some(SegmentRef::Write(&mut buf)), SendOptions::default())?;
+    if msg[0] != STATUS_OK {
+        return Err(Error::Internal(format!("the kernel server of host {host} answered status {}", msg[0])));
+    }
+    let seq = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+    let n = u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]]) as usize;
+    let rows = buf
+        .chunks_exact(HOST_ROW_LEN)
+        .take(n)
+        .map(|r| {
+            let host = u16::from_le_bytes([r[0], r[1]]);
+            let addr = SocketAddr::from((Ipv4Addr::new(r[2], r[3], r[4], r[5]), u16::from_le_bytes([r[6], r[7]])));
+            (host != 0).then_some(AliveHost { host, addr })
+        })
+        .collect();
+    Ok(AliveHosts { seq, rows })
 }
 
 /// Pings the kernel server of `host` (one exchange).

@@ -66,14 +66,23 @@ impl AliveTable {
 pub struct AliveHosts {
     /// The table's sequence number when the snapshot was taken.
     pub seq: u32,
-    /// Host of each row (`None`: free).
-    pub rows: Vec<Option<HostId>>,
+    /// Each row's host (`None`: free).
+    pub rows: Vec<Option<AliveHost>>,
+}
+
+/// An alive host: its id and where it announced itself from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AliveHost {
+    /// The logical host id.
+    pub host: HostId,
+    /// The address of its last IAmHere.
+    pub addr: SocketAddr,
 }
 
 impl AliveHosts {
-    /// The alive hosts, in row order.
+    /// The alive hosts' ids, in row order.
     pub fn hosts(&self) -> impl Iterator<Item = HostId> + '_ {
-        self.rows.iter().flatten().copied()
+        self.rows.iter().flatten().map(|r| r.host)
     }
 }
 
@@ -81,7 +90,8 @@ impl Engine {
     /// A snapshot of the alive-host table (empty when I-Am-Here is off).
     pub fn alive_hosts(&self) -> AliveHosts {
         let t = &self.alive;
-        AliveHosts { seq: t.seq, rows: t.rows.iter().map(|r| r.as_ref().map(|r| r.host)).collect() }
+        let rows = t.rows.iter().map(|r| r.as_ref().map(|r| AliveHost { host: r.host, addr: r.addr })).collect();
+        AliveHosts { seq: t.seq, rows }
     }
 
     /// The host in row `row` of the table as it was under sequence number

@@ -16,8 +16,8 @@ mod state;
 mod timers;
 
 use crate::*;
-pub use alive::AliveHosts;
 use alive::AliveTable;
+pub use alive::{AliveHost, AliveHosts};
 use host_alloc::HostAlloc;
 use location::LocationCache;
 use rand::{Rng, SeedableRng};
