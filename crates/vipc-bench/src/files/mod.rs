@@ -7,6 +7,7 @@
 //! | `sequential` | sequential read and write of the large file (and `vipc cp` against the MoveFrom bulk rate) |
 //! | `tree` | `find`, `du -s`, `tar c` of the tree, and untarring it into the mount |
 //! | `clients` | the 1985 question (000 ch. 4): N = 1…32 clients with think time reading 8 KB; remote/local elapsed ratio; saturation |
+//! | `pipe` | a vipc pipe (`vipc-pipe`, 000 §3.7) on one node and across three, against a kernel pipe, a Unix socket pair and TCP |
 //!
 //! The compared systems: the local file system (the exported directory
 //! itself, warm in the page cache); sshfs against an sshd the bench starts on
@@ -21,6 +22,7 @@
 //! 500 files and few samples.
 
 pub mod data;
+pub mod pipe;
 pub mod ssh;
 pub mod vipcside;
 pub mod work;
@@ -37,7 +39,7 @@ use vipc_fs::Handle;
 use work::{FileSource, LibSource, Offsets, PageSource};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["pages", "sequential", "tree", "clients"];
+pub const ITEMS: &[&str] = &["pages", "sequential", "tree", "clients", "pipe"];
 
 const SUITE: &str = "files";
 
@@ -214,6 +216,11 @@ impl Session {
     pub fn run_item(&mut self, out: &mut Output, item: &str) -> Result<()> {
         if !ITEMS.contains(&item) {
             return Err(BenchError::Other(format!("unknown item files/{item} (items: {})", ITEMS.join(", "))));
+        }
+        if item == "pipe" {
+            // Needs no files: nodes of its own.
+            let (total, rounds) = if self.quick { (8 << 20, 1) } else { (256 << 20, 3) };
+            return pipe::run(out, self.host + 4, total, rounds);
         }
         let (exe, quick, host) = (&self.exe, self.quick, self.host);
         let env = self.env.get_or_insert_with(|| Env::setup(exe, quick, host).map_err(|e| e.to_string()));
