@@ -138,7 +138,8 @@ struct HeldWrite {
     from: Pid,
     end: u32,
     len: usize,
-    inline: Option<Vec<u8>>,
+    /// The first bytes of the data, appended to the request (all of them if it fitted in one packet).
+    inline: Vec<u8>,
     msg: Message,
 }
 
@@ -260,7 +261,7 @@ impl Server {
                     } else if len == 0 {
                         self.answer(p, from, reply_msg(msg, proto::OK, 0));
                     } else {
-                        let inline = (info.len >= len).then(|| inbuf[..len].to_vec());
+                        let inline = inbuf[..info.len.min(len)].to_vec();
                         self.writers.push_back(HeldWrite { from, end, len, inline, msg: *msg });
                     }
                 }
@@ -337,25 +338,21 @@ impl Server {
             while self.writers.front().is_some_and(|w| w.len <= self.st.room()) && !self.st.broken() {
                 let Some(w) = self.writers.pop_front() else { break };
                 changed = true;
-                let ok = match &w.inline {
-                    Some(d) => {
-                        self.st.buf.extend(d.iter());
-                        true
-                    }
-                    None => {
-                        self.scratch.resize(w.len, 0);
-                        match p.move_from(w.from, 0, &mut self.scratch) {
-                            Ok(()) => {
-                                self.st.buf.extend(self.scratch.iter());
-                                true
-                            }
-                            Err(e) => {
-                                tracing::debug!("pipe server: MoveFrom {} failed: {e}", w.from);
-                                false
-                            }
+                // The rest of a segment larger than one packet is read with MoveFrom, after the appended part.
+                let rest = w.len - w.inline.len();
+                self.scratch.resize(rest, 0);
+                let ok = rest == 0
+                    || match p.move_from(w.from, w.inline.len() as u32, &mut self.scratch) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            tracing::debug!("pipe server: MoveFrom {} failed: {e}", w.from);
+                            false
                         }
-                    }
-                };
+                    };
+                if ok {
+                    self.st.buf.extend(w.inline.iter());
+                    self.st.buf.extend(self.scratch.iter());
+                }
                 if !ok || !self.answer(p, w.from, reply_msg(&w.msg, proto::OK, w.len as u32)) {
                     self.close_end(p, w.end);
                 }
