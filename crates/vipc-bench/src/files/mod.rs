@@ -191,6 +191,9 @@ impl std::fmt::Debug for Session {
 struct Ctx<'e, 'o> {
     env: &'e Env,
     out: &'o mut Output,
+    exe: &'e PeerExe,
+    /// A logical host id free for this item's extra nodes (and the next one).
+    host: u16,
 }
 
 impl Ctx<'_, '_> {
@@ -208,7 +211,7 @@ impl Ctx<'_, '_> {
 impl Session {
     /// A session; logical host ids for its nodes start from a per-process base.
     pub fn new(exe: PeerExe, quick: bool) -> Session {
-        let host = 0x5000 + (std::process::id() % 0x400) as u16 * 0x8;
+        let host = 0x4000 + (std::process::id() % 0x300) as u16 * 0x10;
         Session { exe, quick, env: None, host }
     }
 
@@ -225,7 +228,7 @@ impl Session {
         let (exe, quick, host) = (&self.exe, self.quick, self.host);
         let env = self.env.get_or_insert_with(|| Env::setup(exe, quick, host).map_err(|e| e.to_string()));
         let env = env.as_ref().map_err(|e| BenchError::Other(format!("files: setting up: {e}")))?;
-        let mut ctx = Ctx { env, out };
+        let mut ctx = Ctx { env, out, exe, host: host + 8 };
         match item {
             "pages" => pages(&mut ctx),
             "sequential" => sequential(&mut ctx),
@@ -438,11 +441,40 @@ fn sequential(ctx: &mut Ctx<'_, '_>) -> Result<()> {
     if let Some((v, h)) = lib {
         let _ = v.client.close(h);
     }
-    match &env.cp {
-        Ok(()) => ctx.not_measured("vipc cp against the MoveFrom bulk rate", "not wired into the bench yet"),
-        Err(e) => ctx.not_measured("vipc cp against the MoveFrom bulk rate", e),
+    // The bulk rate a copy could reach: MoveFrom of 16 MiB (4 MiB with --quick) from a bench server peer.
+    if let Some(lib) = reads.iter().find(|(k, _)| *k == "lib").map(|(_, v)| crate::stats::median(v)) {
+        let size = if s.big_rounds > 1 { 16 << 20 } else { 4 << 20 };
+        let mf = movefrom_rate(ctx.exe, ctx.host, size, if s.big_rounds > 1 { 5 } else { 1 })?;
+        ctx.rec("files_seqread_lib_vs_movefrom", lib, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
+        match &env.cp {
+            Ok(()) => ctx.not_measured(
+                "vipc cp against the MoveFrom bulk rate",
+                "`vipc cp` exists but its arguments are not wired into the bench yet",
+            ),
+            Err(e) => ctx.not_measured("vipc cp against the MoveFrom bulk rate", e),
+        }
     }
     Ok(())
+}
+
+/// MoveFrom `size` bytes by a bench server in another process from a node of ours: MB/s (median of `rounds`).
+fn movefrom_rate(exe: &PeerExe, host: u16, size: usize, rounds: usize) -> Result<f64> {
+    use crate::vserver::{call, request, OP_MOVE_FROM};
+    let peer = crate::peer::Peer::spawn(exe, "vipc-server", &["--host".to_string(), host.to_string()])?;
+    let addr: std::net::SocketAddr = peer.parsed("addr")?;
+    let pid = vipc::Pid(peer.parsed("pid")?);
+    let node = vipc::Node::start(crate::vserver::node_config(host + 1, vec![addr], None))?;
+    let p = node.attach()?;
+    let buf = vec![0x33u8; size];
+    // Warm-up at full size: allocations and the location cache are not measured.
+    call(&p, pid, &mut request(OP_MOVE_FROM, size, 0), Some(vipc::SegmentRef::Read(&buf)))?;
+    let mut rates = Vec::new();
+    for _ in 0..rounds.max(1) {
+        let t = std::time::Instant::now();
+        call(&p, pid, &mut request(OP_MOVE_FROM, size, 0), Some(vipc::SegmentRef::Read(&buf)))?;
+        rates.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    Ok(crate::stats::median(&rates))
 }
 
 fn push<'a>(list: &mut Vec<(&'a str, Vec<f64>)>, name: &'a str, v: f64) {
