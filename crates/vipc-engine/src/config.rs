@@ -51,6 +51,8 @@ pub struct Config {
     pub max_aliens: usize,
     /// Maximum local processes.
     pub max_processes: usize,
+    /// Maximum group memberships of this node's processes, in all.
+    pub max_memberships: usize,
     /// Maximum names in the registry.
     pub max_names: usize,
     /// Cluster key: when set every packet is MACed and unMACed packets are dropped.
@@ -83,6 +85,7 @@ impl Default for Config {
             max_aliens: 4096,
             max_processes: 16_384,
             max_names: 1024,
+            max_memberships: 4096,
             key: None,
             alive_period: None,
             alive_down_after: 3,

@@ -64,6 +64,20 @@ pub enum Error {
     /// The node has no logical host id yet (allocation still running).
     #[error("node not ready: logical host allocation in progress")]
     NotReady,
+    /// The call needs a group id.
+    #[error("{0} is not a group id")]
+    NotAGroup(Pid),
+    /// The process is not a member of the group.
+    #[error("{pid} is not a member of group {group}")]
+    NotMember {
+        /// The process.
+        pid: Pid,
+        /// The group.
+        group: Pid,
+    },
+    /// GetReply without a group Send to collect replies of.
+    #[error("the caller's last Send was not to a group")]
+    NoGroupSend,
     /// The alive-host table changed since the caller read it.
     #[error("the alive-host table changed (sequence {current}, read under {given})")]
     StaleTable {

@@ -91,6 +91,23 @@ pub enum Completion {
     Move(Result<Vec<u8>, Error>),
     /// A GetPid finished; `None` if no process is registered under the name.
     GetPid(Option<Pid>),
+    /// A GetReply finished: the next reply to the last group Send and its
+    /// replier, or `None` when the time limit passed first.
+    GetReply(Option<(Pid, Message)>),
+}
+
+/// How a Send to a group waits for replies (000 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    /// A datagram: the Send returns at once, nothing is retransmitted;
+    /// replies that come anyway wait for GetReply.
+    None,
+    /// The Send returns with the first reply; later replies are dropped.
+    One,
+    /// The Send returns with the first reply; later replies wait for
+    /// GetReply until the sender's next Send.
+    #[default]
+    Many,
 }
 
 /// Something the runtime must act on.

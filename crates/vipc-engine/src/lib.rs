@@ -40,10 +40,11 @@ mod stats;
 mod time;
 
 pub use config::{Config, HostIdConfig};
-pub use engine::{AliveHost, AliveHosts, Engine};
+pub use engine::{well_known_group, AliveHost, AliveHosts, Engine, WELL_KNOWN_GROUP_HOST};
 pub use error::Error;
 pub use io::{
-    Access, Completion, Destination, Event, Lent, Received, Scope, Segment, SendOptions, SendOutcome, Transmit,
+    Access, Completion, Destination, Event, Lent, Received, ReplyMode, Scope, Segment, SendOptions, SendOutcome,
+    Transmit,
 };
 pub use stats::Stats;
 pub use time::Time;

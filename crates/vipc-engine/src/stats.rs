@@ -49,6 +49,16 @@ pub struct Stats {
     pub hosts_up: u64,
     /// I-Am-Here: hosts declared down.
     pub hosts_down: u64,
+    /// Sends to a group made by this node's processes.
+    pub group_sends: u64,
+    /// Copies of group messages queued for members here.
+    pub group_deliveries: u64,
+    /// Replies to group Sends taken (the first, and those kept for GetReply).
+    pub group_replies: u64,
+    /// Later replies to a group Send in mode `One`, dropped.
+    pub group_replies_dropped: u64,
+    /// Group messages not queued for a member: too many copies held.
+    pub group_dropped: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -59,6 +69,10 @@ pub struct Stats {
     pub processes: u64,
     /// Gauge: hosts in the alive-host table.
     pub alive_hosts: u64,
+    /// Gauge: group memberships of this node's processes.
+    pub memberships: u64,
+    /// Gauge: copies of group messages held for members here.
+    pub group_copies: u64,
 }
 
 impl Stats {
@@ -117,6 +131,13 @@ impl Stats {
             ("active_aliens", self.active_aliens),
             ("active_transfers", self.active_transfers),
             ("processes", self.processes),
+            ("group_sends", self.group_sends),
+            ("group_deliveries", self.group_deliveries),
+            ("group_replies", self.group_replies),
+            ("group_replies_dropped", self.group_replies_dropped),
+            ("group_dropped", self.group_dropped),
+            ("memberships", self.memberships),
+            ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),
             ("hosts_down", self.hosts_down),
             ("alive_hosts", self.alive_hosts),

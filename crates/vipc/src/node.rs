@@ -223,6 +223,12 @@ impl Node {
         self.handle.shared.call(None, |e, _| Ok(e.alive_hosts()))
     }
 
+    /// AllocateGroupId: a new group id, unique in the cluster (it carries
+    /// this node's host id). Well-known groups use [`crate::well_known_group`].
+    pub fn allocate_group_id(&self) -> Result<Pid> {
+        self.handle.shared.call(None, |e, _| e.allocate_group_id())
+    }
+
     /// Registers `pid` under `name` with `scope` (SetPid). A null pid removes the name.
     pub fn set_pid(&self, name: &str, pid: Pid, scope: Scope) -> Result<()> {
         self.handle.shared.call(None, |e, _| e.set_pid(name.as_bytes(), pid, scope))

@@ -3,7 +3,9 @@
 use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
-use vipc_engine::{Access, AliveHosts, Completion, HostId, Message, Pid, Scope, Segment, SendOptions, Stats};
+use vipc_engine::{
+    Access, AliveHosts, Completion, HostId, Message, Pid, ReplyMode, Scope, Segment, SendOptions, Stats,
+};
 
 /// A segment of the caller's memory lent to the receiver for one Send.
 ///
@@ -312,6 +314,44 @@ impl Process {
         match self.shared.block(me, lead, Lend::None, |e, now| e.get_pid(now, me, name.as_bytes(), scope))? {
             Completion::GetPid(p) => Ok(p),
             c => Err(mismatch("get_pid", &c)),
+        }
+    }
+
+    /// JoinGroup: makes this process a member of `group` (see [`crate::Node::allocate_group_id`]).
+    pub fn join_group(&self, group: Pid) -> Result<()> {
+        self.shared.call(Some(self.pid), |e, _| e.join_group(self.pid, group))
+    }
+
+    /// LeaveGroup: this process is no longer a member of `group`.
+    pub fn leave_group(&self, group: Pid) -> Result<()> {
+        self.shared.call(Some(self.pid), |e, _| e.leave_group(self.pid, group))
+    }
+
+    /// Send to a group: every member, on every node, receives `msg` from this
+    /// process. With [`ReplyMode::One`] or [`ReplyMode::Many`] it blocks until
+    /// the first reply, which overwrites `msg`, and returns the replier; with
+    /// [`ReplyMode::None`] it returns [`Pid::NONE`] at once. After `Many` (or
+    /// `None`), [`Process::get_reply`] collects the other replies until this
+    /// process's next Send.
+    pub fn send_group(&self, msg: &mut Message, group: Pid, mode: ReplyMode, opts: SendOptions) -> Result<Pid> {
+        let (me, m) = (self.pid, *msg);
+        match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.send_group(now, me, group, m, mode, opts))? {
+            Completion::Send(Ok(o)) => {
+                *msg = o.reply;
+                Ok(o.replier)
+            }
+            Completion::Send(Err(e)) => Err(e.into()),
+            c => Err(mismatch("send_group", &c)),
+        }
+    }
+
+    /// GetReply: the next reply to this process's last group Send, waiting up
+    /// to `limit` for one; `None` if none came in time.
+    pub fn get_reply(&self, limit: std::time::Duration) -> Result<Option<(Pid, Message)>> {
+        let me = self.pid;
+        match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.get_reply(now, me, limit))? {
+            Completion::GetReply(r) => Ok(r),
+            c => Err(mismatch("get_reply", &c)),
         }
     }
 }

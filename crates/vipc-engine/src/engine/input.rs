@@ -37,13 +37,16 @@ impl Engine {
         if h.ptype == PacketType::IAmHere {
             return self.on_i_am_here(now, from, &h);
         }
+        if h.ptype == PacketType::Send && h.dst.is_group() {
+            return self.on_group_send(now, from, &h, pkt.data);
+        }
         // Every remaining type is addressed to a process of ours, except a broadcast GetPid.
         if h.ptype != PacketType::GetPid && h.dst.host() != host {
             return self.stray();
         }
         match h.ptype {
             PacketType::Send => self.on_send(now, from, &h, pkt.data),
-            PacketType::Reply => self.on_reply(&h, pkt.data),
+            PacketType::Reply => self.on_reply(now, &h, pkt.data),
             PacketType::ReplyPending => self.on_reply_pending(now, &h),
             PacketType::Forward => self.on_forward(now, &h),
             PacketType::NAck => self.on_nack(&h),
@@ -173,11 +176,18 @@ impl Engine {
             .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq: s, .. } if s == seq))
     }
 
-    fn on_reply(&mut self, h: &Header, data: &[u8]) {
-        let Some(ex) = self.remote_exchange(h.dst, h.seq) else {
-            self.stats.duplicates += 1;
-            return;
+    fn on_reply(&mut self, now: Time, h: &Header, data: &[u8]) {
+        let group = match self.remote_exchange(h.dst, h.seq) {
+            Some(ex) => ex.to.is_group(),
+            None => true, // a later reply to a group Send, or a duplicate
         };
+        if group {
+            if !data.is_empty() {
+                return self.malformed();
+            }
+            return self.collect_reply(now, h.dst, h.seq, h.src, h.message);
+        }
+        let Some(ex) = self.remote_exchange(h.dst, h.seq) else { return };
         if ex.to.host() != h.src.host() {
             return self.stray();
         }

@@ -2,12 +2,13 @@
 //!
 //! The submodules each add one group of methods to [`Engine`]:
 //! `primitives` (Send/Receive/Reply/Forward/GetPid/SetPid), `bulk`
-//! (MoveTo/MoveFrom streams), `input` (datagram dispatch), `host_alloc`
+//! (MoveTo/MoveFrom streams), `group` (process groups), `input` (datagram dispatch), `host_alloc`
 //! (announcement–complaint), `alive` (I-Am-Here), `timers` (retransmission
 //! and expiry).
 
 mod alive;
 mod bulk;
+mod group;
 mod host_alloc;
 mod input;
 mod location;
@@ -18,6 +19,8 @@ mod timers;
 use crate::*;
 use alive::AliveTable;
 pub use alive::{AliveHost, AliveHosts};
+use group::Groups;
+pub use group::{well_known_group, WELL_KNOWN_GROUP_HOST};
 use host_alloc::HostAlloc;
 use location::LocationCache;
 use rand::{Rng, SeedableRng};
@@ -59,6 +62,7 @@ pub struct Engine {
     streams_in: HashMap<(Pid, u32), StreamIn>,
     location: LocationCache,
     alive: AliveTable,
+    groups: Groups,
     timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
     /// The earliest heap entry of each exchange and alien timer (see `arm`).
     pending_timers: HashMap<TimerKey, Time>,
@@ -84,6 +88,7 @@ impl Engine {
         let mut e = Engine {
             location: LocationCache::new(config.location_cache),
             alive: AliveTable::default(),
+            groups: Groups::default(),
             cfg: config,
             rng,
             incarnation,
@@ -131,6 +136,7 @@ impl Engine {
         s.active_transfers = (self.streams_out.len() + self.streams_in.len()) as u64;
         s.processes = self.procs.len() as u64;
         s.alive_hosts = self.alive_hosts().hosts().count() as u64;
+        (s.memberships, s.group_copies) = self.group_gauges();
         s
     }
 
@@ -252,6 +258,9 @@ impl Engine {
 
     /// Where to send a packet for `pid`: its cached host, or broadcast on a miss.
     fn route(&mut self, pid: Pid) -> Destination {
+        if pid.is_group() {
+            return Destination::Broadcast;
+        }
         match self.location.lookup(pid.host()) {
             Some(a) => Destination::Addr(a),
             None => {

@@ -89,6 +89,7 @@ impl Engine {
         if to == from {
             return Err(Error::SendToSelf);
         }
+        self.forget_collected(from);
         if let Some(s) = &segment {
             if s.data.len() > u32::MAX as usize {
                 return Err(Error::TooLarge { what: "segment", len: s.data.len() as u64, limit: u32::MAX as u64 });
@@ -214,6 +215,10 @@ impl Engine {
                     access,
                 }
             }
+            Incoming::Group(sender) => {
+                let Some(r) = self.take_copy(sender, receiver) else { return };
+                r
+            }
             Incoming::Remote(sender) => {
                 let Some(a) = self.aliens.get_mut(&sender) else { return };
                 a.state = AlienState::Received { by: receiver };
@@ -236,7 +241,7 @@ impl Engine {
     /// sender: [`Config::data_to`], or [`Config::local_data`] locally). Never blocks.
     pub fn reply(
         &mut self,
-        _now: Time,
+        now: Time,
         from: Pid,
         to: Pid,
         msg: Message,
@@ -271,10 +276,11 @@ impl Engine {
                 return Ok(());
             }
         }
-        let Some(a) = self.aliens.get(&to) else { return Err(Error::NotAwaitingReply(to)) };
-        if a.state != (AlienState::Received { by: from }) {
-            return Err(Error::NotAwaitingReply(to));
+        let alien = self.aliens.get(&to).filter(|a| a.state == (AlienState::Received { by: from }));
+        if alien.is_none() {
+            return self.reply_to_group_copy(now, from, to, msg, &segment).unwrap_or(Err(Error::NotAwaitingReply(to)));
         }
+        let a = alien.expect("checked");
         let (offset, data) = segment.unwrap_or_default();
         if let Some(e) = too_large(&data, self.cfg.data_to(a.addr)) {
             return Err(e);
@@ -480,6 +486,8 @@ impl Engine {
             match ex.state {
                 ExchangeState::Local { received_by: None } => self.unqueue(ex.to, Incoming::Local(pid)),
                 ExchangeState::Local { .. } => {}
+                // Members simply reply to a dead process; their copies expire.
+                ExchangeState::Remote { .. } if ex.to.is_group() => {}
                 ExchangeState::Remote { seq, .. } => {
                     let mut h = self.header(PacketType::Cancel);
                     h.seq = seq;
@@ -491,6 +499,7 @@ impl Engine {
             }
         }
         self.cancel_streams_of(pid);
+        self.forget_group_state_of(pid);
         // Senders queued on it or awaiting its reply learn at once that it is gone.
         let mut local_waiting: Vec<Pid> = proc_
             .queue

@@ -17,6 +17,8 @@ pub(crate) enum Blocked {
     Move,
     /// In GetPid.
     GetPid,
+    /// In GetReply.
+    GetReply,
 }
 
 /// A message waiting in a receiver's queue: where its state lives.
@@ -26,12 +28,14 @@ pub(crate) enum Incoming {
     Local(Pid),
     /// A remote sender's alien (`Engine::aliens[sender]`).
     Remote(Pid),
+    /// A group message: the receiver's copy (`Groups::copies[(sender, receiver)]`).
+    Group(Pid),
 }
 
 impl Incoming {
     pub(crate) fn sender(self) -> Pid {
         match self {
-            Incoming::Local(p) | Incoming::Remote(p) => p,
+            Incoming::Local(p) | Incoming::Remote(p) | Incoming::Group(p) => p,
         }
     }
 }
@@ -140,6 +144,10 @@ pub(crate) enum TimerKey {
     StreamOut(Pid, u32),
     StreamIn(Pid, u32),
     HostAlloc,
+    /// Expiry of a member's copy of a group message: (sender, member).
+    GroupCopy(Pid, Pid),
+    /// The limit of a GetReply.
+    GetReply(Pid),
     /// The periodic I-Am-Here announcement and check.
     Alive,
     /// Our I-Am-Here to a newcomer, after a random delay.

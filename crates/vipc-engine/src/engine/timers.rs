@@ -27,6 +27,8 @@ impl Engine {
                 TimerKey::StreamIn(p, s) => self.stream_in_timer(now, (p, s), at),
                 TimerKey::HostAlloc if self.host_alloc_due(at) => self.host_alloc_timer(now),
                 TimerKey::HostAlloc => {}
+                TimerKey::GroupCopy(s, m) => self.group_copy_timer(now, (s, m), at),
+                TimerKey::GetReply(pid) => self.get_reply_timer(pid, at),
                 TimerKey::Alive => self.alive_timer(now, at),
                 TimerKey::AliveReply(host) => self.alive_reply_timer(host),
             }

@@ -1,0 +1,409 @@
+//! Process groups (000 §6.3, §6.5): group ids, membership, Send to a group
+//! and GetReply.
+//!
+//! Membership is known only on each member's own node, as in V. A Send to a
+//! group goes to the local members and, on the broadcast channel, to every
+//! other node; each node queues a copy of the message for each of its
+//! members. Members receive it as an ordinary message from the sender and
+//! reply to the sender. The first reply completes the Send (reply mode
+//! `One`/`Many`); with `Many` the later ones wait for [`Engine::get_reply`]
+//! until the sender's next Send (with `One` they are dropped). With `None`
+//! the Send is a datagram: it returns at once, is never retransmitted, and
+//! whatever replies come wait for GetReply.
+//!
+//! Until the first reply the Send is retransmitted every T_r like any Send;
+//! a node whose members still hold the message answers a retransmission with
+//! ReplyPending (so a slow group does not time out), and one whose members
+//! replied resends the cached replies. A copy is forgotten 2·T_t after the
+//! sender's last packet, like an alien.
+
+use super::*;
+use std::time::Duration;
+use vipc_wire::Flags;
+
+/// Group ids with this host field (the top bit alone) are the statically
+/// reserved, well-known ones: never handed out by [`Engine::allocate_group_id`].
+pub const WELL_KNOWN_GROUP_HOST: u16 = 0x8000;
+
+/// The well-known group id number `n` (1..=0xFFFF).
+pub const fn well_known_group(n: u16) -> Pid {
+    Pid(((WELL_KNOWN_GROUP_HOST as u32) << 16) | n as u32)
+}
+
+/// Where a member's copy of a group message stands.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum CopyState {
+    Queued,
+    Received,
+    /// Replied: the Reply packet (remote, non-idempotent sender), resent to
+    /// retransmissions.
+    Replied {
+        packet: Option<Vec<u8>>,
+    },
+}
+
+/// One member's copy of a group message, keyed by (sender, member).
+#[derive(Debug)]
+pub(crate) struct GroupCopy {
+    incarnation: u16,
+    seq: u32,
+    msg: Message,
+    idempotent: bool,
+    /// The sender's node, or `None` when the sender is local.
+    addr: Option<SocketAddr>,
+    state: CopyState,
+    last_heard: Time,
+    timer_at: Option<Time>,
+}
+
+/// The replies to a process's last group Send, kept until its next Send.
+#[derive(Debug)]
+pub(crate) struct Collected {
+    seq: u32,
+    mode: ReplyMode,
+    seen: HashSet<Pid>,
+    queue: VecDeque<(Pid, Message)>,
+    /// A GetReply is waiting, until this time.
+    waiting: Option<Time>,
+}
+
+/// The group state of a node.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    /// Group id → its members on this node, sorted.
+    members: HashMap<Pid, Vec<Pid>>,
+    copies: HashMap<(Pid, Pid), GroupCopy>,
+    collected: HashMap<Pid, Collected>,
+    next_id: u16,
+}
+
+fn check_group(group: Pid) -> Result<(), Error> {
+    if group.is_group() {
+        Ok(())
+    } else {
+        Err(Error::NotAGroup(group))
+    }
+}
+
+impl Engine {
+    /// A new group id, unique among the ids this node hands out during its
+    /// life: the node's host id in the host field (with the group bit), a
+    /// counter in the local field.
+    pub fn allocate_group_id(&mut self) -> Result<Pid, Error> {
+        let host = self.host.ok_or(Error::NotReady)?;
+        let g = &mut self.groups;
+        g.next_id = g.next_id.checked_add(1).ok_or(Error::Limit("group ids"))?;
+        Ok(Pid::new(host | WELL_KNOWN_GROUP_HOST, g.next_id))
+    }
+
+    /// Makes local process `pid` a member of `group`. Joining twice is harmless.
+    pub fn join_group(&mut self, pid: Pid, group: Pid) -> Result<(), Error> {
+        check_group(group)?;
+        if !self.procs.contains_key(&pid) {
+            return Err(Error::NotLocalProcess(pid));
+        }
+        let total: usize = self.groups.members.values().map(Vec::len).sum();
+        let list = self.groups.members.entry(group).or_default();
+        if let Err(at) = list.binary_search(&pid) {
+            if total >= self.cfg.max_memberships {
+                if list.is_empty() {
+                    self.groups.members.remove(&group);
+                }
+                return Err(Error::Limit("group memberships"));
+            }
+            list.insert(at, pid);
+        }
+        Ok(())
+    }
+
+    /// Removes local process `pid` from `group`. Errors: `NotMember`.
+    pub fn leave_group(&mut self, pid: Pid, group: Pid) -> Result<(), Error> {
+        check_group(group)?;
+        let list = self.groups.members.get_mut(&group).ok_or(Error::NotMember { pid, group })?;
+        let at = list.binary_search(&pid).map_err(|_| Error::NotMember { pid, group })?;
+        list.remove(at);
+        if list.is_empty() {
+            self.groups.members.remove(&group);
+        }
+        Ok(())
+    }
+
+    /// The members of `group` on this node, sorted.
+    pub fn group_members(&self, group: Pid) -> Vec<Pid> {
+        self.groups.members.get(&group).cloned().unwrap_or_default()
+    }
+
+    /// Send to a group: `from` blocks until the first reply
+    /// ([`Completion::Send`]), or — with [`ReplyMode::None`] — completes at
+    /// once. A segment cannot go with a group Send (yet).
+    pub fn send_group(
+        &mut self,
+        now: Time,
+        from: Pid,
+        group: Pid,
+        msg: Message,
+        mode: ReplyMode,
+        opts: SendOptions,
+    ) -> Result<(), Error> {
+        self.check_caller(from)?;
+        check_group(group)?;
+        self.groups.collected.remove(&from);
+        let seq = self.fresh_seq();
+        let members: Vec<Pid> = self.group_members(group).into_iter().filter(|m| *m != from).collect();
+        for m in members {
+            let copy = GroupCopy {
+                incarnation: self.incarnation,
+                seq,
+                msg,
+                idempotent: opts.idempotent,
+                addr: None,
+                state: CopyState::Queued,
+                last_heard: now,
+                timer_at: None,
+            };
+            self.queue_copy(now, from, m, copy);
+        }
+        self.groups
+            .collected
+            .insert(from, Collected { seq, mode, seen: HashSet::default(), queue: VecDeque::new(), waiting: None });
+        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
+        let ex = Exchange { to: group, forwarder: from, msg, opts, segment: None, lent: false, state, timer_at: None };
+        self.exchanges.insert(from, ex);
+        self.transmit_send(from);
+        self.stats.group_sends += 1;
+        if mode == ReplyMode::None {
+            self.exchanges.remove(&from);
+            let outcome = SendOutcome { reply: msg, replier: Pid::NONE, segment: None };
+            self.wake(from, Completion::Send(Ok(outcome)));
+            return Ok(());
+        }
+        if let Some(ex) = self.exchanges.get_mut(&from) {
+            ex.timer_at = Some(retransmit);
+        }
+        self.set_blocked(from, Blocked::Send);
+        self.arm(retransmit, TimerKey::Exchange(from));
+        Ok(())
+    }
+
+    /// GetReply: the next reply to `pid`'s last group Send (mode `Many`),
+    /// waiting up to `limit` for one: [`Completion::GetReply`] with `None` at
+    /// the limit. Errors: `NoGroupSend` if its last Send was not to a group.
+    pub fn get_reply(&mut self, now: Time, pid: Pid, limit: Duration) -> Result<(), Error> {
+        self.check_caller(pid)?;
+        let c = self.groups.collected.get_mut(&pid).ok_or(Error::NoGroupSend)?;
+        if let Some(r) = c.queue.pop_front() {
+            self.wake(pid, Completion::GetReply(Some(r)));
+            return Ok(());
+        }
+        let until = now + limit;
+        c.waiting = Some(until);
+        self.set_blocked(pid, Blocked::GetReply);
+        self.arm(until, TimerKey::GetReply(pid));
+        Ok(())
+    }
+
+    /// A Send to a group from another node.
+    pub(super) fn on_group_send(&mut self, now: Time, from: SocketAddr, h: &Header, data: &[u8]) {
+        if !data.is_empty() || h.flags.has(Flags::SEG_READ) || h.flags.has(Flags::SEG_WRITE) {
+            return self.malformed();
+        }
+        let Some(members) = self.groups.members.get(&h.dst).cloned() else { return self.stray() };
+        let mut pending = false;
+        for m in members {
+            match self.groups.copies.get_mut(&(h.src, m)) {
+                Some(c) if c.incarnation == h.incarnation && c.seq == h.seq => {
+                    self.stats.duplicates += 1;
+                    c.last_heard = now;
+                    match &c.state {
+                        CopyState::Queued | CopyState::Received => pending = true,
+                        CopyState::Replied { packet: Some(p) } => {
+                            let p = p.clone();
+                            self.stats.replies_resent += 1;
+                            self.emit_raw(Destination::Addr(from), PacketType::Reply, p);
+                        }
+                        CopyState::Replied { packet: None } => {}
+                    }
+                }
+                Some(c) if c.incarnation == h.incarnation && !state::seq_newer(h.seq, c.seq) => {
+                    self.stats.duplicates += 1;
+                }
+                _ => {
+                    if self.groups.copies.len() >= self.cfg.max_aliens {
+                        self.stats.group_dropped += 1;
+                        continue;
+                    }
+                    let copy = GroupCopy {
+                        incarnation: h.incarnation,
+                        seq: h.seq,
+                        msg: h.message,
+                        idempotent: h.flags.has(Flags::IDEMPOTENT),
+                        addr: Some(from),
+                        state: CopyState::Queued,
+                        last_heard: now,
+                        timer_at: None,
+                    };
+                    self.queue_copy(now, h.src, m, copy);
+                }
+            }
+        }
+        if pending {
+            // Breath of life: members here still owe replies.
+            let mut p = self.header(PacketType::ReplyPending);
+            p.seq = h.seq;
+            p.src = Pid::new(self.host.unwrap_or(0), 0);
+            p.dst = h.src;
+            self.emit(Destination::Addr(from), &p, &[]);
+        }
+    }
+
+    /// Queues `copy` of `sender`'s message for member `m` (replacing an older one).
+    fn queue_copy(&mut self, now: Time, sender: Pid, m: Pid, mut copy: GroupCopy) {
+        if let Some(old) = self.groups.copies.remove(&(sender, m)) {
+            if old.state == CopyState::Queued {
+                self.unqueue(m, Incoming::Group(sender));
+            }
+        }
+        let expiry = now + self.alien_lifetime();
+        copy.timer_at = Some(expiry);
+        self.groups.copies.insert((sender, m), copy);
+        self.arm(expiry, TimerKey::GroupCopy(sender, m));
+        self.stats.group_deliveries += 1;
+        if let Some(p) = self.procs.get_mut(&m) {
+            p.queue.push_back(Incoming::Group(sender));
+        }
+        self.try_deliver(m);
+    }
+
+    /// Receive takes member `m`'s copy of `sender`'s group message.
+    pub(super) fn take_copy(&mut self, sender: Pid, m: Pid) -> Option<Received> {
+        let c = self.groups.copies.get_mut(&(sender, m))?;
+        c.state = CopyState::Received;
+        Some(Received {
+            from: sender,
+            forwarder: sender,
+            msg: c.msg,
+            segment: Vec::new(),
+            segment_size: 0,
+            access: Access::default(),
+        })
+    }
+
+    /// Reply from member `from` to `to`'s group message, if `from` holds one
+    /// (returns `None` otherwise: not a group reply).
+    pub(super) fn reply_to_group_copy(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        segment: &Option<(u32, Vec<u8>)>,
+    ) -> Option<Result<(), Error>> {
+        let c = self.groups.copies.get(&(to, from))?;
+        if c.state != CopyState::Received {
+            return None;
+        }
+        if segment.as_ref().is_some_and(|(_, d)| !d.is_empty()) {
+            return Some(Err(Error::NoAccess("write")));
+        }
+        let (seq, addr, idempotent) = (c.seq, c.addr, c.idempotent);
+        let packet = match addr {
+            None => {
+                self.collect_reply(now, to, seq, from, msg);
+                None
+            }
+            Some(addr) => {
+                let mut h = self.header(PacketType::Reply);
+                h.seq = seq;
+                h.src = from;
+                h.dst = to;
+                h.fwd = from;
+                h.message = msg;
+                let packet = self.emit(Destination::Addr(addr), &h, &[]);
+                (!idempotent).then_some(packet)
+            }
+        };
+        if let Some(c) = self.groups.copies.get_mut(&(to, from)) {
+            c.state = CopyState::Replied { packet };
+        }
+        Some(Ok(()))
+    }
+
+    /// A reply from `replier` to `sender`'s group Send with sequence number
+    /// `seq`: the first completes the Send, later ones wait for GetReply.
+    pub(super) fn collect_reply(&mut self, _now: Time, sender: Pid, seq: u32, replier: Pid, msg: Message) {
+        let first = self
+            .exchanges
+            .get(&sender)
+            .is_some_and(|ex| ex.to.is_group() && matches!(ex.state, ExchangeState::Remote { seq: s, .. } if s == seq));
+        let Some(c) = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq) else {
+            self.stats.duplicates += 1;
+            return;
+        };
+        if !c.seen.insert(replier) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        if first {
+            self.exchanges.remove(&sender);
+            self.stats.group_replies += 1;
+            let outcome = SendOutcome { reply: msg, replier, segment: None };
+            self.wake(sender, Completion::Send(Ok(outcome)));
+        } else if c.mode == ReplyMode::One {
+            self.stats.group_replies_dropped += 1;
+        } else if c.waiting.take().is_some() {
+            self.stats.group_replies += 1;
+            self.wake(sender, Completion::GetReply(Some((replier, msg))));
+        } else {
+            self.stats.group_replies += 1;
+            c.queue.push_back((replier, msg));
+        }
+    }
+
+    pub(super) fn get_reply_timer(&mut self, pid: Pid, at: Time) {
+        let Some(c) = self.groups.collected.get_mut(&pid) else { return };
+        if c.waiting == Some(at) {
+            c.waiting = None;
+            self.wake(pid, Completion::GetReply(None));
+        }
+    }
+
+    pub(super) fn group_copy_timer(&mut self, now: Time, key: (Pid, Pid), at: Time) {
+        let lifetime = self.alien_lifetime();
+        let Some(c) = self.groups.copies.get_mut(&key) else { return };
+        if c.timer_at != Some(at) {
+            return;
+        }
+        let expiry = c.last_heard + lifetime;
+        if now >= expiry {
+            let c = self.groups.copies.remove(&key).expect("present");
+            if c.state == CopyState::Queued {
+                self.unqueue(key.1, Incoming::Group(key.0));
+            }
+        } else {
+            c.timer_at = Some(expiry);
+            self.arm(expiry, TimerKey::GroupCopy(key.0, key.1));
+        }
+    }
+
+    /// A destroyed process leaves its groups; its copies and collected replies go.
+    pub(super) fn forget_group_state_of(&mut self, pid: Pid) {
+        self.groups.members.retain(|_, list| {
+            list.retain(|m| *m != pid);
+            !list.is_empty()
+        });
+        self.groups.copies.retain(|(_, m), _| *m != pid);
+        self.groups.collected.remove(&pid);
+    }
+
+    /// Forgets the replies to `pid`'s last group Send (its next Send began).
+    pub(super) fn forget_collected(&mut self, pid: Pid) {
+        self.groups.collected.remove(&pid);
+    }
+
+    /// Gauges for [`Engine::stats`].
+    pub(super) fn group_gauges(&self) -> (u64, u64) {
+        let memberships = self.groups.members.values().map(|l| l.len() as u64).sum();
+        (memberships, self.groups.copies.len() as u64)
+    }
+}

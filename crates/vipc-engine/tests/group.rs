@@ -1,0 +1,289 @@
+//! Process groups (000 §6.3, §6.5): ids, membership, Send to a group in the
+//! three reply modes, GetReply, and recovery from loss.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use vipc_engine::*;
+use vipc_wire::PacketType;
+
+fn take_get_reply(net: &mut Net, i: usize, pid: Pid) -> Option<(Pid, Message)> {
+    match net.take(i, pid) {
+        Some(Completion::GetReply(r)) => r,
+        other => panic!("expected a GetReply completion for {pid}, got {other:?}"),
+    }
+}
+
+/// Every member in `members` (node, pid) receives one message from `from` and replies with its own pid's low byte.
+fn members_reply(net: &mut Net, members: &[(usize, Pid)], from: Pid) {
+    for &(i, m) in members {
+        let r = net.take_received(i, m);
+        assert_eq!(r.from, from);
+        let now = net.now;
+        net.nodes[i].reply(now, m, from, msg(m.local() as u8), None).unwrap();
+        net.settle();
+    }
+}
+
+/// Node 0: sender and one member; node 1: one member; node 2: two members; node 3: none.
+fn setup() -> (Net, Pid, Pid, Vec<(usize, Pid)>) {
+    let mut net = Net::new(4);
+    let group = net.nodes[1].allocate_group_id().unwrap();
+    let sender = net.proc(0);
+    let mut members = Vec::new();
+    for i in [0, 1, 2, 2] {
+        let m = net.proc(i);
+        net.nodes[i].join_group(m, group).unwrap();
+        net.nodes[i].receive(Time::ZERO, m, None, 0).unwrap();
+        members.push((i, m));
+    }
+    (net, group, sender, members)
+}
+
+#[test]
+fn group_ids_are_unique_and_well_known_ones_are_reserved() {
+    let mut net = Net::new(2);
+    let a = net.nodes[0].allocate_group_id().unwrap();
+    let b = net.nodes[0].allocate_group_id().unwrap();
+    let c = net.nodes[1].allocate_group_id().unwrap();
+    assert!(a.is_group() && b.is_group() && c.is_group());
+    assert!(a != b && a != c && b != c);
+    let wk = well_known_group(7);
+    assert!(wk.is_group());
+    assert_eq!(wk.host(), WELL_KNOWN_GROUP_HOST);
+    assert!([a, b, c].iter().all(|g| g.host() != WELL_KNOWN_GROUP_HOST), "never handed out");
+}
+
+#[test]
+fn membership_rules() {
+    let mut net = Net::new(2);
+    let g = net.nodes[0].allocate_group_id().unwrap();
+    let (p, q, remote) = (net.proc(0), net.proc(0), net.proc(1));
+    assert_eq!(net.nodes[0].join_group(p, Pid::new(1, 1)), Err(Error::NotAGroup(Pid::new(1, 1))));
+    assert_eq!(net.nodes[0].join_group(remote, g), Err(Error::NotLocalProcess(remote)));
+    net.nodes[0].join_group(q, g).unwrap();
+    net.nodes[0].join_group(p, g).unwrap();
+    net.nodes[0].join_group(p, g).unwrap(); // twice: harmless
+    assert_eq!(net.nodes[0].group_members(g), vec![p, q]);
+    assert_eq!(net.stats(0).memberships, 2);
+    net.nodes[0].leave_group(p, g).unwrap();
+    assert_eq!(net.nodes[0].leave_group(p, g), Err(Error::NotMember { pid: p, group: g }));
+    // A destroyed member leaves every group.
+    let now = net.now;
+    net.nodes[0].destroy_process(now, q).unwrap();
+    assert!(net.nodes[0].group_members(g).is_empty());
+    let mut small = Net::with(1, |c| c.max_memberships = 1);
+    let (a, b) = (small.proc(0), small.proc(0));
+    small.nodes[0].join_group(a, g).unwrap();
+    assert_eq!(small.nodes[0].join_group(b, g), Err(Error::Limit("group memberships")));
+}
+
+#[test]
+fn the_first_reply_completes_the_send_and_get_reply_returns_the_others() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(9), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    // Every member on every node has the message, from the sender.
+    members_reply(&mut net, &members, sender);
+    let first = net.take_send(0, sender).unwrap();
+    assert_eq!(first.replier, members[0].1, "the local member answered first");
+    assert_eq!(first.reply, msg(members[0].1.local() as u8));
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        net.nodes[0].get_reply(now, sender, Duration::from_millis(50)).unwrap();
+        net.settle();
+        let (who, m) = take_get_reply(&mut net, 0, sender).expect("a queued reply");
+        assert_eq!(m, msg(who.local() as u8));
+        others.push(who);
+    }
+    others.sort();
+    let mut want: Vec<Pid> = members[1..].iter().map(|(_, m)| *m).collect();
+    want.sort();
+    assert_eq!(others, want);
+    // No more: GetReply waits its limit and says so.
+    net.nodes[0].get_reply(now, sender, Duration::from_millis(50)).unwrap();
+    net.advance(Duration::from_millis(49));
+    assert!(net.take(0, sender).is_none(), "still waiting");
+    net.advance(Duration::from_millis(2));
+    assert_eq!(take_get_reply(&mut net, 0, sender), None);
+    // One Send packet, on the broadcast channel; one Reply per remote member; nothing retransmitted.
+    assert_eq!(net.stats(0).sent(PacketType::Send), 1);
+    assert_eq!(net.stats(0).received(PacketType::Reply), 3);
+    assert_eq!(net.stats(0).retransmissions, 0);
+    assert_eq!(net.stats(3).stray, 1, "a node without members drops it");
+}
+
+#[test]
+fn get_reply_waits_for_a_late_reply_and_the_next_send_forgets_the_rest() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    members_reply(&mut net, &members[..2], sender);
+    net.take_send(0, sender).unwrap();
+    net.nodes[0].get_reply(now, sender, Duration::from_millis(500)).unwrap();
+    net.settle();
+    take_get_reply(&mut net, 0, sender).expect("the second reply was queued");
+    net.nodes[0].get_reply(now, sender, Duration::from_millis(500)).unwrap();
+    net.settle();
+    assert!(net.take(0, sender).is_none());
+    members_reply(&mut net, &members[2..3], sender);
+    assert_eq!(take_get_reply(&mut net, 0, sender).map(|r| r.0), Some(members[2].1), "woken by the late reply");
+    // A new Send (here to a process): the fourth member's reply is dropped.
+    let p = net.proc(1);
+    net.nodes[1].receive(now, p, None, 0).unwrap();
+    net.nodes[0].send(now, sender, p, msg(2), SendOptions::default(), None).unwrap();
+    net.settle();
+    members_reply(&mut net, &members[3..], sender);
+    net.take_received(1, p);
+    net.nodes[1].reply(now, p, sender, msg(3), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(0, sender).unwrap().reply, msg(3));
+    assert_eq!(net.nodes[0].get_reply(now, sender, Duration::ZERO), Err(Error::NoGroupSend));
+}
+
+#[test]
+fn mode_one_drops_later_replies_and_mode_none_returns_at_once() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::One, SendOptions::default()).unwrap();
+    net.settle();
+    members_reply(&mut net, &members, sender);
+    net.take_send(0, sender).unwrap();
+    assert_eq!(net.stats(0).group_replies_dropped, 3);
+    net.nodes[0].get_reply(now, sender, Duration::ZERO).unwrap();
+    net.advance(Duration::from_millis(1));
+    assert_eq!(take_get_reply(&mut net, 0, sender), None);
+
+    for &(i, m) in &members {
+        net.nodes[i].receive(net.now, m, None, 0).unwrap();
+    }
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(2), ReplyMode::None, SendOptions::default()).unwrap();
+    net.settle();
+    let done = net.take_send(0, sender).unwrap();
+    assert_eq!((done.replier, done.reply), (Pid::NONE, msg(2)), "a datagram: no reply awaited");
+    members_reply(&mut net, &members, sender);
+    // Replies that come anyway can be collected.
+    net.nodes[0].get_reply(now, sender, Duration::ZERO).unwrap();
+    net.settle();
+    assert!(take_get_reply(&mut net, 0, sender).is_some());
+    // Never retransmitted, even with no member anywhere.
+    let lonely = net.nodes[0].allocate_group_id().unwrap();
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, lonely, msg(3), ReplyMode::None, SendOptions::default()).unwrap();
+    net.settle();
+    net.take_send(0, sender).unwrap();
+    let before = net.stats(0).sent(PacketType::Send);
+    net.advance(Duration::from_secs(2));
+    assert_eq!(net.stats(0).sent(PacketType::Send), before);
+}
+
+#[test]
+fn a_lost_send_is_retransmitted_and_members_get_it_once() {
+    let (mut net, group, sender, members) = setup();
+    // The first broadcast reaches node 2 only; node 1 and 3 lose it.
+    let mut first = true;
+    net.filter = Some(Box::new(move |from, to, _| {
+        if from == 0 && *to == Destination::Broadcast && first {
+            first = false;
+            return 0;
+        }
+        1
+    }));
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    // Nobody remote has it yet; nobody replies: the Send is retransmitted after T_r.
+    net.advance(Duration::from_millis(25));
+    assert_eq!(net.stats(0).retransmissions, 1);
+    assert_eq!(net.stats(2).group_deliveries, 2, "each member of node 2 once");
+    net.advance(Duration::from_millis(25));
+    assert_eq!(net.stats(2).group_deliveries, 2, "a retransmission is no new message");
+    assert!(net.stats(2).duplicates >= 2);
+    members_reply(&mut net, &members[1..], sender);
+    assert_eq!(net.take_send(0, sender).unwrap().replier, members[1].1, "the first to reply");
+}
+
+#[test]
+fn a_slow_group_is_kept_alive_and_a_lost_reply_is_resent() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    // Only the remote members; the local one does not receive.
+    net.nodes[0].leave_group(members[0].1, group).unwrap();
+    // Lose the first Reply.
+    let mut lost = false;
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        let reply = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply);
+        if reply && !lost {
+            lost = true;
+            return 0;
+        }
+        1
+    }));
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    // The members think for 3 × T_t: ReplyPending keeps the Send alive.
+    net.advance(Duration::from_secs(3));
+    assert!(net.take(0, sender).is_none(), "no timeout while members still owe replies");
+    assert!(net.stats(0).received(PacketType::ReplyPending) > 0);
+    let (i, m) = members[1];
+    net.take_received(i, m);
+    let now = net.now;
+    net.nodes[i].reply(now, m, sender, msg(5), None).unwrap();
+    net.settle();
+    assert!(net.take(0, sender).is_none(), "the reply was lost");
+    net.advance(Duration::from_millis(25));
+    let out = net.take_send(0, sender).unwrap();
+    assert_eq!((out.replier, out.reply), (m, msg(5)));
+    assert!(net.stats(i).replies_resent >= 1, "answered from the cached reply");
+}
+
+#[test]
+fn a_group_without_members_times_out() {
+    let mut net = Net::new(2);
+    let g = net.nodes[1].allocate_group_id().unwrap();
+    let s = net.proc(0);
+    let now = net.now;
+    net.nodes[0].send_group(now, s, g, msg(1), ReplyMode::One, SendOptions::default()).unwrap();
+    net.advance(Duration::from_millis(999));
+    assert!(net.take(0, s).is_none());
+    net.advance(Duration::from_millis(30));
+    assert_eq!(net.take_send(0, s), Err(Error::Timeout(g)));
+}
+
+#[test]
+fn group_send_misuse_is_a_typed_error() {
+    let mut net = Net::new(2);
+    let s = net.proc(0);
+    let p = net.proc(1);
+    let g = net.nodes[0].allocate_group_id().unwrap();
+    let now = net.now;
+    assert_eq!(
+        net.nodes[0].send_group(now, s, p, msg(1), ReplyMode::One, SendOptions::default()),
+        Err(Error::NotAGroup(p))
+    );
+    assert_eq!(net.nodes[0].send(now, s, g, msg(1), SendOptions::default(), None), Err(Error::GroupId(g)));
+    assert_eq!(net.nodes[0].get_reply(now, s, Duration::ZERO), Err(Error::NoGroupSend));
+    let outsider = Pid::new(9, 9);
+    assert_eq!(
+        net.nodes[0].send_group(now, outsider, g, msg(1), ReplyMode::One, SendOptions::default()),
+        Err(Error::NotLocalProcess(outsider))
+    );
+    // A group Send packet with a segment is not accepted.
+    let mut h = vipc_wire::Header::new(PacketType::Send);
+    h.src = Pid::new(2, 5);
+    h.dst = g;
+    h.seq = 1;
+    h.incarnation = 3;
+    h.total_len = 4;
+    h.flags = vipc_wire::Flags(vipc_wire::Flags::SEG_READ);
+    let m = net.proc(0);
+    net.nodes[0].join_group(m, g).unwrap();
+    let bytes = vipc_wire::to_vec(&h, &[1, 2, 3, 4], None);
+    net.nodes[0].handle_datagram(now, addr(1), &bytes);
+    assert_eq!(net.stats(0).malformed, 1);
+    assert_eq!(net.stats(0).group_deliveries, 0);
+}

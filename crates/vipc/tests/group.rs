@@ -1,0 +1,88 @@
+//! Process groups over real loopback sockets: members on three nodes, a
+//! Send to the group in each reply mode, GetReply, and leaving a group.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use vipc::{Error, Pid, Process, ReplyMode, SendOptions};
+
+/// A member that answers every message with its pid in bytes 0..4, until its node stops.
+fn member(p: Process, group: Pid) {
+    p.join_group(group).unwrap();
+    loop {
+        let mut m = [0u8; 32];
+        let from = match p.receive(&mut m) {
+            Ok(f) => f,
+            Err(Error::NodeStopped) => return,
+            Err(e) => panic!("member receive: {e}"),
+        };
+        if m[0] == 0xFF {
+            p.leave_group(group).unwrap();
+        }
+        m[0..4].copy_from_slice(&p.pid().0.to_le_bytes());
+        let _ = p.reply(&m, from);
+    }
+}
+
+fn replier_of(m: &[u8; 32]) -> Pid {
+    Pid(u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
+}
+
+#[test]
+fn a_send_to_a_group_reaches_members_on_every_node() {
+    let nodes = cluster(3);
+    let group = nodes[0].allocate_group_id().unwrap();
+    let mut members = BTreeSet::new();
+    for i in [0, 1, 1, 2] {
+        let (pid, _) = nodes[i].spawn(move |p| member(p, group)).unwrap();
+        members.insert(pid);
+    }
+    std::thread::sleep(Duration::from_millis(50)); // let every member join
+    let me = nodes[0].attach().unwrap();
+
+    // Many: the first reply returns the Send, GetReply the others.
+    let mut m = [1u8; 32];
+    let first = me.send_group(&mut m, group, ReplyMode::Many, SendOptions::default()).unwrap();
+    assert_eq!(replier_of(&m), first, "the reply overwrote the message");
+    let mut got = BTreeSet::from([first]);
+    while let Some((who, r)) = me.get_reply(Duration::from_millis(500)).unwrap() {
+        assert_eq!(replier_of(&r), who);
+        assert!(got.insert(who), "{who} replied twice");
+        if got.len() == members.len() {
+            break;
+        }
+    }
+    assert_eq!(got, members, "every member replied once");
+    assert_eq!(me.get_reply(Duration::from_millis(20)).unwrap(), None, "no fifth reply");
+
+    // One: later replies are dropped.
+    let mut m = [2u8; 32];
+    let first = me.send_group(&mut m, group, ReplyMode::One, SendOptions::default()).unwrap();
+    assert!(members.contains(&first));
+    assert_eq!(me.get_reply(Duration::from_millis(100)).unwrap(), None);
+
+    // None: back at once; the replies can still be collected.
+    let mut m = [3u8; 32];
+    assert_eq!(me.send_group(&mut m, group, ReplyMode::None, SendOptions::default()).unwrap(), Pid::NONE);
+    assert_eq!(m, [3u8; 32], "no reply overwrote the message");
+    let mut late = BTreeSet::new();
+    while let Some((who, _)) = me.get_reply(Duration::from_millis(500)).unwrap() {
+        late.insert(who);
+        if late.len() == members.len() {
+            break;
+        }
+    }
+    assert_eq!(late, members);
+
+    // Every member leaves on message 0xFF: the next Send reaches nobody and times out.
+    let mut m = [0xFF; 32];
+    me.send_group(&mut m, group, ReplyMode::Many, SendOptions::default()).unwrap();
+    while me.get_reply(Duration::from_millis(200)).unwrap().is_some() {}
+    let mut m = [4u8; 32];
+    let r = me.send_group(&mut m, group, ReplyMode::Many, SendOptions::default());
+    assert!(matches!(r, Err(Error::Protocol(vipc::ProtocolError::Timeout(g))) if g == group), "{r:?}");
+    let s = nodes[1].stats();
+    assert!(s.group_deliveries >= 8 && s.memberships == 0, "{s:?}");
+}
