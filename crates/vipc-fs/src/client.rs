@@ -161,7 +161,8 @@ impl FsClient {
 
     /// The pid of the server process, looked up by name if not known (or after a failure).
     fn server(&self) -> FsResult<Server> {
-        if let Some(s) = *lock(&self.server) {
+        let known = *lock(&self.server);
+        if let Some(s) = known {
             return Ok(s);
         }
         let p = self.process()?;
@@ -205,7 +206,8 @@ impl FsClient {
     fn call(&self, req: Req, mut seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
         let p = self.process()?;
         let r = (|| {
-            let mut server = match *lock(&self.server) {
+            let known = *lock(&self.server);
+            let mut server = match known {
                 Some(s) => s,
                 None => self.resolve(&p)?,
             };

@@ -1,0 +1,172 @@
+//! Many clients at once, a server that dies and comes back, a client that
+//! dies in the middle of a write.
+
+mod common;
+use common::*;
+use std::fs;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vipc_fs::{FsClient, FsError};
+
+#[test]
+fn many_clients_on_many_nodes_are_served_at_once() {
+    let addrs = free_addrs(4);
+    let server_node = node(1, addrs[0], addrs.clone(), |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("many");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let shared = pattern(256 << 10, 77);
+    fs::write(dir.path().join("shared"), &shared).unwrap();
+    let shared = Arc::new(shared);
+    let client_nodes: Vec<_> = (1..4).map(|i| node(1 + i as u16, addrs[i], addrs.clone(), |_| {})).collect();
+    let mut threads = Vec::new();
+    for (n, cn) in client_nodes.iter().enumerate() {
+        let client = Arc::new(FsClient::connect(cn, &name).unwrap());
+        for t in 0..4 {
+            let (client, shared) = (client.clone(), shared.clone());
+            threads.push(std::thread::spawn(move || {
+                let me = format!("f{n}-{t}");
+                let mine = pattern(100_000 + n * 1000 + t, (n * 4 + t) as u8);
+                for round in 0..5 {
+                    let (h, _) = client.open(&me, libc::O_CREAT | libc::O_RDWR | libc::O_TRUNC, 0o644).unwrap();
+                    assert_eq!(client.write(h, 0, &mine).unwrap(), mine.len());
+                    let mut back = vec![0u8; mine.len()];
+                    assert_eq!(client.read(h, 0, &mut back).unwrap(), mine.len());
+                    assert!(back == mine, "{me} round {round}");
+                    client.close(h).unwrap();
+                    let (h, _) = client.open("shared", libc::O_RDONLY, 0).unwrap();
+                    let mut page = vec![0u8; 4096];
+                    for k in 0..16 {
+                        let off = ((k * 7919 + t * 13) % 60) * 4096;
+                        assert_eq!(client.read(h, off as u64, &mut page).unwrap(), 4096);
+                        assert!(page[..] == shared[off..off + 4096]);
+                    }
+                    client.close(h).unwrap();
+                    assert!(client.readdir("").unwrap().iter().any(|e| e.name == me));
+                }
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(server.open_handles(), 0);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 13);
+}
+
+#[test]
+fn a_dead_server_fails_calls_within_the_timeout_and_a_restarted_one_is_used() {
+    let (server_node, client_node, addrs) = pair(short);
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("f"), pattern(100_000, 4)).unwrap();
+    let name = export_name("restart");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    let (h, _) = c.open("f", libc::O_RDWR, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(c.read(h, 0, &mut buf).unwrap(), 4096);
+
+    // The server's node dies: calls fail with EIO within T_t (300 ms here), never hang.
+    drop(server);
+    server_node.shutdown();
+    drop(server_node);
+    for _ in 0..3 {
+        let t = Instant::now();
+        let e = c.read(h, 4096, &mut buf).unwrap_err();
+        let took = t.elapsed();
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        assert!(took < Duration::from_millis(900), "failed after {took:?}");
+        let t = Instant::now();
+        assert_eq!(c.lookup("f").unwrap_err().errno(), libc::EIO);
+        assert!(t.elapsed() < Duration::from_millis(900));
+    }
+
+    // The node restarts (same address and host id) with a new server: the
+    // next calls work, and the handle opened before is reopened by path.
+    let server_node = node(1, addrs[0], addrs.clone(), short);
+    let server = serve(&server_node, &name, dir.path(), false);
+    let t = Instant::now();
+    let mut ok = false;
+    while t.elapsed() < Duration::from_secs(3) {
+        if c.lookup("f").is_ok() {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ok, "the restarted server was not found");
+    assert_eq!(c.read(h, 4096, &mut buf).unwrap(), 4096);
+    assert_eq!(buf, pattern(100_000, 4)[4096..8192]);
+    c.write(h, 0, b"after").unwrap();
+    assert_eq!(server.open_handles(), 1);
+    c.close(h).unwrap();
+    assert_eq!(server.open_handles(), 0);
+    assert_eq!(&fs::read(dir.path().join("f")).unwrap()[..5], b"after");
+
+    // A handle whose file vanished while the server was down becomes ESTALE.
+    let (h, _) = c.open("f", libc::O_RDONLY, 0).unwrap();
+    server.stop();
+    fs::remove_file(dir.path().join("f")).unwrap();
+    let _server = serve(&server_node, &name, dir.path(), false);
+    let r = c.read(h, 0, &mut buf);
+    assert!(matches!(r, Err(FsError::Errno(libc::ESTALE))), "{r:?}");
+}
+
+#[test]
+fn a_client_killed_in_the_middle_of_a_write_leaves_no_state_on_the_server() {
+    let (server_node, client_node, _) = pair(short);
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("kill");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let mut c = FsClient::connect(&client_node, &name).unwrap();
+    c.set_unit(64 << 10);
+    let (idle, _) = c.open("idle", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let (h, _) = c.open("big", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    assert_eq!(server.open_handles(), 2);
+    let c = Arc::new(c);
+    let writer = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let data = vec![7u8; 64 << 20];
+            c.write(h, 0, &data)
+        })
+    };
+    // Kill the client's node once the server is receiving the data.
+    let start = server_node.stats().bytes_in;
+    let t = Instant::now();
+    while server_node.stats().bytes_in < start + (1 << 20) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    client_node.shutdown();
+    let r = writer.join().unwrap();
+    assert!(r.is_err(), "the write finished before the kill: {r:?}");
+    let _ = idle;
+    // The server notices (its MoveFrom fails, or the reaper's ping finds no
+    // owner) and releases both handles.
+    let t = Instant::now();
+    while server.open_handles() > 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.open_handles(), 0, "handles still held after {:?}", t.elapsed());
+    assert!(fs::metadata(dir.path().join("big")).unwrap().len() < 64 << 20);
+}
+
+#[test]
+fn a_client_that_vanishes_between_calls_is_reaped() {
+    let (server_node, client_node, _) = pair(short);
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("reap");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    let (_h, _) = c.open("x", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    // A live, idle client keeps its handle across sweeps.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(server.open_handles(), 1);
+    client_node.shutdown();
+    let t = Instant::now();
+    while server.open_handles() > 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.open_handles(), 0);
+    drop(c);
+}
