@@ -5,9 +5,10 @@ use crate::opts::NodeArgs;
 use std::io::Write;
 use vipc::{services, Node};
 
-/// Runs a node (serving pipes `pipes`, if any) until SIGINT or SIGTERM.
-pub fn run(args: &NodeArgs, pipes: &[String]) -> CliResult<()> {
+/// Runs a node (serving pipes `pipes` and directories `exports`, if any) until SIGINT or SIGTERM.
+pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String]) -> CliResult<()> {
     let cfg = args.build()?;
+    let exports = exports.iter().map(|e| crate::fsremote::parse_export(e)).collect::<CliResult<Vec<_>>>()?;
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -16,10 +17,15 @@ pub fn run(args: &NodeArgs, pipes: &[String]) -> CliResult<()> {
     let node = Node::start(cfg)?;
     services::spawn_echo(&node, Some("echo"))?;
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
+    let files = exports
+        .into_iter()
+        .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
+        .collect::<CliResult<Vec<_>>>()?;
     say!("vipc node: host {:04x} listening on {}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
     drop(servers);
+    files.into_iter().for_each(vipc_fs::FileServer::stop);
     node.shutdown();
     Ok(())
 }

@@ -15,14 +15,18 @@ macro_rules! say {
 }
 
 mod cmd_bench;
+mod cmd_cat;
+mod cmd_cp;
 mod cmd_hosts;
 mod cmd_keygen;
+mod cmd_ls;
 mod cmd_node;
 mod cmd_ping;
 mod cmd_pipe;
 mod cmd_stat;
 mod demo;
 mod error;
+mod fsremote;
 mod opts;
 mod target;
 
@@ -50,6 +54,9 @@ enum Cmd {
         /// Also serve pipe NAME (registered as pipe:NAME; repeatable), as `vipc pipe serve` does.
         #[arg(long = "pipe", value_name = "NAME")]
         pipes: Vec<String>,
+        /// Serve directory DIR as file-service export NAME (registered as fs:NAME; `:ro` = read-only; repeatable).
+        #[arg(long = "export", value_name = "NAME=DIR[:ro]")]
+        exports: Vec<String>,
         #[command(flatten)]
         node: NodeArgs,
     },
@@ -95,6 +102,38 @@ enum Cmd {
     Demo,
     /// Benchmarks: vipc beside raw UDP/TCP, a condvar, ZeroMQ and gRPC (table, JSON lines, report, plots).
     Bench(cmd_bench::BenchArgs),
+    /// Copy a file to, from or between exports (SRC and DST: NAME:PATH or a local path).
+    Cp {
+        /// The file to copy.
+        src: String,
+        /// Where to copy it (an existing directory: into it, under the same name).
+        dst: String,
+        /// Continue a partial copy: keep the bytes DST already has and copy the rest.
+        #[arg(long)]
+        resume: bool,
+        /// No progress bar and no summary line.
+        #[arg(short, long)]
+        quiet: bool,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Write a file of an export (NAME:PATH) to stdout.
+    Cat {
+        /// The file: NAME:PATH.
+        file: String,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// List a directory of an export (NAME:PATH; NAME: is its root).
+    Ls {
+        /// The directory or file: NAME:PATH.
+        path: String,
+        /// Long format: mode, links, owner, group, size, mtime (seconds), name.
+        #[arg(short = 'l')]
+        long: bool,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
     /// Pipes as a service: `serve NAME`, `write NAME` (from stdin), `read NAME` (to stdout), `stat NAME`.
     Pipe(cmd_pipe::PipeArgs),
     /// Internal: a baseline server or client that `vipc bench` runs as a separate process.
@@ -140,7 +179,10 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let r = match &cli.cmd {
-        Cmd::Node { node, pipes } => cmd_node::run(node, pipes),
+        Cmd::Node { node, pipes, exports } => cmd_node::run(node, pipes, exports),
+        Cmd::Cp { src, dst, resume, quiet, node } => cmd_cp::run(src, dst, *resume, *quiet, node),
+        Cmd::Cat { file, node } => cmd_cat::run(file, node),
+        Cmd::Ls { path, long, node } => cmd_ls::run(path, *long, node),
         Cmd::Ping { target, count, size, node } => cmd_ping::run(target, *count, *size, node),
         Cmd::Stat { target, node } => cmd_stat::run(target, node),
         Cmd::Hosts { target, listen_ms, node } => {

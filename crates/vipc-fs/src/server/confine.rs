@@ -100,7 +100,7 @@ pub fn attr_of(st: &Stat) -> Attr {
     };
     let t = |s: i64, n: u64| Timestamp { secs: s, nanos: (n as u32).min(999_999_999) };
     Attr {
-        ino: st.st_ino as u64,
+        ino: st.st_ino,
         kind,
         size: st.st_size.max(0) as u64,
         blocks: st.st_blocks as u64,
@@ -108,9 +108,9 @@ pub fn attr_of(st: &Stat) -> Attr {
         nlink: st.st_nlink as u32,
         uid: st.st_uid,
         gid: st.st_gid,
-        atime: t(st.st_atime as i64, st.st_atime_nsec as u64),
-        mtime: t(st.st_mtime as i64, st.st_mtime_nsec as u64),
-        ctime: t(st.st_ctime as i64, st.st_ctime_nsec as u64),
+        atime: t(st.st_atime, st.st_atime_nsec),
+        mtime: t(st.st_mtime, st.st_mtime_nsec),
+        ctime: t(st.st_ctime, st.st_ctime_nsec),
         blksize: st.st_blksize as u32,
     }
 }

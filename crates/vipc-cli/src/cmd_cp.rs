@@ -1,0 +1,243 @@
+//! `vipc cp SRC DST`: copy a file between this machine and an export, or
+//! between two exports, without a mount. Either side is `NAME:PATH` or a
+//! local path. Long copies show a progress bar; `--resume` continues a
+//! partial copy from the size the destination already has.
+
+use crate::error::{CliError, CliResult};
+use crate::fsremote::{connect, fs_error, Spec};
+use crate::opts::NodeArgs;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::mpsc;
+use std::time::Instant;
+use vipc::Node;
+use vipc_fs::{FileKind, FsClient, Handle};
+
+/// Bytes per read/write step (several steps are in flight: reading the next overlaps writing this one).
+const CHUNK: usize = 4 << 20;
+/// Copies at least this large show a progress bar (on a terminal).
+const BAR_MIN: u64 = 16 << 20;
+
+/// One open end of the copy.
+enum End<'a> {
+    Local(File),
+    Remote(&'a FsClient, Handle, String),
+}
+
+impl End<'_> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> CliResult<usize> {
+        match self {
+            End::Local(f) => {
+                let mut got = 0;
+                while got < buf.len() {
+                    match f.read_at(&mut buf[got..], off + got as u64)? {
+                        0 => break,
+                        n => got += n,
+                    }
+                }
+                Ok(got)
+            }
+            End::Remote(c, h, what) => c.read(*h, off, buf).map_err(|e| fs_error(what, e)),
+        }
+    }
+
+    fn write_at(&self, off: u64, data: &[u8]) -> CliResult<()> {
+        match self {
+            End::Local(f) => Ok(f.write_all_at(data, off)?),
+            End::Remote(c, h, what) => c.write(*h, off, data).map(|_| ()).map_err(|e| fs_error(what, e)),
+        }
+    }
+
+    fn finish(self) -> CliResult<()> {
+        match self {
+            End::Local(f) => Ok(f.sync_all()?),
+            End::Remote(c, h, what) => {
+                c.fsync(h, false).map_err(|e| fs_error(&what, e))?;
+                c.close(h).map_err(|e| fs_error(&what, e))
+            }
+        }
+    }
+}
+
+/// Kind and size of `spec`, or `None` if it does not exist.
+fn stat(spec: &Spec, clients: &HashMap<String, FsClient>) -> CliResult<Option<(FileKind, u64)>> {
+    match spec {
+        Spec::Local(p) => match std::fs::metadata(p) {
+            Ok(m) => Ok(Some((if m.is_dir() { FileKind::Dir } else { FileKind::File }, m.len()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CliError(format!("{}: {e}", p.display()))),
+        },
+        Spec::Remote { export, path } => match clients[export].lookup(path) {
+            Ok(a) => Ok(Some((a.kind, a.size))),
+            Err(e) if e.errno() == libc::ENOENT => Ok(None),
+            Err(e) => Err(fs_error(&spec.show(), e)),
+        },
+    }
+}
+
+/// `dst/NAME` when `dst` is a directory and `src` ends in NAME.
+fn into_dir(dst: &Spec, src: &Spec) -> Spec {
+    let name = match src {
+        Spec::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        Spec::Remote { path, .. } => path.rsplit('/').next().unwrap_or(path).to_string(),
+    };
+    match dst {
+        Spec::Local(p) => Spec::Local(p.join(name)),
+        Spec::Remote { export, path } => {
+            let base = path.trim_end_matches('/');
+            let path = if base.is_empty() { name } else { format!("{base}/{name}") };
+            Spec::Remote { export: export.clone(), path }
+        }
+    }
+}
+
+fn open_src<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>) -> CliResult<End<'a>> {
+    match spec {
+        Spec::Local(p) => Ok(End::Local(File::open(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?)),
+        Spec::Remote { export, path } => {
+            let c = &clients[export];
+            let (h, _) = c.open(path, libc::O_RDONLY, 0).map_err(|e| fs_error(&spec.show(), e))?;
+            Ok(End::Remote(c, h, spec.show()))
+        }
+    }
+}
+
+fn open_dst<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>, truncate: bool) -> CliResult<End<'a>> {
+    match spec {
+        Spec::Local(p) => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(truncate)
+                .mode(0o644)
+                .open(p)
+                .map_err(|e| CliError(format!("{}: {e}", p.display())))?;
+            Ok(End::Local(f))
+        }
+        Spec::Remote { export, path } => {
+            let c = &clients[export];
+            let flags = libc::O_WRONLY | libc::O_CREAT | if truncate { libc::O_TRUNC } else { 0 };
+            let (h, _) = c.open(path, flags, 0o644).map_err(|e| fs_error(&spec.show(), e))?;
+            Ok(End::Remote(c, h, spec.show()))
+        }
+    }
+}
+
+/// Copies `src` to `dst`.
+pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> CliResult<()> {
+    let src = Spec::parse(src)?;
+    let mut dst = Spec::parse(dst)?;
+    if matches!((&src, &dst), (Spec::Local(_), Spec::Local(_))) {
+        return Err("both SRC and DST are local paths: one side must be NAME:PATH".into());
+    }
+    let node = Node::start(args.build()?)?;
+    let mut clients = HashMap::new();
+    for s in [&src, &dst] {
+        if let Spec::Remote { export, .. } = s {
+            if !clients.contains_key(export) {
+                clients.insert(export.clone(), connect(&node, export)?);
+            }
+        }
+    }
+    let (kind, size) = stat(&src, &clients)?.ok_or_else(|| CliError(format!("{}: no such file", src.show())))?;
+    if kind != FileKind::File {
+        return Err(CliError(format!("{}: not a regular file", src.show())));
+    }
+    let mut existing = stat(&dst, &clients)?;
+    if matches!(existing, Some((FileKind::Dir, _))) {
+        dst = into_dir(&dst, &src);
+        existing = stat(&dst, &clients)?;
+    }
+    let start = match (resume, existing) {
+        (true, Some((FileKind::File, have))) if have <= size => have,
+        (true, Some((FileKind::File, have))) => {
+            return Err(CliError(format!(
+                "cannot resume: {} ({have} bytes) is larger than {} ({size} bytes)",
+                dst.show(),
+                src.show()
+            )))
+        }
+        (_, Some((FileKind::Dir, _))) => return Err(CliError(format!("{}: is a directory", dst.show()))),
+        _ => 0,
+    };
+    let from = open_src(&src, &clients)?;
+    let to = open_dst(&dst, &clients, !resume)?;
+    let bar = if quiet || size - start < BAR_MIN {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::new(size);
+        b.set_style(
+            ProgressStyle::with_template("{bytes}/{total_bytes} [{wide_bar}] {binary_bytes_per_sec} eta {eta}")
+                .map_err(|e| CliError(e.to_string()))?
+                .progress_chars("=> "),
+        );
+        b.set_position(start);
+        b
+    };
+    let t = Instant::now();
+    let copied = pump(&from, &to, start, size, &bar)?;
+    bar.finish_and_clear();
+    to.finish()?;
+    if let End::Remote(c, h, _) = from {
+        let _ = c.close(h);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    if !quiet {
+        say!(
+            "vipc cp: {} -> {}: {copied} bytes{} in {secs:.2} s ({:.1} MB/s)",
+            src.show(),
+            dst.show(),
+            if start > 0 { format!(" (resumed at {start})") } else { String::new() },
+            copied as f64 / secs.max(1e-9) / 1e6
+        );
+    }
+    drop(clients);
+    node.shutdown();
+    Ok(())
+}
+
+/// Reads `from` on this thread and writes `to` on another, a few chunks
+/// apart, from `start` to `size`; returns the bytes copied.
+fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) -> CliResult<u64> {
+    let (tx, rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(2);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || -> CliResult<u64> {
+            let mut done = 0u64;
+            for (off, buf) in rx {
+                to.write_at(off, &buf)?;
+                done += buf.len() as u64;
+                bar.inc(buf.len() as u64);
+                let _ = back_tx.send(buf);
+            }
+            Ok(done)
+        });
+        let mut off = start;
+        let mut result = Ok(());
+        while off < size {
+            let mut buf = back_rx.try_recv().unwrap_or_else(|_| vec![0u8; CHUNK]);
+            buf.resize(CHUNK.min((size - off) as usize), 0);
+            let n = match from.read_at(off, &mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if n == 0 {
+                break; // the source shrank meanwhile
+            }
+            buf.truncate(n);
+            if tx.send((off, buf)).is_err() {
+                break; // the writer failed; its error is reported below
+            }
+            off += n as u64;
+        }
+        drop(tx);
+        let written = writer.join().map_err(|_| CliError("the writer thread panicked".into()))?;
+        result?;
+        written
+    })
+}

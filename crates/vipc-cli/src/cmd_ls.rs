@@ -1,0 +1,102 @@
+//! `vipc ls [-l] NAME:PATH`: list a remote directory (or describe a file), without a mount.
+
+use crate::error::CliResult;
+use crate::fsremote::{connect, fs_error, remote};
+use crate::opts::NodeArgs;
+use vipc::Node;
+use vipc_fs::{Attr, FileKind, FsClient};
+
+/// `drwxr-x---` for an attribute set.
+fn mode_string(a: &Attr) -> String {
+    let kind = match a.kind {
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::File => '-',
+        FileKind::Other => '?',
+    };
+    let mut s = String::from(kind);
+    for shift in [6, 3, 0] {
+        let bits = (a.perm >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+/// One `-l` line.
+fn long_line(c: &FsClient, dir: &str, name: &str, a: &Attr) -> String {
+    let mut line = format!(
+        "{} {:>3} {:>5} {:>5} {:>12} {:>11} {name}",
+        mode_string(a),
+        a.nlink,
+        a.uid,
+        a.gid,
+        a.size,
+        a.mtime.secs
+    );
+    if a.kind == FileKind::Symlink {
+        let p = if dir.is_empty() { name.to_string() } else { format!("{}/{name}", dir.trim_end_matches('/')) };
+        if let Ok(t) = c.readlink(&p) {
+            line.push_str(&format!(" -> {t}"));
+        }
+    }
+    line
+}
+
+/// Lists `spec`.
+pub fn run(spec: &str, long: bool, args: &NodeArgs) -> CliResult<()> {
+    let (export, path) = remote(spec)?;
+    let node = Node::start(args.build()?)?;
+    let c = connect(&node, &export)?;
+    let attr = c.lookup(&path).map_err(|e| fs_error(spec, e))?;
+    if attr.kind == FileKind::Dir {
+        let mut entries = c.readdir(&path).map_err(|e| fs_error(spec, e))?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in &entries {
+            if long {
+                say!("{}", long_line(&c, &path, &e.name, &e.attr));
+            } else {
+                say!("{}", e.name);
+            }
+        }
+    } else {
+        let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+        let dir = path.strip_suffix(name.as_str()).unwrap_or("");
+        if long {
+            say!("{}", long_line(&c, dir, &name, &attr));
+        } else {
+            say!("{name}");
+        }
+    }
+    drop(c);
+    node.shutdown();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vipc_fs::Timestamp;
+
+    #[test]
+    fn modes_read_like_ls() {
+        let t = Timestamp::default();
+        let a = Attr {
+            ino: 1,
+            kind: FileKind::Dir,
+            size: 0,
+            blocks: 0,
+            perm: 0o750,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            blksize: 4096,
+        };
+        assert_eq!(mode_string(&a), "drwxr-x---");
+        assert_eq!(mode_string(&Attr { kind: FileKind::File, perm: 0o644, ..a }), "-rw-r--r--");
+    }
+}

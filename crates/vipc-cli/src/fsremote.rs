@@ -1,0 +1,114 @@
+//! What `cp`, `cat` and `ls` share: `NAME:PATH` arguments, a client of an
+//! export, and `--export NAME=DIR[:ro]` of `vipc node`.
+
+use crate::error::{CliError, CliResult};
+use std::path::PathBuf;
+use vipc::Node;
+use vipc_fs::{ExportConfig, FsClient, FsError};
+
+/// A file argument: a path on this machine, or `NAME:PATH` in export NAME.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Spec {
+    /// A local path.
+    Local(PathBuf),
+    /// A path relative to the root of an export.
+    Remote {
+        /// The export's name.
+        export: String,
+        /// The path inside it ("" = the root).
+        path: String,
+    },
+}
+
+/// Whether `s` can be an export name (1–29 bytes, letters, digits, `-_.`).
+fn is_export_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 29 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+impl Spec {
+    /// Parses `NAME:PATH` (remote) or anything else (local: `./a:b` for a
+    /// local name with a colon). A leading '/' of PATH is dropped.
+    pub fn parse(s: &str) -> CliResult<Spec> {
+        if s.is_empty() {
+            return Err("empty file argument".into());
+        }
+        if let Some((name, path)) = s.split_once(':') {
+            if is_export_name(name) && !name.contains('/') {
+                let path = path.trim_start_matches('/').to_string();
+                return Ok(Spec::Remote { export: name.to_string(), path });
+            }
+        }
+        Ok(Spec::Local(PathBuf::from(s)))
+    }
+
+    /// The argument as the user wrote it (for messages).
+    pub fn show(&self) -> String {
+        match self {
+            Spec::Local(p) => p.display().to_string(),
+            Spec::Remote { export, path } => format!("{export}:{path}"),
+        }
+    }
+}
+
+/// Requires a remote spec.
+pub fn remote(s: &str) -> CliResult<(String, String)> {
+    match Spec::parse(s)? {
+        Spec::Remote { export, path } => Ok((export, path)),
+        Spec::Local(_) => Err(CliError(format!("{s:?} is not a remote file: expected NAME:PATH"))),
+    }
+}
+
+/// Connects to export `name` from `node`, with a one-line error.
+pub fn connect(node: &Node, name: &str) -> CliResult<FsClient> {
+    FsClient::connect(node, name).map_err(|e| match e {
+        FsError::NotFound(_) => CliError(format!("no file server exports {name:?} (nobody answered for fs:{name})")),
+        e => CliError(format!("cannot reach export {name:?}: {e}")),
+    })
+}
+
+/// A file-service error about `what`, as one line.
+pub fn fs_error(what: &str, e: FsError) -> CliError {
+    CliError(format!("{what}: {e}"))
+}
+
+/// Parses `NAME=DIR[:ro]` of `vipc node --export`.
+pub fn parse_export(s: &str) -> CliResult<ExportConfig> {
+    let bad = || CliError(format!("invalid export {s:?}: expected NAME=DIR or NAME=DIR:ro"));
+    let (name, rest) = s.split_once('=').ok_or_else(bad)?;
+    if !is_export_name(name) {
+        return Err(CliError(format!("invalid export name {name:?}: 1 to 29 letters, digits, '-', '_' or '.'")));
+    }
+    let (dir, read_only) = match rest.strip_suffix(":ro") {
+        Some(d) => (d, true),
+        None => (rest, false),
+    };
+    if dir.is_empty() {
+        return Err(bad());
+    }
+    let dir = PathBuf::from(dir);
+    if !dir.is_dir() {
+        return Err(CliError(format!("cannot export {}: not a directory", dir.display())));
+    }
+    Ok(ExportConfig { name: name.to_string(), dir, read_only, workers: 4 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_and_exports_parse() {
+        assert_eq!(Spec::parse("data:/a/b").unwrap(), Spec::Remote { export: "data".into(), path: "a/b".into() });
+        assert_eq!(Spec::parse("data:").unwrap(), Spec::Remote { export: "data".into(), path: "".into() });
+        assert_eq!(Spec::parse("./x:y").unwrap(), Spec::Local("./x:y".into()));
+        assert_eq!(Spec::parse("/tmp/f").unwrap(), Spec::Local("/tmp/f".into()));
+        assert!(Spec::parse("").is_err());
+        let e = parse_export("docs=/tmp:ro").unwrap();
+        assert_eq!((e.name.as_str(), e.dir.to_str().unwrap(), e.read_only), ("docs", "/tmp", true));
+        assert!(!parse_export("docs=/tmp").unwrap().read_only);
+        assert!(parse_export("docs").is_err());
+        assert!(parse_export("=/tmp").is_err());
+        assert!(parse_export("a b=/tmp").is_err());
+        assert!(parse_export("docs=/nonexistent-dir-xyz").is_err());
+    }
+}
