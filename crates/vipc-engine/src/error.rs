@@ -75,6 +75,9 @@ pub enum Error {
         /// The group.
         group: Pid,
     },
+    /// K of a K_REPLY or K_DELIVER Send must be 1 to 2^24 − 1.
+    #[error("K must be 1 to 16777215, not {0}")]
+    BadK(u32),
     /// GetReply without a group Send to collect replies of.
     #[error("the caller's last Send was not to a group")]
     NoGroupSend,

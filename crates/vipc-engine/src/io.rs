@@ -94,6 +94,8 @@ pub enum Completion {
     /// A GetReply finished: the next reply to the last group Send and its
     /// replier, or `None` when the time limit passed first.
     GetReply(Option<(Pid, Message)>),
+    /// A reliable group Send finished: whether its condition was met, and what it reached.
+    Group(crate::GroupOutcome),
 }
 
 /// How a Send to a group waits for replies (000 §6.3).

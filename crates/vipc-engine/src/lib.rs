@@ -40,7 +40,9 @@ mod stats;
 mod time;
 
 pub use config::{Config, HostIdConfig};
-pub use engine::{well_known_group, AliveHost, AliveHosts, Engine, WELL_KNOWN_GROUP_HOST};
+pub use engine::{
+    well_known_group, AliveHost, AliveHosts, Engine, GroupOutcome, Reliable, MAX_K, WELL_KNOWN_GROUP_HOST,
+};
 pub use error::Error;
 pub use io::{
     Access, Completion, Destination, Event, Lent, Received, ReplyMode, Scope, Segment, SendOptions, SendOutcome,

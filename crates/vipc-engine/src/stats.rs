@@ -59,6 +59,8 @@ pub struct Stats {
     pub group_replies_dropped: u64,
     /// Group messages not queued for a member: too many copies held.
     pub group_dropped: u64,
+    /// Reliable group Sends whose condition was not met.
+    pub group_failures: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -136,6 +138,7 @@ impl Stats {
             ("group_replies", self.group_replies),
             ("group_replies_dropped", self.group_replies_dropped),
             ("group_dropped", self.group_dropped),
+            ("group_failures", self.group_failures),
             ("memberships", self.memberships),
             ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),

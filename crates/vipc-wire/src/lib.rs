@@ -1,6 +1,6 @@
 //! The vipc wire format: the fixed 72-byte header (the V interkernel header of
 //! 000 §5.5 widened for UDP: magic, version, 32-bit sequence numbers, flags),
-//! its 16 packet types, and the optional MAC trailer.
+//! its 17 packet types, and the optional MAC trailer.
 //!
 //! Parsing borrows from the receive buffer and never allocates or panics;
 //! every way a datagram can be wrong is a [`ParseError`].

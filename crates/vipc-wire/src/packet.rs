@@ -25,8 +25,8 @@ pub const MAX_DATA: usize = MAX_DATAGRAM - HEADER_LEN - MAC_LEN;
 pub type Message = [u8; MESSAGE_LEN];
 
 /// The packet types: the 13 of 000 §5.5 plus the selective-retransmission
-/// acknowledgement for MoveFrom, an exchange cancellation and the I-Am-Here
-/// heartbeat of 004 §4.2.
+/// acknowledgement for MoveFrom, an exchange cancellation, and the I-Am-Here
+/// heartbeat and group acknowledgement of the reliable multicast (004).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -62,11 +62,13 @@ pub enum PacketType {
     Cancel = 15,
     /// "This host is alive": the periodic heartbeat of the alive-host table (004 §4.2).
     IAmHere = 16,
+    /// A host's acknowledgement of a reliable group Send, with its member count (004 §4.3).
+    GroupAck = 17,
 }
 
 impl PacketType {
     /// Every packet type, in wire-code order.
-    pub const ALL: [PacketType; 16] = [
+    pub const ALL: [PacketType; 17] = [
         PacketType::HostRequest,
         PacketType::HostComplaint,
         PacketType::Send,
@@ -83,6 +85,7 @@ impl PacketType {
         PacketType::MoveFromAck,
         PacketType::Cancel,
         PacketType::IAmHere,
+        PacketType::GroupAck,
     ];
 
     /// Decodes a wire code.
@@ -90,7 +93,7 @@ impl PacketType {
         PacketType::ALL.get((v as usize).wrapping_sub(1)).copied()
     }
 
-    /// Index 0..16 for per-type counters.
+    /// Index 0..17 for per-type counters.
     pub fn index(self) -> usize {
         self as usize - 1
     }
@@ -114,6 +117,7 @@ impl PacketType {
             PacketType::MoveFromAck => "move-from-ack",
             PacketType::Cancel => "cancel",
             PacketType::IAmHere => "i-am-here",
+            PacketType::GroupAck => "group-ack",
         }
     }
 }
@@ -134,11 +138,25 @@ impl Flags {
     /// I-Am-Here: the sender is new (or forgot its table) and asks every
     /// receiver to announce itself back after a short random delay.
     pub const HELLO: u16 = 1 << 4;
+    /// Send to a group: a reliable Send of 004 (mode and K in `local_addr`).
+    pub const RELIABLE: u16 = 1 << 5;
+    /// Reply to a reliable group Send: it also acknowledges it for the
+    /// replier's host, whose member count is in `local_addr`.
+    pub const GROUP_ACK: u16 = 1 << 6;
+    /// GroupAck: the host lacked resources for some members (a NACK).
+    pub const NACK: u16 = 1 << 7;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
-    pub const KNOWN: u16 =
-        Self::IDEMPOTENT | Self::SEG_READ | Self::SEG_WRITE | Self::ACK_REQUEST | Self::HELLO | Self::MAC;
+    pub const KNOWN: u16 = Self::IDEMPOTENT
+        | Self::SEG_READ
+        | Self::SEG_WRITE
+        | Self::ACK_REQUEST
+        | Self::HELLO
+        | Self::RELIABLE
+        | Self::GROUP_ACK
+        | Self::NACK
+        | Self::MAC;
 
     /// True when every bit of `bits` is set.
     pub fn has(self, bits: u16) -> bool {

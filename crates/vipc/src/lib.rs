@@ -61,7 +61,7 @@ pub use error::{Error, Result};
 pub use node::Node;
 pub use process::{Process, ReceiveInfo, SegmentRef};
 pub use vipc_engine::{
-    well_known_group, Access, AliveHost, AliveHosts, AuthKey, Config as EngineConfig, Error as ProtocolError, HostId,
-    HostIdConfig, Message, Pid, ReplyMode, Scope, SendOptions, Stats,
+    well_known_group, Access, AliveHost, AliveHosts, AuthKey, Config as EngineConfig, Error as ProtocolError,
+    GroupOutcome, HostId, HostIdConfig, Message, Pid, Reliable, ReplyMode, Scope, SendOptions, Stats,
 };
 pub use vipc_wire::PacketType;

@@ -4,7 +4,8 @@ use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
 use vipc_engine::{
-    Access, AliveHosts, Completion, HostId, Message, Pid, ReplyMode, Scope, Segment, SendOptions, Stats,
+    Access, AliveHosts, Completion, GroupOutcome, HostId, Message, Pid, Reliable, ReplyMode, Scope, Segment,
+    SendOptions, Stats,
 };
 
 /// A segment of the caller's memory lent to the receiver for one Send.
@@ -342,6 +343,18 @@ impl Process {
             }
             Completion::Send(Err(e)) => Err(e.into()),
             c => Err(mismatch("send_group", &c)),
+        }
+    }
+
+    /// A reliable Send to a group (004): blocks until the mode's condition is
+    /// met or cannot be — K or all members replied or got the message, all
+    /// meaning the members on the hosts alive when the Send began — and says
+    /// what it reached. Replies beyond the first wait for [`Process::get_reply`].
+    pub fn send_reliable(&self, msg: &Message, group: Pid, mode: Reliable, opts: SendOptions) -> Result<GroupOutcome> {
+        let (me, m) = (self.pid, *msg);
+        match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.send_reliable(now, me, group, m, mode, opts))? {
+            Completion::Group(o) => Ok(o),
+            c => Err(mismatch("send_reliable", &c)),
         }
     }
 

@@ -86,3 +86,47 @@ fn a_send_to_a_group_reaches_members_on_every_node() {
     let s = nodes[1].stats();
     assert!(s.group_deliveries >= 8 && s.memberships == 0, "{s:?}");
 }
+
+#[test]
+fn reliable_sends_count_every_member_of_the_hosts_alive() {
+    use vipc::Reliable;
+    let nodes = cluster(3);
+    let group = nodes[0].allocate_group_id().unwrap();
+    for i in [0, 1, 1, 2] {
+        nodes[i].spawn(move |p| member(p, group)).unwrap();
+    }
+    // Every alive-host table is full and every member has joined.
+    let full = |n: &vipc::Node| n.alive_hosts().unwrap().hosts().count() == 2;
+    for _ in 0..200 {
+        if nodes.iter().all(full) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let o = me.send_reliable(&[1; 32], group, Reliable::AllReply, SendOptions::default()).unwrap();
+    assert!(o.met, "{o:?}");
+    assert_eq!((o.count, o.receivers, o.hosts_acked, o.hosts), (4, 4, 2, 2));
+    assert_eq!(replier_of(&o.reply), o.first_replier);
+    let o = me.send_reliable(&[2; 32], group, Reliable::AllDeliver, SendOptions::default()).unwrap();
+    assert!(o.met && o.count == 4, "{o:?}");
+    let o = me.send_reliable(&[3; 32], group, Reliable::KReply(5), SendOptions::default()).unwrap();
+    assert!(!o.met && o.count == 4, "only 4 members: {o:?}");
+
+    // Node 3 stops; until it is declared down, ALL_REPLY fails (after T_t) while K_REPLY(3) succeeds.
+    nodes[2].shutdown();
+    let o = me.send_reliable(&[4; 32], group, Reliable::KReply(3), SendOptions::default()).unwrap();
+    assert!(o.met && o.count >= 3, "{o:?}");
+    let o = me.send_reliable(&[5; 32], group, Reliable::AllReply, SendOptions::default()).unwrap();
+    if o.hosts == 2 {
+        assert!(!o.met && o.count == 3 && o.hosts_acked == 1, "{o:?}");
+    } else {
+        // Declared down before the Send began: not part of "all".
+        assert!(o.met && o.count == 3, "{o:?}");
+    }
+    // Once it is declared down, ALL_REPLY succeeds with the members left.
+    std::thread::sleep(Duration::from_millis(500));
+    let o = me.send_reliable(&[6; 32], group, Reliable::AllReply, SendOptions::default()).unwrap();
+    assert!(o.met && (o.count, o.hosts) == (3, 1), "{o:?}");
+}

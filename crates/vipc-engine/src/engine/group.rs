@@ -17,6 +17,7 @@
 //! replied resends the cached replies. A copy is forgotten 2·T_t after the
 //! sender's last packet, like an alien.
 
+use super::reliable::{Reliable, ReliableSend};
 use super::*;
 use std::time::Duration;
 use vipc_wire::Flags;
@@ -49,22 +50,77 @@ pub(crate) struct GroupCopy {
     seq: u32,
     msg: Message,
     idempotent: bool,
+    /// Of a reliable Send: the reply is always kept, and the last one of
+    /// this node acknowledges the Send.
+    reliable: bool,
     /// The sender's node, or `None` when the sender is local.
     addr: Option<SocketAddr>,
-    state: CopyState,
+    pub state: CopyState,
     last_heard: Time,
     timer_at: Option<Time>,
+}
+
+impl Collected {
+    /// Replies counted from processes on `host`.
+    pub(crate) fn replies_from(&self, host: HostId) -> u32 {
+        self.seen.iter().filter(|p| p.host() == host).count() as u32
+    }
+}
+
+impl GroupCopy {
+    pub(crate) fn new(
+        incarnation: u16,
+        seq: u32,
+        msg: Message,
+        idempotent: bool,
+        addr: Option<SocketAddr>,
+        now: Time,
+        reliable: bool,
+    ) -> GroupCopy {
+        GroupCopy {
+            incarnation,
+            seq,
+            msg,
+            idempotent,
+            reliable,
+            addr,
+            state: CopyState::Queued,
+            last_heard: now,
+            timer_at: None,
+        }
+    }
+
+    /// True if this copy is of the Send `seq` of incarnation `incarnation`.
+    pub(crate) fn is_of(&self, incarnation: u16, seq: u32) -> bool {
+        self.incarnation == incarnation && self.seq == seq
+    }
+
+    /// The Reply packet kept for retransmissions, if any.
+    pub(crate) fn reply_packet(&self) -> Option<&Vec<u8>> {
+        match &self.state {
+            CopyState::Replied { packet } => packet.as_ref(),
+            _ => None,
+        }
+    }
+
+    fn replied(&self) -> bool {
+        matches!(self.state, CopyState::Replied { .. })
+    }
 }
 
 /// The replies to a process's last group Send, kept until its next Send.
 #[derive(Debug)]
 pub(crate) struct Collected {
-    seq: u32,
+    pub seq: u32,
     mode: ReplyMode,
     seen: HashSet<Pid>,
     queue: VecDeque<(Pid, Message)>,
     /// A GetReply is waiting, until this time.
     waiting: Option<Time>,
+    /// The Send packet went out once (later transmissions are retransmissions).
+    transmitted: bool,
+    /// The state of a reliable Send (004).
+    pub reliable: Option<ReliableSend>,
 }
 
 /// The group state of a node.
@@ -72,8 +128,8 @@ pub(crate) struct Collected {
 pub(crate) struct Groups {
     /// Group id → its members on this node, sorted.
     members: HashMap<Pid, Vec<Pid>>,
-    copies: HashMap<(Pid, Pid), GroupCopy>,
-    collected: HashMap<Pid, Collected>,
+    pub copies: HashMap<(Pid, Pid), GroupCopy>,
+    pub collected: HashMap<Pid, Collected>,
     next_id: u16,
 }
 
@@ -147,29 +203,14 @@ impl Engine {
     ) -> Result<(), Error> {
         self.check_caller(from)?;
         check_group(group)?;
-        self.groups.collected.remove(&from);
         let seq = self.fresh_seq();
         let members: Vec<Pid> = self.group_members(group).into_iter().filter(|m| *m != from).collect();
         for m in members {
-            let copy = GroupCopy {
-                incarnation: self.incarnation,
-                seq,
-                msg,
-                idempotent: opts.idempotent,
-                addr: None,
-                state: CopyState::Queued,
-                last_heard: now,
-                timer_at: None,
-            };
+            let copy = GroupCopy::new(self.incarnation, seq, msg, opts.idempotent, None, now, false);
             self.queue_copy(now, from, m, copy);
         }
-        self.groups
-            .collected
-            .insert(from, Collected { seq, mode, seen: HashSet::default(), queue: VecDeque::new(), waiting: None });
-        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
-        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
-        let ex = Exchange { to: group, forwarder: from, msg, opts, segment: None, lent: false, state, timer_at: None };
-        self.exchanges.insert(from, ex);
+        self.start_group_exchange(now, from, group, msg, opts, seq, mode, None);
+        let retransmit = now + self.cfg.retransmit;
         self.transmit_send(from);
         self.stats.group_sends += 1;
         if mode == ReplyMode::None {
@@ -184,6 +225,85 @@ impl Engine {
         self.set_blocked(from, Blocked::Send);
         self.arm(retransmit, TimerKey::Exchange(from));
         Ok(())
+    }
+
+    /// Records `from`'s group Send `seq` (replacing the replies of its last
+    /// one) as a remote exchange, so that it is retransmitted and times out.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_group_exchange(
+        &mut self,
+        now: Time,
+        from: Pid,
+        group: Pid,
+        msg: Message,
+        opts: SendOptions,
+        seq: u32,
+        mode: ReplyMode,
+        reliable: Option<ReliableSend>,
+    ) {
+        let collected = Collected {
+            seq,
+            mode,
+            seen: HashSet::default(),
+            queue: VecDeque::new(),
+            waiting: None,
+            transmitted: false,
+            reliable,
+        };
+        self.groups.collected.insert(from, collected);
+        let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
+        let ex = Exchange { to: group, forwarder: from, msg, opts, segment: None, lent: false, state, timer_at: None };
+        self.exchanges.insert(from, ex);
+    }
+
+    /// True if `sender`'s group Send `seq` still waits.
+    pub(super) fn group_exchange_pending(&self, sender: Pid, seq: u32) -> bool {
+        self.exchanges
+            .get(&sender)
+            .is_some_and(|ex| ex.to.is_group() && matches!(ex.state, ExchangeState::Remote { seq: s, .. } if s == seq))
+    }
+
+    /// (Re)transmits `sender`'s group Send: the first time on the broadcast
+    /// channel; a reliable one later only to the hosts that have not acknowledged.
+    pub(super) fn transmit_group_send(&mut self, sender: Pid) {
+        let Some(c) = self.groups.collected.get_mut(&sender) else { return };
+        let first = !std::mem::replace(&mut c.transmitted, true);
+        let reliable = self.reliable_targets(sender, first);
+        let Some(ex) = self.exchanges.get(&sender) else { return };
+        let ExchangeState::Remote { seq, .. } = ex.state else { return };
+        let mut h = self.header(PacketType::Send);
+        h.flags = Flags(0).with(Flags::IDEMPOTENT, ex.opts.idempotent).with(Flags::RELIABLE, reliable.is_some());
+        h.seq = seq;
+        h.src = sender;
+        h.dst = ex.to;
+        h.fwd = sender;
+        h.message = ex.msg;
+        match reliable {
+            None => {
+                self.emit(Destination::Broadcast, &h, &[]);
+            }
+            Some((code, _)) if first => {
+                h.local_addr = code;
+                self.emit(Destination::Broadcast, &h, &[]);
+            }
+            Some((code, targets)) => {
+                h.local_addr = code;
+                let bytes = vipc_wire::to_vec(&h, &[], self.cfg.key.as_ref());
+                for a in targets {
+                    self.emit_raw(Destination::Addr(a), PacketType::Send, bytes.clone());
+                }
+            }
+        }
+    }
+
+    /// Breath of life: members here still owe replies to `h`'s Send.
+    pub(super) fn breath_of_life(&mut self, to: SocketAddr, h: &Header) {
+        let mut p = self.header(PacketType::ReplyPending);
+        p.seq = h.seq;
+        p.src = Pid::new(self.host.unwrap_or(0), 0);
+        p.dst = h.src;
+        self.emit(Destination::Addr(to), &p, &[]);
     }
 
     /// GetReply: the next reply to `pid`'s last group Send (mode `Many`),
@@ -208,21 +328,36 @@ impl Engine {
         if !data.is_empty() || h.flags.has(Flags::SEG_READ) || h.flags.has(Flags::SEG_WRITE) {
             return self.malformed();
         }
-        let Some(members) = self.groups.members.get(&h.dst).cloned() else { return self.stray() };
-        let mut pending = false;
+        let reliable = if h.flags.has(Flags::RELIABLE) {
+            match Reliable::decode(h.local_addr) {
+                Some(r) => Some(r),
+                None => return self.malformed(),
+            }
+        } else {
+            None
+        };
+        let members = self.group_members(h.dst);
+        if members.is_empty() {
+            return match reliable {
+                Some(r) => self.answer_reliable(from, h, r, 0, false),
+                None => self.stray(),
+            };
+        }
+        let (mut pending, mut duplicate, mut refused) = (false, false, 0);
         for m in members {
             match self.groups.copies.get_mut(&(h.src, m)) {
-                Some(c) if c.incarnation == h.incarnation && c.seq == h.seq => {
+                Some(c) if c.is_of(h.incarnation, h.seq) => {
                     self.stats.duplicates += 1;
+                    duplicate = true;
                     c.last_heard = now;
                     match &c.state {
                         CopyState::Queued | CopyState::Received => pending = true,
-                        CopyState::Replied { packet: Some(p) } => {
+                        CopyState::Replied { packet: Some(p) } if reliable.is_none() => {
                             let p = p.clone();
                             self.stats.replies_resent += 1;
                             self.emit_raw(Destination::Addr(from), PacketType::Reply, p);
                         }
-                        CopyState::Replied { packet: None } => {}
+                        CopyState::Replied { .. } => {}
                     }
                 }
                 Some(c) if c.incarnation == h.incarnation && !state::seq_newer(h.seq, c.seq) => {
@@ -231,34 +366,32 @@ impl Engine {
                 _ => {
                     if self.groups.copies.len() >= self.cfg.max_aliens {
                         self.stats.group_dropped += 1;
+                        refused += 1;
                         continue;
                     }
-                    let copy = GroupCopy {
-                        incarnation: h.incarnation,
-                        seq: h.seq,
-                        msg: h.message,
-                        idempotent: h.flags.has(Flags::IDEMPOTENT),
-                        addr: Some(from),
-                        state: CopyState::Queued,
-                        last_heard: now,
-                        timer_at: None,
-                    };
+                    let idempotent = h.flags.has(Flags::IDEMPOTENT);
+                    let copy = GroupCopy::new(
+                        h.incarnation,
+                        h.seq,
+                        h.message,
+                        idempotent,
+                        Some(from),
+                        now,
+                        reliable.is_some(),
+                    );
                     self.queue_copy(now, h.src, m, copy);
                 }
             }
         }
-        if pending {
-            // Breath of life: members here still owe replies.
-            let mut p = self.header(PacketType::ReplyPending);
-            p.seq = h.seq;
-            p.src = Pid::new(self.host.unwrap_or(0), 0);
-            p.dst = h.src;
-            self.emit(Destination::Addr(from), &p, &[]);
+        match reliable {
+            Some(r) => self.answer_reliable(from, h, r, refused, duplicate),
+            None if pending => self.breath_of_life(from, h),
+            None => {}
         }
     }
 
     /// Queues `copy` of `sender`'s message for member `m` (replacing an older one).
-    fn queue_copy(&mut self, now: Time, sender: Pid, m: Pid, mut copy: GroupCopy) {
+    pub(super) fn queue_copy(&mut self, now: Time, sender: Pid, m: Pid, mut copy: GroupCopy) {
         if let Some(old) = self.groups.copies.remove(&(sender, m)) {
             if old.state == CopyState::Queued {
                 self.unqueue(m, Incoming::Group(sender));
@@ -306,25 +439,36 @@ impl Engine {
         if segment.as_ref().is_some_and(|(_, d)| !d.is_empty()) {
             return Some(Err(Error::NoAccess("write")));
         }
-        let (seq, addr, idempotent) = (c.seq, c.addr, c.idempotent);
-        let packet = match addr {
-            None => {
-                self.collect_reply(now, to, seq, from, msg);
-                None
-            }
-            Some(addr) => {
-                let mut h = self.header(PacketType::Reply);
-                h.seq = seq;
-                h.src = from;
-                h.dst = to;
-                h.fwd = from;
-                h.message = msg;
-                let packet = self.emit(Destination::Addr(addr), &h, &[]);
-                (!idempotent).then_some(packet)
-            }
+        let (seq, incarnation, addr, keep, reliable) = (c.seq, c.incarnation, c.addr, !c.idempotent, c.reliable);
+        // Replied before the packet is built: the last reply of this node acknowledges a reliable Send.
+        self.groups.copies.get_mut(&(to, from)).expect("looked up").state = CopyState::Replied { packet: None };
+        let Some(addr) = addr else {
+            self.collect_reply(now, to, seq, from, msg);
+            return Some(Ok(()));
         };
-        if let Some(c) = self.groups.copies.get_mut(&(to, from)) {
-            c.state = CopyState::Replied { packet };
+        let mut h = self.header(PacketType::Reply);
+        h.seq = seq;
+        h.src = from;
+        h.dst = to;
+        h.fwd = from;
+        h.message = msg;
+        if reliable {
+            let copies: Vec<&GroupCopy> = self
+                .groups
+                .copies
+                .iter()
+                .filter(|((s, _), c)| *s == to && c.is_of(incarnation, seq))
+                .map(|(_, c)| c)
+                .collect();
+            if copies.iter().all(|c| c.replied()) {
+                h.flags = Flags(0).with(Flags::GROUP_ACK, true);
+                h.local_addr = copies.len() as u32;
+            }
+        }
+        let packet = self.emit(Destination::Addr(addr), &h, &[]);
+        if keep || reliable {
+            let c = self.groups.copies.get_mut(&(to, from)).expect("looked up");
+            c.state = CopyState::Replied { packet: Some(packet) };
         }
         Some(Ok(()))
     }
@@ -332,16 +476,30 @@ impl Engine {
     /// A reply from `replier` to `sender`'s group Send with sequence number
     /// `seq`: the first completes the Send, later ones wait for GetReply.
     pub(super) fn collect_reply(&mut self, _now: Time, sender: Pid, seq: u32, replier: Pid, msg: Message) {
-        let first = self
-            .exchanges
-            .get(&sender)
-            .is_some_and(|ex| ex.to.is_group() && matches!(ex.state, ExchangeState::Remote { seq: s, .. } if s == seq));
+        let first = self.group_exchange_pending(sender, seq);
         let Some(c) = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq) else {
             self.stats.duplicates += 1;
             return;
         };
         if !c.seen.insert(replier) {
             self.stats.duplicates += 1;
+            return;
+        }
+        if let Some(r) = c.reliable.as_mut() {
+            // 004: every distinct reply counts (in the REPLY modes); the first
+            // is returned, the others wait for GetReply.
+            if r.mode.wants_replies() {
+                r.count += 1;
+            }
+            self.stats.group_replies += 1;
+            if r.first.is_none() {
+                r.first = Some((replier, msg));
+            } else if c.waiting.take().is_some() {
+                self.wake(sender, Completion::GetReply(Some((replier, msg))));
+            } else {
+                c.queue.push_back((replier, msg));
+            }
+            self.decide_reliable(sender);
             return;
         }
         if first {

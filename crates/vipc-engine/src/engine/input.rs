@@ -56,6 +56,7 @@ impl Engine {
             PacketType::MoveToData | PacketType::MoveFromData => self.on_data(now, from, &h, pkt.data),
             PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
             PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
+            PacketType::GroupAck => self.on_group_ack(&h),
             PacketType::HostRequest | PacketType::HostComplaint | PacketType::IAmHere => {
                 unreachable!("handled above")
             }
@@ -185,7 +186,11 @@ impl Engine {
             if !data.is_empty() {
                 return self.malformed();
             }
-            return self.collect_reply(now, h.dst, h.seq, h.src, h.message);
+            self.collect_reply(now, h.dst, h.seq, h.src, h.message);
+            if h.flags.has(Flags::GROUP_ACK) {
+                self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, false);
+            }
+            return;
         }
         let Some(ex) = self.remote_exchange(h.dst, h.seq) else { return };
         if ex.to.host() != h.src.host() {

@@ -2,7 +2,8 @@
 //!
 //! The submodules each add one group of methods to [`Engine`]:
 //! `primitives` (Send/Receive/Reply/Forward/GetPid/SetPid), `bulk`
-//! (MoveTo/MoveFrom streams), `group` (process groups), `input` (datagram dispatch), `host_alloc`
+//! (MoveTo/MoveFrom streams), `group` (process groups), `reliable` (004's
+//! K/ALL sends), `input` (datagram dispatch), `host_alloc`
 //! (announcement–complaint), `alive` (I-Am-Here), `timers` (retransmission
 //! and expiry).
 
@@ -13,6 +14,7 @@ mod host_alloc;
 mod input;
 mod location;
 mod primitives;
+mod reliable;
 mod state;
 mod timers;
 
@@ -25,6 +27,7 @@ use host_alloc::HostAlloc;
 use location::LocationCache;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+pub use reliable::{GroupOutcome, Reliable, MAX_K};
 use state::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

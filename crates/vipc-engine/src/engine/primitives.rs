@@ -147,6 +147,9 @@ impl Engine {
     /// (Re)transmits the Send packet of a remote exchange.
     pub(crate) fn transmit_send(&mut self, sender: Pid) {
         let Some(ex) = self.exchanges.get(&sender) else { return };
+        if ex.to.is_group() {
+            return self.transmit_group_send(sender);
+        }
         let ExchangeState::Remote { .. } = ex.state else { return };
         let to = self.route(ex.to);
         let limit = match to {

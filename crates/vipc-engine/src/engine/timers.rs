@@ -44,7 +44,10 @@ impl Engine {
         if now >= *deadline {
             let ex = self.exchanges.remove(&pid).expect("present");
             self.stats.timeouts += 1;
-            self.wake(pid, Completion::Send(Err(Error::Timeout(ex.to))));
+            match ex.to.is_group().then(|| self.reliable_deadline(pid)).flatten() {
+                Some(outcome) => self.wake(pid, Completion::Group(outcome)),
+                None => self.wake(pid, Completion::Send(Err(Error::Timeout(ex.to)))),
+            }
             return;
         }
         let mut resend = false;

@@ -22,9 +22,9 @@ impl Sim {
             Completion::Receive(r) => self.server_received(id, r),
             Completion::Move(r) => self.server_moved(id, call, r),
             Completion::GetPid(r) => self.lookup_done(id, call, r),
-            // No workload calls GetReply: `Calls::complete` reports such a
+            // No workload calls GetReply or sends to a group: `Calls::complete` reports such a
             // completion as a violation before it gets here.
-            Completion::GetReply(_) => {}
+            Completion::GetReply(_) | Completion::Group(_) => {}
         }
     }
 

@@ -1,0 +1,293 @@
+//! Reliable group Sends (004 ch. 3–4): K_REPLY, ALL_REPLY, K_DELIVER and
+//! ALL_DELIVER.
+//!
+//! The sender never learns who the members are. It copies the alive-host
+//! table (I-Am-Here) when the Send starts; every host in that copy
+//! acknowledges with its member count — at once for the DELIVER modes, on the
+//! last of its members' replies for the REPLY modes, a bare ACK 0 when it has
+//! no members, a NACK when it lacked the resources for some. Retransmissions
+//! go, every T_r, only to the hosts that have not acknowledged; a host whose
+//! members still owe replies answers them with ReplyPending (breath of life),
+//! one whose members replied resends the replies. "All members" means the
+//! members on the hosts alive when the Send began. Nothing is ordered or
+//! atomic, and hosts are assumed to fail by stopping.
+
+use super::group::{CopyState, GroupCopy};
+use super::*;
+use vipc_wire::Flags;
+
+/// A reliable mode of 004 §3.2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reliable {
+    /// Succeeds once K members replied (the first reply is returned).
+    KReply(u32),
+    /// Succeeds once every member on the hosts alive at the start replied.
+    AllReply,
+    /// Succeeds once the message was queued for K members.
+    KDeliver(u32),
+    /// Succeeds once the message was queued for every member on the hosts alive at the start.
+    AllDeliver,
+}
+
+/// Largest K: it travels in 24 bits.
+pub const MAX_K: u32 = (1 << 24) - 1;
+
+impl Reliable {
+    /// Wire code in a Send's `local_addr`: mode in bits 31..24, K in 23..0.
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Reliable::KReply(k) => 1 << 24 | k,
+            Reliable::AllReply => 2 << 24,
+            Reliable::KDeliver(k) => 3 << 24 | k,
+            Reliable::AllDeliver => 4 << 24,
+        }
+    }
+
+    pub(crate) fn decode(code: u32) -> Option<Reliable> {
+        let k = code & MAX_K;
+        match code >> 24 {
+            1 if k > 0 => Some(Reliable::KReply(k)),
+            2 => Some(Reliable::AllReply),
+            3 if k > 0 => Some(Reliable::KDeliver(k)),
+            4 => Some(Reliable::AllDeliver),
+            _ => None,
+        }
+    }
+
+    /// True for the REPLY modes.
+    pub fn wants_replies(self) -> bool {
+        matches!(self, Reliable::KReply(_) | Reliable::AllReply)
+    }
+}
+
+/// What a reliable group Send achieved (004 Appendix A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupOutcome {
+    /// The mode's condition was met.
+    pub met: bool,
+    /// Replies (REPLY modes) or deliveries (DELIVER modes) reached.
+    pub count: u32,
+    /// The first replier (`Pid::NONE` if none, and in the DELIVER modes unless a member replied).
+    pub first_replier: Pid,
+    /// The first reply (the message sent if there was none).
+    pub reply: Message,
+    /// Members known to have got the message: local ones plus the counts acknowledged.
+    pub receivers: u32,
+    /// Hosts of the alive-host snapshot that acknowledged, of `hosts`.
+    pub hosts_acked: u32,
+    /// Hosts in the snapshot taken when the Send began.
+    pub hosts: u32,
+}
+
+/// The sender's side of a reliable group Send.
+#[derive(Debug)]
+pub(crate) struct ReliableSend {
+    pub mode: Reliable,
+    msg: Message,
+    snapshot: Vec<(HostId, SocketAddr)>,
+    /// Hosts that acknowledged, with their member counts.
+    acked: HashMap<HostId, u32>,
+    receivers: u32,
+    pub count: u32,
+    nacked: bool,
+    pub first: Option<(Pid, Message)>,
+}
+
+impl ReliableSend {
+    fn all_acked(&self) -> bool {
+        self.snapshot.iter().all(|(h, _)| self.acked.contains_key(h))
+    }
+
+    /// `Some(met)` once the outcome is decided.
+    fn decided(&self) -> Option<bool> {
+        let all = self.all_acked();
+        match self.mode {
+            Reliable::KReply(k) | Reliable::KDeliver(k) if self.count >= k => Some(true),
+            Reliable::KReply(k) if all && self.count >= self.receivers && self.count < k => Some(false),
+            Reliable::KDeliver(_) if all => Some(false),
+            Reliable::AllReply | Reliable::AllDeliver if self.nacked => Some(false),
+            Reliable::AllReply if all && self.count >= self.receivers => Some(true),
+            Reliable::AllDeliver if all => Some(true),
+            _ => None,
+        }
+    }
+
+    fn outcome(&self, met: bool) -> GroupOutcome {
+        let (first_replier, reply) = self.first.unwrap_or((Pid::NONE, self.msg));
+        GroupOutcome {
+            met,
+            count: self.count,
+            first_replier,
+            reply,
+            receivers: self.receivers,
+            hosts_acked: self.acked.len() as u32,
+            hosts: self.snapshot.len() as u32,
+        }
+    }
+}
+
+impl Engine {
+    /// A reliable Send to a group: `from` blocks until the mode's condition
+    /// is met or cannot be, then gets [`Completion::Group`]. Replies beyond
+    /// the first wait for [`Engine::get_reply`] as after [`ReplyMode::Many`].
+    pub fn send_reliable(
+        &mut self,
+        now: Time,
+        from: Pid,
+        group: Pid,
+        msg: Message,
+        mode: Reliable,
+        opts: SendOptions,
+    ) -> Result<(), Error> {
+        self.check_caller(from)?;
+        if !group.is_group() {
+            return Err(Error::NotAGroup(group));
+        }
+        if let Reliable::KReply(k) | Reliable::KDeliver(k) = mode {
+            if k == 0 || k > MAX_K {
+                return Err(Error::BadK(k));
+            }
+        }
+        let seq = self.fresh_seq();
+        let snapshot = self.alive_hosts().rows.iter().flatten().map(|r| (r.host, r.addr)).collect();
+        let mut state = ReliableSend {
+            mode,
+            msg,
+            snapshot,
+            acked: HashMap::default(),
+            receivers: 0,
+            count: 0,
+            nacked: false,
+            first: None,
+        };
+        let local: Vec<Pid> = self.group_members(group).into_iter().filter(|m| *m != from).collect();
+        for m in &local {
+            let copy = GroupCopy::new(self.incarnation, seq, msg, opts.idempotent, None, now, true);
+            self.queue_copy(now, from, *m, copy);
+        }
+        state.receivers = local.len() as u32;
+        if !mode.wants_replies() {
+            state.count = state.receivers;
+        }
+        self.start_group_exchange(now, from, group, msg, opts, seq, ReplyMode::Many, Some(state));
+        self.stats.group_sends += 1;
+        self.transmit_send(from);
+        if !self.decide_reliable(from) {
+            let retransmit = now + self.cfg.retransmit;
+            if let Some(ex) = self.exchanges.get_mut(&from) {
+                ex.timer_at = Some(retransmit);
+            }
+            self.set_blocked(from, Blocked::Send);
+            self.arm(retransmit, TimerKey::Exchange(from));
+        }
+        Ok(())
+    }
+
+    /// Completes `sender`'s reliable Send if its outcome is decided.
+    pub(super) fn decide_reliable(&mut self, sender: Pid) -> bool {
+        let Some(r) = self.groups.collected.get(&sender).and_then(|c| c.reliable.as_ref()) else { return false };
+        let Some(met) = r.decided() else { return false };
+        let seq = self.groups.collected[&sender].seq;
+        if !self.group_exchange_pending(sender, seq) {
+            return false;
+        }
+        let outcome = r.outcome(met);
+        self.exchanges.remove(&sender);
+        if !met {
+            self.stats.group_failures += 1;
+        }
+        self.wake(sender, Completion::Group(outcome));
+        true
+    }
+
+    /// At the deadline: the condition was not met in time.
+    pub(super) fn reliable_deadline(&mut self, sender: Pid) -> Option<GroupOutcome> {
+        let r = self.groups.collected.get(&sender)?.reliable.as_ref()?;
+        self.stats.group_failures += 1;
+        Some(r.outcome(false))
+    }
+
+    /// Where a reliable Send goes: first to all (broadcast), then only to the
+    /// hosts of the snapshot that have not acknowledged — or, in the REPLY
+    /// modes, whose acknowledged members' replies are not all in (one was
+    /// lost). `None`: not reliable.
+    pub(super) fn reliable_targets(&self, sender: Pid, first: bool) -> Option<(u32, Vec<SocketAddr>)> {
+        let c = self.groups.collected.get(&sender)?;
+        let r = c.reliable.as_ref()?;
+        let code = r.mode.code();
+        if first {
+            return Some((code, Vec::new()));
+        }
+        let missing = |host: HostId| match r.acked.get(&host) {
+            None => true,
+            Some(&n) => r.mode.wants_replies() && c.replies_from(host) < n,
+        };
+        let pending = r.snapshot.iter().filter(|(h, _)| missing(*h)).map(|(_, a)| *a).collect();
+        Some((code, pending))
+    }
+
+    /// A host's acknowledgement of `sender`'s reliable Send `seq`: `count`
+    /// members there got it (replied, for the REPLY modes).
+    pub(super) fn reliable_ack(&mut self, sender: Pid, seq: u32, host: HostId, count: u32, nack: bool) {
+        let Some(r) = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq).and_then(|c| c.reliable.as_mut())
+        else {
+            return self.stray();
+        };
+        if !r.snapshot.iter().any(|(h, _)| *h == host) || r.acked.insert(host, count).is_some() {
+            // A host that came up after the Send began, or a repeated ACK.
+            self.stats.duplicates += 1;
+            return;
+        }
+        r.receivers += count;
+        if !r.mode.wants_replies() {
+            r.count += count;
+        }
+        r.nacked |= nack;
+        self.decide_reliable(sender);
+    }
+
+    /// A GroupAck packet.
+    pub(super) fn on_group_ack(&mut self, h: &Header) {
+        self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
+    }
+
+    /// The receiving node's answer to a reliable group Send: ACK 0 without
+    /// members; for DELIVER an ACK with the deliveries (a NACK if some could
+    /// not be made); for REPLY a NACK at once if resources lacked, else
+    /// nothing — the ACK rides on the last reply — and, to a retransmission,
+    /// the replies made so far again and a ReplyPending if some are owed.
+    pub(super) fn answer_reliable(&mut self, from: SocketAddr, h: &Header, mode: Reliable, refused: u32, again: bool) {
+        let members = self.group_members(h.dst);
+        let copies: Vec<&GroupCopy> = members
+            .iter()
+            .filter_map(|m| self.groups.copies.get(&(h.src, *m)))
+            .filter(|c| c.is_of(h.incarnation, h.seq))
+            .collect();
+        let delivered = copies.len() as u32;
+        if !mode.wants_replies() || refused > 0 || members.is_empty() {
+            return self.send_group_ack(from, h, delivered, refused > 0);
+        }
+        if !again {
+            return;
+        }
+        let resend: Vec<Vec<u8>> = copies.iter().filter_map(|c| c.reply_packet().cloned()).collect();
+        let owed = copies.iter().any(|c| !matches!(c.state, CopyState::Replied { .. }));
+        for p in resend {
+            self.stats.replies_resent += 1;
+            self.emit_raw(Destination::Addr(from), PacketType::Reply, p);
+        }
+        if owed {
+            self.breath_of_life(from, h);
+        }
+    }
+
+    fn send_group_ack(&mut self, to: SocketAddr, h: &Header, count: u32, nack: bool) {
+        let mut a = self.header(PacketType::GroupAck);
+        a.flags = Flags(0).with(Flags::NACK, nack);
+        a.seq = h.seq;
+        a.src = Pid::new(self.host.unwrap_or(0), 0);
+        a.dst = h.src;
+        a.local_addr = count;
+        self.emit(Destination::Addr(to), &a, &[]);
+    }
+}

@@ -1,0 +1,323 @@
+//! Reliable group Sends (004 ch. 3–4): the success and failure conditions
+//! of K_REPLY, ALL_REPLY, K_DELIVER and ALL_DELIVER, acknowledgements from
+//! every alive host, NACK, retransmission to the silent hosts, breath of
+//! life, and the packet counts of 004 Fig. 17.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use vipc_engine::*;
+use vipc_wire::PacketType;
+
+const PERIOD: Duration = Duration::from_millis(100);
+
+struct Setup {
+    net: Net,
+    group: Pid,
+    sender: Pid,
+    /// (node, member): one on node 0 (the sender's), one on node 1, two on node 2; none on node 3.
+    members: Vec<(usize, Pid)>,
+}
+
+fn setup_with(tweak: impl Fn(usize, &mut Config)) -> Setup {
+    let mut net = Net::new(0);
+    for i in 0..4 {
+        let mut c = config(i as u16 + 1);
+        c.alive_period = Some(PERIOD);
+        tweak(i, &mut c);
+        net.nodes.push(Engine::new(c, net.now));
+    }
+    net.advance(Duration::from_millis(20)); // every alive-host table is full
+    net.events.clear();
+    let group = net.nodes[0].allocate_group_id().unwrap();
+    let sender = net.proc(0);
+    let mut members = Vec::new();
+    for i in [0, 1, 2, 2] {
+        let m = net.proc(i);
+        net.nodes[i].join_group(m, group).unwrap();
+        let now = net.now;
+        net.nodes[i].receive(now, m, None, 0).unwrap();
+        members.push((i, m));
+    }
+    Setup { net, group, sender, members }
+}
+
+fn setup() -> Setup {
+    setup_with(|_, _| {})
+}
+
+fn send(s: &mut Setup, mode: Reliable) {
+    let now = s.net.now;
+    s.net.nodes[0].send_reliable(now, s.sender, s.group, msg(7), mode, SendOptions::default()).unwrap();
+    s.net.settle();
+}
+
+fn outcome(s: &mut Setup) -> Option<GroupOutcome> {
+    match s.net.take(0, s.sender)? {
+        Completion::Group(o) => Some(o),
+        other => panic!("expected a group completion, got {other:?}"),
+    }
+}
+
+/// Member `k` takes its message and replies with byte k.
+fn reply(s: &mut Setup, k: usize) {
+    let (i, m) = s.members[k];
+    let r = s.net.take_received(i, m);
+    assert_eq!((r.from, r.msg), (s.sender, msg(7)));
+    let now = s.net.now;
+    s.net.nodes[i].reply(now, m, s.sender, msg(k as u8), None).unwrap();
+    s.net.settle();
+}
+
+/// Packets of the group protocol all nodes sent (no I-Am-Here).
+fn group_packets(net: &Net) -> u64 {
+    let types = [PacketType::Send, PacketType::Reply, PacketType::GroupAck, PacketType::ReplyPending];
+    (0..net.nodes.len()).map(|i| types.iter().map(|t| net.stats(i).sent(*t)).sum::<u64>()).sum()
+}
+
+#[test]
+fn all_reply_succeeds_when_every_member_of_the_snapshot_replied() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    for k in 0..3 {
+        reply(&mut s, k);
+        assert!(outcome(&mut s).is_none(), "not yet: {} of 4 replied", k + 1);
+    }
+    reply(&mut s, 3);
+    let o = outcome(&mut s).expect("complete");
+    assert!(o.met);
+    assert_eq!((o.count, o.receivers, o.hosts_acked, o.hosts), (4, 4, 3, 3));
+    assert_eq!((o.first_replier, o.reply), (s.members[0].1, msg(0)));
+    // 004 Fig. 17, best case: N(1 + R + H) = 1 Send + 3 remote replies + 1 ACK 0.
+    assert_eq!(group_packets(&s.net), 5);
+    assert_eq!(s.net.stats(3).sent(PacketType::GroupAck), 1, "the host without members says ACK 0");
+    // The other replies wait for GetReply.
+    for _ in 0..3 {
+        let now = s.net.now;
+        s.net.nodes[0].get_reply(now, s.sender, Duration::ZERO).unwrap();
+        s.net.settle();
+        assert!(matches!(s.net.take(0, s.sender), Some(Completion::GetReply(Some(_)))));
+    }
+}
+
+#[test]
+fn k_reply_succeeds_at_k_and_fails_early_when_k_members_do_not_exist() {
+    let mut s = setup();
+    send(&mut s, Reliable::KReply(2));
+    reply(&mut s, 1);
+    assert!(outcome(&mut s).is_none());
+    reply(&mut s, 2);
+    let o = outcome(&mut s).expect("two replies");
+    assert!(o.met && o.count == 2);
+    assert_eq!(o.first_replier, s.members[1].1);
+
+    let mut s = setup();
+    send(&mut s, Reliable::KReply(10));
+    for k in 0..4 {
+        reply(&mut s, k);
+    }
+    let o = outcome(&mut s).expect("decided as soon as every host acknowledged");
+    assert!(!o.met);
+    assert_eq!((o.count, o.receivers), (4, 4));
+    assert_eq!(s.net.stats(0).group_failures, 1);
+}
+
+#[test]
+fn deliver_modes_count_deliveries_without_waiting_for_replies() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllDeliver);
+    let o = outcome(&mut s).expect("every host acknowledged at once");
+    assert!(o.met);
+    assert_eq!((o.count, o.hosts_acked), (4, 3));
+    assert_eq!(group_packets(&s.net), 4, "1 Send and 3 ACKs");
+    // Every member has it.
+    for k in 0..4 {
+        let (i, m) = s.members[k];
+        assert_eq!(s.net.take_received(i, m).msg, msg(7));
+    }
+
+    let mut s = setup();
+    send(&mut s, Reliable::KDeliver(5));
+    let o = outcome(&mut s).expect("decided");
+    assert!(!o.met && o.count == 4, "{o:?}");
+
+    let mut s = setup();
+    send(&mut s, Reliable::KDeliver(1));
+    let o = outcome(&mut s).expect("the local member is enough");
+    assert!(o.met);
+    assert_eq!(s.net.stats(0).sent(PacketType::Send), 1, "still sent to the others");
+}
+
+#[test]
+fn a_nack_fails_all_modes_but_k_can_still_succeed() {
+    // Node 2 can hold one copy only: one of its two members misses the message.
+    let mut s = setup_with(|i, c| {
+        if i == 2 {
+            c.max_aliens = 1;
+        }
+    });
+    send(&mut s, Reliable::AllDeliver);
+    let o = outcome(&mut s).expect("the NACK decides");
+    assert!(!o.met);
+    assert_eq!(s.net.stats(2).group_dropped, 1);
+    assert!(s.net.stats(2).sent(PacketType::GroupAck) == 1);
+
+    let mut s = setup_with(|i, c| {
+        if i == 2 {
+            c.max_aliens = 1;
+        }
+    });
+    send(&mut s, Reliable::KDeliver(3));
+    let o = outcome(&mut s).expect("decided");
+    assert!(o.met && o.count == 3, "{o:?}");
+}
+
+#[test]
+fn a_host_that_dies_after_the_snapshot_fails_all_reply_but_not_k_reply() {
+    for (mode, met) in [(Reliable::AllReply, false), (Reliable::KReply(2), true)] {
+        let mut s = setup();
+        // Node 2 dies: nothing from it arrives any more.
+        s.net.filter = Some(Box::new(|from, _, _| usize::from(from != 2)));
+        send(&mut s, mode);
+        reply(&mut s, 0);
+        reply(&mut s, 1);
+        if met {
+            assert!(outcome(&mut s).expect("K reached").met);
+            continue;
+        }
+        s.net.advance(Duration::from_millis(900));
+        assert!(outcome(&mut s).is_none(), "retrying node 2 within T_t");
+        s.net.advance(Duration::from_millis(200));
+        let o = outcome(&mut s).expect("given up after T_t");
+        assert!(!o.met);
+        assert_eq!((o.count, o.hosts_acked, o.hosts), (2, 2, 3));
+    }
+}
+
+#[test]
+fn retransmissions_go_to_silent_hosts_only() {
+    let mut s = setup();
+    // The first Send does not reach node 2.
+    let mut dropped = false;
+    s.net.filter = Some(Box::new(move |from, to, bytes| {
+        let is_send = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Send);
+        if from == 0 && is_send && !dropped && *to == Destination::Broadcast {
+            dropped = true;
+            return 0; // (the harness fans a broadcast out itself: this drops it for everyone)
+        }
+        1
+    }));
+    send(&mut s, Reliable::AllDeliver);
+    assert!(outcome(&mut s).is_none());
+    s.net.advance(Duration::from_millis(21));
+    // The retransmission went by unicast to each host that had not acknowledged: all three.
+    assert_eq!(s.net.stats(0).sent(PacketType::Send), 1 + 3);
+    let o = outcome(&mut s).expect("acknowledged after the retransmission");
+    assert!(o.met && o.count == 4);
+
+    // Now only node 3's ACK is lost: the retransmission goes to node 3 alone.
+    let mut s = setup();
+    let mut lost = false;
+    s.net.filter = Some(Box::new(move |from, _, bytes| {
+        let ack = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::GroupAck);
+        if from == 3 && ack && !lost {
+            lost = true;
+            return 0;
+        }
+        1
+    }));
+    send(&mut s, Reliable::AllDeliver);
+    assert!(outcome(&mut s).is_none());
+    s.net.advance(Duration::from_millis(21));
+    assert_eq!(s.net.stats(0).sent(PacketType::Send), 2, "one retransmission, to node 3");
+    assert!(outcome(&mut s).expect("done").met);
+    assert_eq!(s.net.stats(2).group_deliveries, 2, "node 2 got it once");
+}
+
+#[test]
+fn lost_replies_are_resent_and_slow_members_are_kept_alive() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 0);
+    reply(&mut s, 1);
+    // Node 2's members think for 2 × T_t; ReplyPending keeps the Send alive.
+    s.net.advance(Duration::from_secs(2));
+    assert!(outcome(&mut s).is_none());
+    assert!(s.net.stats(2).sent(PacketType::ReplyPending) > 0);
+    // Its first reply is lost.
+    let mut lost = false;
+    s.net.filter = Some(Box::new(move |from, _, bytes| {
+        let r = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply);
+        if from == 2 && r && !lost {
+            lost = true;
+            return 0;
+        }
+        1
+    }));
+    reply(&mut s, 2);
+    reply(&mut s, 3);
+    assert!(outcome(&mut s).is_none(), "one of node 2's replies is missing");
+    s.net.advance(Duration::from_millis(25));
+    let o = outcome(&mut s).expect("the retransmission brought both replies again");
+    assert!(o.met && o.count == 4, "{o:?}");
+    assert!(s.net.stats(2).replies_resent >= 2);
+}
+
+#[test]
+fn an_ack_from_a_host_outside_the_snapshot_is_ignored() {
+    let mut s = setup();
+    let seq = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = seq.clone();
+    s.net.filter = Some(Box::new(move |from, _, bytes| {
+        if let Ok(p) = vipc_wire::parse(bytes, None) {
+            if from == 0 && p.header.ptype == PacketType::Send {
+                seen.set(p.header.seq);
+            }
+        }
+        1
+    }));
+    send(&mut s, Reliable::AllReply);
+    // Host 9 came up after the Send began: its ACK 0 counts for nothing.
+    let mut h = vipc_wire::Header::new(PacketType::GroupAck);
+    h.src = Pid::new(9, 0);
+    h.dst = s.sender;
+    h.seq = seq.get();
+    h.incarnation = 5;
+    let bytes = vipc_wire::to_vec(&h, &[], None);
+    let (now, before) = (s.net.now, s.net.stats(0).duplicates);
+    s.net.nodes[0].handle_datagram(now, addr(8), &bytes);
+    assert_eq!(s.net.stats(0).duplicates, before + 1);
+    for k in 0..4 {
+        reply(&mut s, k);
+    }
+    let o = outcome(&mut s).expect("done");
+    assert!(o.met);
+    assert_eq!((o.hosts_acked, o.hosts, o.receivers), (3, 3, 4));
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let mut s = setup();
+    let now = s.net.now;
+    let (sender, group) = (s.sender, s.group);
+    let e = s.net.nodes[0].send_reliable(now, sender, group, msg(1), Reliable::KReply(0), SendOptions::default());
+    assert_eq!(e, Err(Error::BadK(0)));
+    let e =
+        s.net.nodes[0].send_reliable(now, sender, group, msg(1), Reliable::KDeliver(MAX_K + 1), SendOptions::default());
+    assert_eq!(e, Err(Error::BadK(MAX_K + 1)));
+    let p = s.members[1].1;
+    let e = s.net.nodes[0].send_reliable(now, sender, p, msg(1), Reliable::AllReply, SendOptions::default());
+    assert_eq!(e, Err(Error::NotAGroup(p)));
+    // A reliable Send packet with an unknown mode is dropped as malformed.
+    let mut h = vipc_wire::Header::new(PacketType::Send);
+    h.flags = vipc_wire::Flags(vipc_wire::Flags::RELIABLE);
+    h.src = Pid::new(3, 9);
+    h.dst = group;
+    h.seq = 1;
+    h.incarnation = 1;
+    h.local_addr = 9 << 24;
+    let bytes = vipc_wire::to_vec(&h, &[], None);
+    s.net.nodes[1].handle_datagram(now, addr(2), &bytes);
+    assert_eq!(s.net.stats(1).malformed, 1);
+}
