@@ -167,21 +167,23 @@ pub(crate) fn recv(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAdd
     }
 }
 
-/// Polls for one datagram with non-blocking receives until one arrives,
-/// `stop` is set or `until` passes.
-pub(crate) fn recv_spin(
+/// One datagram scattered over `a`, then `b`. With `spin = (stop, until)`,
+/// polls with non-blocking receives until one arrives, `stop` is set or
+/// `until` passes; without, waits at most [`RECV_POLL`]. `None` on timeout or error.
+pub(crate) fn recv_parts(
     sock: &UdpSocket,
-    buf: &mut [u8],
-    stop: &AtomicBool,
-    until: Instant,
+    a: &mut [u8],
+    b: &mut [u8],
+    spin: Option<(&AtomicBool, Instant)>,
 ) -> Option<(usize, SocketAddr)> {
     use nix::sys::socket::{recvmsg, MsgFlags, SockaddrLike, SockaddrStorage};
     let fd = sock.as_raw_fd();
-    let mut spin = Spin::syscalls();
+    let flags = if spin.is_some() { MsgFlags::MSG_DONTWAIT } else { MsgFlags::empty() };
+    let mut pacing = Spin::syscalls();
     let mut rounds = 0u32;
     loop {
-        let mut iov = [IoSliceMut::new(&mut *buf)];
-        match recvmsg::<SockaddrStorage>(fd, &mut iov, None, MsgFlags::MSG_DONTWAIT) {
+        let mut iov = [IoSliceMut::new(&mut *a), IoSliceMut::new(&mut *b)];
+        match recvmsg::<SockaddrStorage>(fd, &mut iov, None, flags) {
             Ok(m) => {
                 let from = m.address.and_then(|a| match a.family() {
                     Some(nix::sys::socket::AddressFamily::Inet) => a.as_sockaddr_in().map(|a| SocketAddr::from(*a)),
@@ -194,11 +196,12 @@ pub(crate) fn recv_spin(
                 }
             }
             Err(nix::errno::Errno::EAGAIN) => {
+                let (stop, until) = spin?;
                 rounds = rounds.wrapping_add(1);
                 if stop.load(Ordering::Acquire) || (rounds % 8 == 0 && Instant::now() >= until) {
                     return None;
                 }
-                spin.pause();
+                pacing.pause();
             }
             Err(e) => {
                 receive_failed(std::io::Error::from(e));

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, Stats, Time};
+use vipc_wire::HEADER_LEN;
 
 /// After a process gives the reader token up with no other process asking
 /// for it, the background network thread leaves it this long for a process
@@ -690,18 +691,26 @@ impl Shared {
                 st.reader_blocked = spin.is_none();
                 signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked above
                 let mut buf = std::mem::take(&mut st.rxbuf);
-                drop(st);
-                let got = match spin {
-                    Some(until) => net::recv_spin(&self.unicast, &mut buf, &signal.ready, until),
-                    None => net::recv(&self.unicast, &mut buf),
+                let in_place = match &lend {
+                    Lend::Write(dest) => {
+                        st.engine.next_placement(pid).filter(|&(at, len)| at >= HEADER_LEN && at + len <= dest.len())
+                    }
+                    _ => None,
                 };
-                st = self.lock();
-                st.reader_blocked = false;
-                if let Some((n, from)) = got {
-                    if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid))) {
-                        drop(st);
-                        place(&mut lend, offset, &buf[range]);
-                        st = self.lock();
+                drop(st);
+                let spin = spin.map(|until| (&signal.ready, until));
+                if let (Some((at, len)), Lend::Write(dest)) = (in_place, &mut lend) {
+                    st = self.read_in_place(pid, dest, at, len, &mut buf, spin);
+                } else {
+                    let got = net::recv_parts(&self.unicast, &mut buf, &mut [], spin);
+                    st = self.lock();
+                    st.reader_blocked = false;
+                    if let Some((n, from)) = got {
+                        if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid))) {
+                            drop(st);
+                            place(&mut lend, offset, &buf[range]);
+                            st = self.lock();
+                        }
                     }
                 }
                 st.rxbuf = buf;
@@ -747,6 +756,59 @@ impl Shared {
                 slot.sleeping = false;
             }
         }
+    }
+
+    /// The leader of a lent MoveFrom reads the next datagram so that its first
+    /// `HEADER_LEN + len` bytes land at `dest[at - HEADER_LEN..]`: if it is
+    /// the chunk the engine expects at `at` (see [`Engine::next_placement`]),
+    /// its data are already in place and are not copied — the copy out of
+    /// the socket is the only one, as with TCP. Its header overwrites the
+    /// end of the chunk before, which is saved and put back; a datagram that
+    /// is not that chunk is copied into `buf` (made whole there if it was
+    /// longer) and handled as any other. Returns with the lock held.
+    fn read_in_place<'s>(
+        &'s self,
+        pid: Pid,
+        dest: &mut [u8],
+        at: usize,
+        len: usize,
+        buf: &mut [u8],
+        spin: Option<(&AtomicBool, Instant)>,
+    ) -> MutexGuard<'s, State> {
+        let start = at - HEADER_LEN;
+        let first = HEADER_LEN + len;
+        let mut saved = [0u8; HEADER_LEN];
+        saved.copy_from_slice(&dest[start..at]);
+        let got = net::recv_parts(&self.unicast, &mut dest[start..start + first], buf, spin);
+        let mut st = self.lock();
+        st.reader_blocked = false;
+        let origin = Origin::Net(Some(pid));
+        let placed = match got {
+            None => None,
+            Some((n, from)) if n <= first => {
+                match self.feed(&mut st, from, &dest[start..start + n], origin) {
+                    Some((offset, range)) if offset == at && range.start == HEADER_LEN => None, // in place
+                    Some((offset, range)) => {
+                        buf[..n].copy_from_slice(&dest[start..start + n]);
+                        Some((offset, range))
+                    }
+                    None => None,
+                }
+            }
+            Some((n, from)) => {
+                // Longer than the chunk expected: join its two parts in `buf`.
+                buf.copy_within(0..n - first, first);
+                buf[..first].copy_from_slice(&dest[start..start + first]);
+                self.feed(&mut st, from, &buf[..n], origin)
+            }
+        };
+        dest[start..at].copy_from_slice(&saved);
+        if let Some((offset, range)) = placed {
+            drop(st);
+            place_into(dest, offset, &buf[range]);
+            st = self.lock();
+        }
+        st
     }
 
     /// Does the queued work on the lent buffer (outside the lock), in order.
@@ -926,8 +988,16 @@ fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
 /// Copies `data` to `offset` of the lent buffer.
 fn place(lend: &mut Lend<'_>, offset: usize, data: &[u8]) {
     match lend {
-        Lend::Write(buf) if offset + data.len() <= buf.len() => buf[offset..offset + data.len()].copy_from_slice(data),
+        Lend::Write(buf) => place_into(buf, offset, data),
         _ => tracing::debug!("lent data for a call that lends no such buffer"),
+    }
+}
+
+/// Copies `data` to `offset` of `buf`, if it fits.
+fn place_into(buf: &mut [u8], offset: usize, data: &[u8]) {
+    match buf.get_mut(offset..offset.saturating_add(data.len())) {
+        Some(to) => to.copy_from_slice(data),
+        None => tracing::debug!("lent data beyond the lent buffer"),
     }
 }
 

@@ -226,6 +226,19 @@ impl Engine {
         self.move_from_into(now, from, src, offset, len, true)
     }
 
+    /// Where the next data of `pid`'s lent MoveFrom ([`Engine::move_from_lent`])
+    /// most likely go: the offset in the lent buffer and the length of the
+    /// first chunk not yet received. Those bytes of the buffer are not yet
+    /// written, so the runtime may receive the next datagram in place (its
+    /// data part there) and skip the copy when [`Engine::poll_placement`]
+    /// confirms it. `None` before the first chunk (its size is not known),
+    /// once complete, or if `pid` has no such stream.
+    pub fn next_placement(&self, pid: Pid) -> Option<(usize, usize)> {
+        let s = self.streams_in.values().find(|s| s.lent && s.local == pid && !s.done && s.chunk > 0)?;
+        let at = s.cum.checked_mul(s.chunk)?;
+        (s.cum < s.got.len() && at < s.total).then(|| (at, s.chunk.min(s.total - at)))
+    }
+
     fn move_from_into(
         &mut self,
         now: Time,
