@@ -5,8 +5,9 @@ use crate::opts::NodeArgs;
 use std::io::Write;
 use vipc::{services, Node};
 
-/// Runs a node (serving pipes `pipes` and directories `exports`, if any) until SIGINT or SIGTERM.
-pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String]) -> CliResult<()> {
+/// Runs a node (serving pipes `pipes` and directories `exports`, and with a
+/// member of each of `members`, if any) until SIGINT or SIGTERM.
+pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vipc::Pid]) -> CliResult<()> {
     let cfg = args.build()?;
     let exports = exports.iter().map(|e| crate::fsremote::parse_export(e)).collect::<CliResult<Vec<_>>>()?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -16,6 +17,9 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String]) -> CliResult<(
     .map_err(|e| CliError(format!("cannot install the signal handler: {e}")))?;
     let node = Node::start(cfg)?;
     services::spawn_echo(&node, Some("echo"))?;
+    for g in members {
+        services::spawn_group_member(&node, *g)?;
+    }
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
     let files = exports
         .into_iter()

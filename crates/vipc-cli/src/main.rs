@@ -17,6 +17,7 @@ macro_rules! say {
 mod cmd_bench;
 mod cmd_cat;
 mod cmd_cp;
+mod cmd_group;
 mod cmd_hosts;
 mod cmd_keygen;
 mod cmd_ls;
@@ -57,6 +58,29 @@ enum Cmd {
         /// Serve directory DIR as file-service export NAME (registered as fs:NAME; `:ro` = read-only; repeatable).
         #[arg(long = "export", value_name = "NAME=DIR[:ro]")]
         exports: Vec<String>,
+        /// Run a member of GROUP that answers every message (a well-known group number or a group id; repeatable).
+        #[arg(long = "member", value_name = "GROUP", value_parser = cmd_group::parse_group_id)]
+        members: Vec<vipc::Pid>,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Send to a process group: reply modes none/one/many, or reliable all-reply, k-reply=K, all-deliver, k-deliver=K.
+    Gsend {
+        /// The group: a well-known group number (1-65535) or a group id like 8001.0001.
+        #[arg(value_name = "GROUP", value_parser = cmd_group::parse_group_id)]
+        to: vipc::Pid,
+        /// none, one, many, all-reply, k-reply=K, all-deliver or k-deliver=K.
+        #[arg(long, default_value = "many", value_parser = cmd_group::parse_mode)]
+        mode: cmd_group::Mode,
+        /// Number of Sends.
+        #[arg(short = 'c', long, default_value_t = 1)]
+        count: u32,
+        /// How long to listen for the alive hosts before sending (ms).
+        #[arg(long, default_value_t = 200)]
+        listen_ms: u64,
+        /// Pause between Sends (ms).
+        #[arg(long, default_value_t = 0)]
+        interval_ms: u64,
         #[command(flatten)]
         node: NodeArgs,
     },
@@ -179,7 +203,11 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let r = match &cli.cmd {
-        Cmd::Node { node, pipes, exports } => cmd_node::run(node, pipes, exports),
+        Cmd::Node { node, pipes, exports, members } => cmd_node::run(node, pipes, exports, members),
+        Cmd::Gsend { to, mode, count, listen_ms, interval_ms, node } => {
+            let ms = std::time::Duration::from_millis;
+            cmd_group::run(*to, *mode, *count, ms(*listen_ms), ms(*interval_ms), node)
+        }
         Cmd::Cp { src, dst, resume, quiet, node } => cmd_cp::run(src, dst, *resume, *quiet, node),
         Cmd::Cat { file, node } => cmd_cat::run(file, node),
         Cmd::Ls { path, long, node } => cmd_ls::run(path, *long, node),

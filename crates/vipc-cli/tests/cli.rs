@@ -380,3 +380,45 @@ fn hosts_lists_live_nodes_and_forgets_one_killed_with_sigkill() {
     let o = run(&["hosts", "--listen-ms", "x"]);
     assert_one_line_error(&o, "invalid value 'x' for '--listen-ms <LISTEN_MS>'");
 }
+
+#[test]
+fn gsend_reaches_group_members_on_node_processes() {
+    let addrs = free_addrs(2);
+    let s: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let _a = start_node(&["--listen", &s[0], "--host-id", "31", "--no-multicast", "--peer", &s[1], "--member", "5"]);
+    let _b = start_node(&[
+        "--listen",
+        &s[1],
+        "--host-id",
+        "32",
+        "--no-multicast",
+        "--peer",
+        &s[0],
+        "--member",
+        "5",
+        "--member",
+        "5",
+    ]);
+    let peers = ["--no-multicast", "--peer", s[0].as_str(), "--peer", s[1].as_str()];
+    let gsend = |extra: &[&str]| {
+        let mut args = vec!["gsend", "5"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&peers);
+        run(&args)
+    };
+    let o = gsend(&["--mode", "all-reply", "-c", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("met: 3 replies of 3 members known, acknowledged by 2 of 2 other hosts"), "{out}");
+    assert!(out.contains("3 sends to 8000.0005, 3 met, 0 not"), "{out}");
+    let o = gsend(&["--mode", "many"]);
+    assert!(o.status.success() && stdout(&o).contains("send 0: 3 replies"), "{}", stdout(&o));
+    let o = gsend(&["--mode", "k-deliver=2"]);
+    assert!(o.status.success() && stdout(&o).contains("met: 3 deliveries"), "{}", stdout(&o));
+    let o = gsend(&["--mode", "k-reply=4"]);
+    assert_one_line_error(&o, "1 of 1 sends to 8000.0005 did not reach their condition");
+    let o = run(&["gsend", "8000", "--mode", "k-reply=0"]);
+    assert_one_line_error(&o, "invalid value 'k-reply=0' for '--mode <MODE>'");
+    let o = run(&["node", "--member", "0012.0001"]);
+    assert_one_line_error(&o, "invalid value '0012.0001' for '--member <GROUP>'");
+}

@@ -1,4 +1,4 @@
-//! Services every node can host: the kernel server and the echo service.
+//! Services every node can host: the kernel server, the echo service and a group member.
 //!
 //! # Kernel server
 //! [`kernel_server`] is created first on every node (unless
@@ -32,6 +32,10 @@
 //!   written back with MoveTo before the reply (bulk transfers both ways).
 //!
 //! `vipc node` registers it under the name `echo`.
+//!
+//! # Group member
+//! [`group_member`] joins a group and answers every message at once, with
+//! its pid in bytes 24..28 of the reply (`vipc node --member GROUP`).
 
 use crate::{Error, Node, Process, Result, SegmentRef};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -215,6 +219,43 @@ pub fn echo(p: Process) {
             Ok(()) => {}
         }
     }
+}
+
+/// A group member (see [`spawn_group_member`]): joins `group` and answers
+/// every message at once with the message, its bytes 24..28 replaced by the
+/// member's pid (u32 little-endian). Returns when the node stops or the
+/// process is destroyed.
+pub fn group_member(p: Process, group: Pid) {
+    if let Err(e) = p.join_group(group) {
+        tracing::warn!("group member: cannot join {group}: {e}");
+        return;
+    }
+    loop {
+        let mut msg: Message = [0; 32];
+        let from = match p.receive(&mut msg) {
+            Ok(f) => f,
+            Err(Error::NodeStopped) => return,
+            Err(e) => {
+                tracing::debug!("group member: receive failed: {e}");
+                return;
+            }
+        };
+        msg[24..28].copy_from_slice(&p.pid().0.to_le_bytes());
+        match p.reply(&msg, from) {
+            Err(Error::NodeStopped) => return,
+            Err(e) => tracing::debug!("group member: reply to {from} failed: {e}"),
+            Ok(()) => {}
+        }
+    }
+}
+
+/// Starts a [`group_member`] of `group` on `node`.
+pub fn spawn_group_member(node: &Node, group: Pid) -> Result<Pid> {
+    if !group.is_group() {
+        return Err(vipc_engine::Error::NotAGroup(group).into());
+    }
+    let (pid, _thread) = node.spawn(move |p| group_member(p, group))?;
+    Ok(pid)
 }
 
 /// Starts the echo service on `node`, registered under `name` (scope Any) if given.
