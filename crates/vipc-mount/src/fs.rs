@@ -1,0 +1,615 @@
+//! The FUSE file system: kernel requests turned into calls on an [`FsClient`].
+//!
+//! fuser runs several session threads (each with its own cloned `/dev/fuse` descriptor) that call into
+//! this one shared object, so many programs' requests are served at once; the inode table and the handle
+//! tables sit behind short mutexes that are never held across a call to the server.
+
+use crate::convert::{self, errno, file_attr, name};
+use crate::inodes::{join, InodeTable};
+use crate::options::MountOptions;
+use fuser::{
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+use vipc_fs::{Attr, DirEntry, FileKind, FsClient, Handle, SetAttr};
+
+/// Open flags passed on to the server; the rest (O_CLOEXEC, O_NOCTTY, O_LARGEFILE, O_NONBLOCK, O_DIRECT,
+/// O_NOFOLLOW: the kernel resolved the path already) concern the client side only.
+const PASSED_FLAGS: i32 =
+    libc::O_ACCMODE | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_SYNC | libc::O_DSYNC;
+
+/// A file opened through the mount.
+#[derive(Clone, Copy, Debug)]
+struct OpenFile {
+    ino: u64,
+    handle: Handle,
+}
+
+/// The mount's file system: one per mount, shared by fuser's session threads.
+pub struct VipcFs {
+    client: Arc<FsClient>,
+    opts: MountOptions,
+    table: Mutex<InodeTable>,
+    files: Mutex<HashMap<u64, OpenFile>>,
+    dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    next_fh: AtomicU64,
+}
+
+impl std::fmt::Debug for VipcFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VipcFs").field("export", &self.client.export_name()).finish()
+    }
+}
+
+/// Locks a mutex, going on with the data if another thread panicked while holding it (the tables stay
+/// consistent step by step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl VipcFs {
+    /// A file system serving `client`'s export with `opts`.
+    pub fn new(client: Arc<FsClient>, opts: MountOptions) -> VipcFs {
+        VipcFs {
+            client,
+            opts,
+            table: Mutex::new(InodeTable::new()),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    /// Number of node ids the kernel holds (for tests and statistics).
+    pub fn inode_count(&self) -> usize {
+        lock(&self.table).len()
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        lock(&self.table).path(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: INodeNo, n: &OsStr) -> Result<String, Errno> {
+        let n = name(n)?;
+        Ok(join(&self.path(parent)?, n))
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<OpenFile, Errno> {
+        lock(&self.files).get(&fh.0).copied().ok_or(Errno::EBADF)
+    }
+
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records a new entry of `path` and answers the kernel with it.
+    fn entry(&self, path: &str, attr: &Attr, reply: ReplyEntry) {
+        let ino = lock(&self.table).remember(path, attr, Instant::now());
+        reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(ino, attr), Generation(0));
+    }
+
+    /// The parent's cached attributes are stale after a change to its entries.
+    fn dir_changed(&self, parent: INodeNo) {
+        lock(&self.table).invalidate(parent.0);
+    }
+
+    /// Fresh attributes of `ino`: by path, or through an open handle once the name is gone.
+    fn fetch_attr(&self, ino: u64, fh: Option<FileHandle>) -> Result<Attr, Errno> {
+        let (path, handle) = {
+            let t = lock(&self.table);
+            let h = fh.and_then(|fh| lock(&self.files).get(&fh.0).map(|f| f.handle)).or_else(|| t.any_handle(ino));
+            (t.path(ino), h)
+        };
+        let r = match (path, handle) {
+            (Some(p), _) => self.client.lookup(&p),
+            (None, Some(h)) => self.client.fstat(h),
+            (None, None) => return Err(Errno::ENOENT),
+        };
+        let attr = r.map_err(|e| errno(&e))?;
+        lock(&self.table).set_attr(ino, &attr, Instant::now());
+        Ok(attr)
+    }
+
+    /// Registers an open handle and decides whether the kernel may keep the file's cached pages.
+    fn register_open(&self, ino: u64, handle: Handle, attr: &Attr) -> (u64, FopenFlags) {
+        let fh = self.new_fh();
+        lock(&self.files).insert(fh, OpenFile { ino, handle });
+        let mut t = lock(&self.table);
+        t.opened(ino, handle);
+        t.set_attr(ino, attr, Instant::now());
+        let same = t.check_cache_stamp(ino, attr.mtime, attr.size);
+        let mut flags = FopenFlags::empty();
+        if self.opts.direct_io {
+            flags |= FopenFlags::FOPEN_DIRECT_IO;
+        } else if same && self.opts.data_cache {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        (fh, flags)
+    }
+}
+
+impl Filesystem for VipcFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each capability on its own: an old kernel refuses some, and that is fine.
+        for cap in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_MAX_PAGES,
+        ] {
+            let _ = config.add_capabilities(cap);
+        }
+        let io = self.opts.max_io;
+        if let Err(nearest) = config.set_max_write(io) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(io) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        let open: Vec<OpenFile> = lock(&self.files).drain().map(|(_, f)| f).collect();
+        for f in open {
+            let _ = self.client.close(f.handle);
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.lookup(&path) {
+            Ok(attr) => self.entry(&path, &attr, reply),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        lock(&self.table).forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let cached = lock(&self.table).cached_attr(ino.0, self.opts.attr_ttl, Instant::now());
+        if let Some((attr, left)) = cached {
+            return reply.attr(&left, &file_attr(ino.0, &attr));
+        }
+        match self.fetch_attr(ino.0, fh) {
+            Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // The service has no chown: a change of owner is refused, "changing" to the present owner is
+        // accepted (tar and cp -p do that).
+        if uid.is_some() || gid.is_some() {
+            let cur = match self.fetch_attr(ino.0, fh) {
+                Ok(a) => a,
+                Err(e) => return reply.error(e),
+            };
+            if uid.is_some_and(|u| u != cur.uid) || gid.is_some_and(|g| g != cur.gid) {
+                return reply.error(Errno::EPERM);
+            }
+            if mode.is_none() && size.is_none() && atime.is_none() && mtime.is_none() {
+                return reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &cur));
+            }
+        }
+        // Times of a symlink itself (utimensat with AT_SYMLINK_NOFOLLOW, as tar does): the service sets times
+        // through a final symlink, which would change the target instead, so they are accepted and not kept
+        // (docs/FILES.md). chmod and truncate never reach a symlink: the kernel follows it first.
+        if lock(&self.table).kind(ino.0) == Some(FileKind::Symlink) && mode.is_none() && size.is_none() {
+            return match self.fetch_attr(ino.0, fh) {
+                Ok(a) => reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &a)),
+                Err(e) => reply.error(e),
+            };
+        }
+        let set = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            size,
+            atime: atime.map(convert::set_time),
+            mtime: mtime.map(convert::set_time),
+        };
+        let handle = fh.and_then(|fh| lock(&self.files).get(&fh.0).map(|f| f.handle));
+        // A detached node (unlinked while open) has no path to name, and the service's setattr is by path.
+        let path = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.setattr(&path, handle, &set) {
+            Ok(attr) => {
+                let mut t = lock(&self.table);
+                t.set_attr(ino.0, &attr, Instant::now());
+                reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &attr));
+            }
+            Err(e) => {
+                lock(&self.table).invalidate(ino.0);
+                reply.error(errno(&e));
+            }
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let path = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.readlink(&path) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(&self, _req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
+        // Only regular files: the service has no devices, fifos or sockets.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::EPERM);
+        }
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        match self.client.open(&path, flags, mode & !umask & 0o7777) {
+            Ok((h, attr)) => {
+                let _ = self.client.close(h);
+                self.dir_changed(parent);
+                self.entry(&path, &attr, reply);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.mkdir(&path, mode & !umask & 0o7777) {
+            Ok(attr) => {
+                self.dir_changed(parent);
+                self.entry(&path, &attr, reply);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.unlink(&path) {
+            Ok(()) => {
+                let mut t = lock(&self.table);
+                if let Some(ino) = t.ino_of(&path) {
+                    t.invalidate(ino);
+                }
+                t.detach(&path);
+                t.invalidate(parent.0);
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.rmdir(&path) {
+            Ok(()) => {
+                let mut t = lock(&self.table);
+                t.detach(&path);
+                t.invalidate(parent.0);
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(&self, _req: &Request, parent: INodeNo, link: &OsStr, target: &Path, reply: ReplyEntry) {
+        let path = match self.child(parent, link) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let Some(target) = target.to_str() else { return reply.error(Errno::EINVAL) };
+        match self.client.symlink(target, &path) {
+            Ok(attr) => {
+                self.dir_changed(parent);
+                self.entry(&path, &attr, reply);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (from, to) = match (self.child(parent, n), self.child(newparent, newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        match self.client.rename(&from, &to, flags.bits()) {
+            Ok(()) => {
+                let mut t = lock(&self.table);
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                    t.exchange(&from, &to);
+                } else {
+                    t.rename(&from, &to);
+                }
+                for ino in [parent.0, newparent.0] {
+                    t.invalidate(ino);
+                }
+                for p in [&from, &to] {
+                    if let Some(ino) = t.ino_of(p) {
+                        t.invalidate(ino);
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
+        // Hard links are not supported: the mount names files by path (see docs/FILES.md).
+        reply.error(Errno::EPERM);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let path = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let raw = flags.0 & PASSED_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
+        match self.client.open(&path, raw, 0) {
+            Ok((h, attr)) => {
+                let (fh, fl) = self.register_open(ino.0, h, &attr);
+                reply.opened(FileHandle(fh), fl);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let mut buf = vec![0u8; size as usize];
+        match self.client.read(f.handle, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n.min(buf.len())]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.client.write(f.handle, offset, data);
+        lock(&self.table).invalidate(f.ino);
+        match r {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Writes went to the server as they were made; nothing is buffered here.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(f) = lock(&self.files).remove(&fh.0) else { return reply.error(Errno::EBADF) };
+        lock(&self.table).closed(f.ino, f.handle);
+        match self.client.close(f.handle) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.fsync(f.handle, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let path = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        // The listing is read once and paged out of memory, so offsets stay stable while others change the
+        // directory.
+        match self.client.readdir(&path) {
+            Ok(entries) => {
+                let fh = self.new_fh();
+                lock(&self.dirs).insert(fh, Arc::new(entries));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(entries) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let t = lock(&self.table);
+        let Some(dir) = t.path(ino.0) else {
+            drop(t);
+            return reply.error(Errno::ENOENT);
+        };
+        let total = entries.len() as u64 + 2;
+        for i in offset..total {
+            let full = match i {
+                0 => reply.add(ino, 1, fuser::FileType::Directory, "."),
+                1 => reply.add(ino, 2, fuser::FileType::Directory, ".."),
+                _ => {
+                    let e = &entries[(i - 2) as usize];
+                    // d_ino: the node id if the kernel holds one, else the server's (never 0, which readdir(3)
+                    // would skip).
+                    let d_ino = t.ino_of(&join(&dir, &e.name)).unwrap_or(e.attr.ino.max(2));
+                    reply.add(INodeNo(d_ino), i + 1, convert::file_type(e.attr.kind), &e.name)
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Some(entries) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let now = Instant::now();
+        let mut t = lock(&self.table);
+        let Some(dir) = t.path(ino.0) else {
+            drop(t);
+            return reply.error(Errno::ENOENT);
+        };
+        let ttl = self.opts.attr_ttl;
+        let total = entries.len() as u64 + 2;
+        for i in offset..total {
+            let full = match i {
+                0 => reply.add(ino, 1, ".", &ttl, &convert::dir_attr(ino.0), Generation(0)),
+                1 => reply.add(ino, 2, "..", &ttl, &convert::dir_attr(ino.0), Generation(0)),
+                _ => {
+                    let e = &entries[(i - 2) as usize];
+                    let path = join(&dir, &e.name);
+                    // Each entry handed out is a lookup the kernel will forget; one that did not fit is not.
+                    let child = t.remember(&path, &e.attr, now);
+                    let full =
+                        reply.add(INodeNo(child), i + 1, &e.name, &ttl, &file_attr(child, &e.attr), Generation(0));
+                    if full {
+                        t.forget(child, 1);
+                    }
+                    full
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        lock(&self.dirs).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Directory changes are made by the server as they come; it has nothing buffered to flush for them.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.client.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let path = match self.child(parent, n) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let raw = (flags & PASSED_FLAGS) | libc::O_CREAT;
+        match self.client.open(&path, raw, mode & !umask & 0o7777) {
+            Ok((h, attr)) => {
+                let ino = lock(&self.table).remember(&path, &attr, Instant::now());
+                let (fh, fl) = self.register_open(ino, h, &attr);
+                self.dir_changed(parent);
+                reply.created(&self.opts.entry_ttl, &file_attr(ino, &attr), Generation(0), FileHandle(fh), fl);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

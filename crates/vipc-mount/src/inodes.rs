@@ -1,0 +1,367 @@
+//! The inode table: the FUSE node ids the kernel holds and the export paths they stand for.
+//!
+//! The file service is path-based, the kernel speaks node ids. Every entry the kernel learns (lookup, create,
+//! mkdir, symlink, readdirplus) takes one reference; `forget` gives them back and the entry goes at zero.
+//! Renames move the entry and its whole subtree to the new path; an entry whose name is unlinked or replaced
+//! is *detached* (no path) but lives on while the kernel holds it, so that a file unlinked while open can
+//! still be read and stat'ed through its open handles. Node ids are never reused (generation stays 0).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use vipc_fs::{Attr, FileKind, Handle, Timestamp};
+
+/// The node id of the export's root directory (fixed by FUSE).
+pub const ROOT: u64 = 1;
+
+/// What the table knows about one node id.
+#[derive(Debug)]
+struct Inode {
+    /// The path in the export; `None` once unlinked or replaced.
+    path: Option<String>,
+    /// References the kernel holds (lookups not yet forgotten).
+    lookups: u64,
+    /// The server's inode number and kind when the entry was made: a path that now names another file
+    /// gets a fresh node id.
+    server_ino: u64,
+    kind: FileKind,
+    /// Attributes last seen and when.
+    attr: Option<(Attr, Instant)>,
+    /// Handles open on this node (an unlinked file is stat'ed through one).
+    open: Vec<Handle>,
+    /// (mtime, size) of the data the kernel's page cache was filled from: a later open that sees the same
+    /// pair keeps the cache (close-to-open consistency, as NFS).
+    cache_stamp: Option<(Timestamp, u64)>,
+}
+
+/// Node ids <-> paths, with reference counts, cached attributes and open handles. Not thread-safe by
+/// itself: the file system keeps it under a mutex and never calls the server while holding it.
+#[derive(Debug)]
+pub struct InodeTable {
+    nodes: HashMap<u64, Inode>,
+    paths: HashMap<String, u64>,
+    next: u64,
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `parent/name` in the export's path syntax ("" is the root).
+pub fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// True when `path` lies strictly inside directory `dir`.
+fn is_under(path: &str, dir: &str) -> bool {
+    if dir.is_empty() {
+        return !path.is_empty();
+    }
+    path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+}
+
+impl InodeTable {
+    /// A table holding only the root.
+    pub fn new() -> InodeTable {
+        let mut t = InodeTable { nodes: HashMap::new(), paths: HashMap::new(), next: ROOT + 1 };
+        t.nodes.insert(
+            ROOT,
+            Inode {
+                path: Some(String::new()),
+                lookups: 1,
+                server_ino: 0,
+                kind: FileKind::Dir,
+                attr: None,
+                open: Vec::new(),
+                cache_stamp: None,
+            },
+        );
+        t.paths.insert(String::new(), ROOT);
+        t
+    }
+
+    /// The path of node `ino`: `None` for an unknown or detached node.
+    pub fn path(&self, ino: u64) -> Option<String> {
+        self.nodes.get(&ino).and_then(|n| n.path.clone())
+    }
+
+    /// The kind of file node `ino` stood for when the kernel learned it.
+    pub fn kind(&self, ino: u64) -> Option<FileKind> {
+        self.nodes.get(&ino).map(|n| n.kind)
+    }
+
+    /// The node id for `path` if the kernel holds one.
+    pub fn ino_of(&self, path: &str) -> Option<u64> {
+        self.paths.get(path).copied()
+    }
+
+    /// True when the table still has node `ino` (attached or not).
+    #[cfg(test)]
+    pub fn contains(&self, ino: u64) -> bool {
+        self.nodes.contains_key(&ino)
+    }
+
+    /// Number of node ids held (the root included).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Records that the kernel learned `path` with attributes `attr` (one more reference) and returns its
+    /// node id. A path whose entry stands for another file (the server's inode number or kind changed,
+    /// e.g. replaced by another client) is detached and gets a fresh node id.
+    pub fn remember(&mut self, path: &str, attr: &Attr, now: Instant) -> u64 {
+        if let Some(&ino) = self.paths.get(path) {
+            let n = self.nodes.get_mut(&ino).expect("paths and nodes agree");
+            if ino == ROOT || (n.server_ino == attr.ino && n.kind == attr.kind) {
+                n.lookups += 1;
+                n.attr = Some((attr.clone(), now));
+                return ino;
+            }
+            self.detach(path);
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.nodes.insert(
+            ino,
+            Inode {
+                path: Some(path.to_string()),
+                lookups: 1,
+                server_ino: attr.ino,
+                kind: attr.kind,
+                attr: Some((attr.clone(), now)),
+                open: Vec::new(),
+                cache_stamp: None,
+            },
+        );
+        self.paths.insert(path.to_string(), ino);
+        ino
+    }
+
+    /// The kernel gave back `n` references to `ino`; at zero the entry goes (the root stays).
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let Some(node) = self.nodes.get_mut(&ino) else { return };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups == 0 {
+            let node = self.nodes.remove(&ino).expect("just seen");
+            if let Some(p) = node.path {
+                if self.paths.get(&p) == Some(&ino) {
+                    self.paths.remove(&p);
+                }
+            }
+        }
+    }
+
+    /// `path` (and, for a directory, everything under it) no longer has that name: the nodes stay for the
+    /// kernel's references but lose their paths.
+    pub fn detach(&mut self, path: &str) {
+        if path.is_empty() {
+            return;
+        }
+        let doomed: Vec<String> =
+            self.paths.keys().filter(|k| k.as_str() == path || is_under(k, path)).cloned().collect();
+        for k in doomed {
+            if let Some(ino) = self.paths.remove(&k) {
+                if let Some(n) = self.nodes.get_mut(&ino) {
+                    n.path = None;
+                }
+            }
+        }
+    }
+
+    /// `from` was renamed to `to`: whatever `to` named is detached, then `from` and its subtree move.
+    pub fn rename(&mut self, from: &str, to: &str) {
+        if from == to || from.is_empty() {
+            return;
+        }
+        self.detach(to);
+        let moving: Vec<String> =
+            self.paths.keys().filter(|k| k.as_str() == from || is_under(k, from)).cloned().collect();
+        for old in moving {
+            let new = format!("{to}{}", &old[from.len()..]);
+            if let Some(ino) = self.paths.remove(&old) {
+                if let Some(n) = self.nodes.get_mut(&ino) {
+                    n.path = Some(new.clone());
+                }
+                self.paths.insert(new, ino);
+            }
+        }
+    }
+
+    /// `a` and `b` swapped places (RENAME_EXCHANGE), with their subtrees.
+    pub fn exchange(&mut self, a: &str, b: &str) {
+        if a == b || a.is_empty() || b.is_empty() {
+            return;
+        }
+        let tmp = format!("\0exchange\0{a}");
+        self.rename(a, &tmp);
+        self.rename(b, a);
+        self.rename(&tmp, b);
+    }
+
+    /// The cached attributes of `ino` if younger than `ttl`, with the time they have left.
+    pub fn cached_attr(&self, ino: u64, ttl: Duration, now: Instant) -> Option<(Attr, Duration)> {
+        let (attr, at) = self.nodes.get(&ino)?.attr.as_ref()?;
+        let age = now.saturating_duration_since(*at);
+        (age < ttl).then(|| (attr.clone(), ttl - age))
+    }
+
+    /// Stores fresh attributes of `ino`.
+    pub fn set_attr(&mut self, ino: u64, attr: &Attr, now: Instant) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.attr = Some((attr.clone(), now));
+        }
+    }
+
+    /// Forgets the cached attributes of `ino` (after a change made through this mount).
+    pub fn invalidate(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.attr = None;
+        }
+    }
+
+    /// Handle `h` was opened on `ino`.
+    pub fn opened(&mut self, ino: u64, h: Handle) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.open.push(h);
+        }
+    }
+
+    /// Handle `h` on `ino` was closed.
+    pub fn closed(&mut self, ino: u64, h: Handle) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            if let Some(i) = n.open.iter().position(|x| *x == h) {
+                n.open.swap_remove(i);
+            }
+        }
+    }
+
+    /// Some handle open on `ino`.
+    pub fn any_handle(&self, ino: u64) -> Option<Handle> {
+        self.nodes.get(&ino)?.open.first().copied()
+    }
+
+    /// Records what the page cache of `ino` was filled from and tells whether it matched the previous
+    /// record (then the kernel may keep its cached pages).
+    pub fn check_cache_stamp(&mut self, ino: u64, mtime: Timestamp, size: u64) -> bool {
+        let Some(n) = self.nodes.get_mut(&ino) else { return false };
+        let same = n.cache_stamp == Some((mtime, size));
+        n.cache_stamp = Some((mtime, size));
+        same
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(ino: u64, kind: FileKind) -> Attr {
+        let t = Timestamp { secs: 0, nanos: 0 };
+        Attr {
+            ino,
+            kind,
+            size: 0,
+            blocks: 0,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            blksize: 4096,
+        }
+    }
+
+    #[test]
+    fn lookups_count_and_forget_removes_at_zero() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let a = t.remember("a", &attr(10, FileKind::File), now);
+        assert_eq!(t.remember("a", &attr(10, FileKind::File), now), a);
+        t.forget(a, 1);
+        assert_eq!(t.path(a).as_deref(), Some("a"));
+        t.forget(a, 1);
+        assert_eq!(t.path(a), None);
+        assert!(!t.contains(a));
+        assert_eq!(t.ino_of("a"), None);
+        // A new lookup gets a new id: ids are never reused.
+        assert_ne!(t.remember("a", &attr(10, FileKind::File), now), a);
+        t.forget(ROOT, 100);
+        assert_eq!(t.path(ROOT).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn rename_moves_the_subtree_and_detaches_the_target() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let d = t.remember("d", &attr(1, FileKind::Dir), now);
+        let f = t.remember("d/f", &attr(2, FileKind::File), now);
+        let g = t.remember("d/sub/g", &attr(3, FileKind::File), now);
+        let dx = t.remember("dx", &attr(4, FileKind::File), now);
+        let e = t.remember("e", &attr(5, FileKind::Dir), now);
+        t.rename("d", "e");
+        assert_eq!(t.path(d).as_deref(), Some("e"));
+        assert_eq!(t.path(f).as_deref(), Some("e/f"));
+        assert_eq!(t.path(g).as_deref(), Some("e/sub/g"));
+        assert_eq!(t.path(dx).as_deref(), Some("dx"), "a sibling sharing the prefix stays");
+        assert_eq!(t.path(e), None, "the replaced target is detached");
+        assert!(t.contains(e), "but lives while the kernel holds it");
+        assert_eq!(t.ino_of("e/f"), Some(f));
+        assert_eq!(t.ino_of("d/f"), None);
+    }
+
+    #[test]
+    fn exchange_swaps_subtrees() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let a = t.remember("a", &attr(1, FileKind::Dir), now);
+        let ax = t.remember("a/x", &attr(2, FileKind::File), now);
+        let b = t.remember("b", &attr(3, FileKind::File), now);
+        t.exchange("a", "b");
+        assert_eq!(t.path(a).as_deref(), Some("b"));
+        assert_eq!(t.path(ax).as_deref(), Some("b/x"));
+        assert_eq!(t.path(b).as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_path_naming_another_file_gets_a_new_id() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let a = t.remember("a", &attr(1, FileKind::File), now);
+        let b = t.remember("a", &attr(2, FileKind::File), now);
+        assert_ne!(a, b);
+        assert_eq!(t.path(a), None);
+        assert_eq!(t.path(b).as_deref(), Some("a"));
+        let c = t.remember("a", &attr(2, FileKind::Dir), now);
+        assert_ne!(b, c);
+    }
+
+    #[test]
+    fn attr_cache_expires_and_handles_are_tracked() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let a = t.remember("a", &attr(1, FileKind::File), now);
+        let ttl = Duration::from_secs(1);
+        assert!(t.cached_attr(a, ttl, now).is_some());
+        assert!(t.cached_attr(a, ttl, now + Duration::from_millis(1500)).is_none());
+        t.invalidate(a);
+        assert!(t.cached_attr(a, ttl, now).is_none());
+        t.opened(a, Handle(7));
+        t.detach("a");
+        assert_eq!(t.any_handle(a), Some(Handle(7)));
+        t.closed(a, Handle(7));
+        assert_eq!(t.any_handle(a), None);
+        let m = Timestamp { secs: 5, nanos: 0 };
+        assert!(!t.check_cache_stamp(a, m, 3));
+        assert!(t.check_cache_stamp(a, m, 3));
+        assert!(!t.check_cache_stamp(a, m, 4));
+    }
+}

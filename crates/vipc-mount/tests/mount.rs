@@ -1,0 +1,135 @@
+//! The mount's own behaviour: caching that stays correct for this client's changes and catches up with
+//! other clients' after the TTL, parallel readers, errors passed through (EROFS, EIO when the server is
+//! gone) and recovery when the server comes back, without remounting.
+
+mod common;
+
+use common::Served;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::time::{Duration, Instant};
+use vipc_mount::MountOptions;
+
+#[test]
+fn own_changes_show_at_once_under_a_long_ttl() {
+    require_fuse!();
+    let long = Duration::from_secs(60);
+    let s = Served::start(MountOptions { attr_ttl: long, entry_ttl: long, ..MountOptions::default() });
+    let f = s.root().join("f");
+    fs::write(&f, b"one").unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().len(), 3);
+    let m0 = fs::metadata(&f).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    OpenOptions::new().append(true).open(&f).unwrap().write_all(b"+two").unwrap();
+    let m = fs::metadata(&f).unwrap();
+    assert_eq!(m.len(), 7, "size after an append");
+    assert!(m.modified().unwrap() > m0, "mtime after a write");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o640);
+    fs::rename(&f, s.root().join("g")).unwrap();
+    assert!(fs::metadata(&f).is_err());
+    assert_eq!(fs::read(s.root().join("g")).unwrap(), b"one+two");
+    fs::create_dir(s.root().join("d")).unwrap();
+    let names: Vec<_> = fs::read_dir(s.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.iter().any(|n| n == "d") && names.iter().any(|n| n == "g"));
+    fs::remove_file(s.root().join("g")).unwrap();
+    assert!(fs::metadata(s.root().join("g")).is_err());
+}
+
+#[test]
+fn other_clients_changes_show_after_the_ttl() {
+    require_fuse!();
+    let ttl = Duration::from_millis(200);
+    let s = Served::start(MountOptions { attr_ttl: ttl, entry_ttl: ttl, ..MountOptions::default() });
+    let f = s.root().join("f");
+    fs::write(&f, b"version 1").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"version 1");
+    // Another client (here: the server's own disk) changes the file, its size and its mtime.
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(s.export_dir().join("f"), b"version 2, longer").unwrap();
+    fs::write(s.export_dir().join("new"), b"n").unwrap();
+    std::thread::sleep(ttl + Duration::from_millis(100));
+    assert_eq!(fs::metadata(&f).unwrap().len(), 17);
+    assert_eq!(fs::read(&f).unwrap(), b"version 2, longer", "a reopen after the change reads new data");
+    assert_eq!(fs::read(s.root().join("new")).unwrap(), b"n");
+    fs::remove_file(s.export_dir().join("new")).unwrap();
+    std::thread::sleep(ttl + Duration::from_millis(100));
+    assert!(fs::metadata(s.root().join("new")).is_err(), "a name removed elsewhere goes after the TTL");
+}
+
+#[test]
+fn sixteen_readers_run_in_parallel_and_read_the_right_bytes() {
+    require_fuse!();
+    let s = Served::start(MountOptions { direct_io: true, ..MountOptions::default() });
+    const LEN: usize = 8 << 20;
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    fs::write(s.export_dir().join("big"), &data).unwrap();
+    let path = s.root().join("big");
+    let rate = |threads: usize| {
+        let per = 400;
+        let t0 = Instant::now();
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let (path, data) = (&path, &data);
+                sc.spawn(move || {
+                    let f = File::open(path).unwrap();
+                    let mut buf = [0u8; 4096];
+                    let mut x = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    for _ in 0..per {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let off = (x % (LEN as u64 / 4096)) * 4096;
+                        f.read_exact_at(&mut buf, off).unwrap();
+                        assert!(buf[..] == data[off as usize..off as usize + 4096], "page at {off}");
+                    }
+                });
+            }
+        });
+        (threads * per) as f64 / t0.elapsed().as_secs_f64()
+    };
+    let one = rate(1);
+    let sixteen = rate(16);
+    eprintln!("random 4 KB reads through the mount (direct_io): {one:.0}/s with 1 reader, {sixteen:.0}/s with 16");
+}
+
+#[test]
+fn a_read_only_export_refuses_writes_with_erofs() {
+    require_fuse!();
+    let s = Served::start_with(MountOptions::default(), true);
+    fs::write(s.export_dir().join("f"), b"ro").unwrap();
+    assert_eq!(fs::read(s.root().join("f")).unwrap(), b"ro");
+    for r in [
+        fs::write(s.root().join("g"), b"x").map(|_| ()),
+        OpenOptions::new().write(true).open(s.root().join("f")).map(|_| ()),
+        fs::create_dir(s.root().join("d")),
+        fs::remove_file(s.root().join("f")),
+    ] {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    }
+}
+
+#[test]
+fn server_gone_gives_eio_quickly_and_the_mount_recovers() {
+    require_fuse!();
+    let mut s = Served::start(MountOptions { direct_io: true, ..MountOptions::default() });
+    let data = vec![5u8; 100_000];
+    fs::write(s.root().join("f"), &data).unwrap();
+    let held = File::open(s.root().join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    held.read_exact_at(&mut buf, 0).unwrap();
+    s.stop_server();
+    let t0 = Instant::now();
+    let e = held.read_at(&mut buf, 8192).unwrap_err();
+    let took = t0.elapsed();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(took < Duration::from_secs(5), "the read failed after {took:?}: it must not hang");
+    eprintln!("read with the server gone failed with EIO after {took:?}");
+    s.restart_server();
+    // Without remounting: new opens work, and so does the descriptor held across the restart.
+    assert!(fs::read(s.root().join("f")).unwrap() == data);
+    buf.fill(0);
+    held.read_exact_at(&mut buf, 8192).unwrap();
+    assert!(buf.iter().all(|&b| b == 5));
+}
