@@ -24,8 +24,8 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 use vipc_engine::{
-    Access, AuthKey, Completion, Config, Destination, Engine, Event, HostIdConfig, Message, Pid, Scope, Segment,
-    SendOptions, Time,
+    well_known_group, Access, AuthKey, Completion, Config, Destination, Engine, Event, HostIdConfig, Message, Pid,
+    Reliable, ReplyMode, Scope, Segment, SendOptions, Time,
 };
 use vipc_wire::{parse, to_vec, Flags, Header, PacketType, MAX_DATA};
 
@@ -126,6 +126,8 @@ impl Harness {
             window: 8,
             key: key.clone(),
             seed: 1,
+            alive_period: Some(Duration::from_millis(100)),
+            max_memberships: 8,
             ..Config::default()
         };
         let mut h = Harness {
@@ -362,7 +364,7 @@ impl Harness {
             let _ = self.create();
             return;
         };
-        let action = input.u8() % 12;
+        let action = input.u8() % 16;
         if self.blocked.contains(&me) && action != 10 {
             return; // a blocked thread makes no calls, but it can be destroyed
         }
@@ -430,6 +432,29 @@ impl Harness {
                 self.drain();
             }
             10 => self.destroy(me),
+            12 => {
+                let g = well_known_group(1 + u16::from(b % 3));
+                let _ = if b & 0x40 != 0 { self.e.leave_group(me, g) } else { self.e.join_group(me, g) };
+                self.drain();
+            }
+            13 => {
+                let g = well_known_group(1 + u16::from(b % 3));
+                let mode = [ReplyMode::None, ReplyMode::One, ReplyMode::Many][input.u8() as usize % 3];
+                let msg = input.message();
+                self.blocking(me, |e, now| e.send_group(now, me, g, msg, mode, SendOptions::default()));
+            }
+            14 => {
+                let g = well_known_group(1 + u16::from(b % 3));
+                let k = u32::from(input.u8() % 4);
+                let mode = [Reliable::KReply(k), Reliable::AllReply, Reliable::KDeliver(k), Reliable::AllDeliver]
+                    [input.u8() as usize % 4];
+                let msg = input.message();
+                self.blocking(me, |e, now| e.send_reliable(now, me, g, msg, mode, SendOptions::default()));
+            }
+            15 => {
+                let limit = Duration::from_millis(u64::from(input.u8()));
+                self.blocking(me, |e, now| e.get_reply(now, me, limit));
+            }
             _ => {
                 if self.locals.len() < MAX_LOCAL {
                     let _ = self.create();
@@ -481,6 +506,8 @@ impl Harness {
         assert_eq!(s.active_exchanges, 0, "exchanges left after quiescence");
         assert_eq!(s.active_aliens, 0, "aliens left after quiescence");
         assert_eq!(s.active_transfers, 0, "transfers left after quiescence");
+        assert_eq!(s.group_copies, 0, "copies of group messages left after quiescence");
+        assert_eq!(s.memberships, 0, "memberships of destroyed processes left");
         assert!(self.blocked.is_empty());
     }
 }
@@ -511,6 +538,7 @@ fn answer_type(t: PacketType) -> PacketType {
         MoveFromRequest => MoveFromData,
         MoveFromData => MoveFromAck,
         MoveToAck | MoveFromAck => MoveToData,
-        Reply | NAck | ReplyPending | GetPidReply | HostComplaint | Cancel => Send,
+        IAmHere => IAmHere,
+        Reply | NAck | ReplyPending | GetPidReply | HostComplaint | Cancel | GroupAck => Send,
     }
 }
