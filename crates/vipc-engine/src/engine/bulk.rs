@@ -18,6 +18,10 @@ use super::primitives::{check_range, nack};
 use super::*;
 use vipc_wire::{Flags, HEADER_LEN};
 
+/// [`Engine::next_placement`] answers only while the node keeps at most this
+/// many incoming streams (it searches them all).
+pub const NEXT_PLACEMENT_SCAN: usize = 8;
+
 /// Bits in an acknowledgement's chunk map (the 32-byte message field).
 const ACK_MAP_BITS: usize = 256;
 
@@ -232,8 +236,13 @@ impl Engine {
     /// written, so the runtime may receive the next datagram in place (its
     /// data part there) and skip the copy when [`Engine::poll_placement`]
     /// confirms it. `None` before the first chunk (its size is not known),
-    /// once complete, or if `pid` has no such stream.
+    /// once complete, or if `pid` has no such stream. Also `None` while the
+    /// node keeps more than [`NEXT_PLACEMENT_SCAN`] incoming streams
+    /// (finished ones stay for T_t): the search looks at each, per datagram.
     pub fn next_placement(&self, pid: Pid) -> Option<(usize, usize)> {
+        if self.streams_in.len() > NEXT_PLACEMENT_SCAN {
+            return None;
+        }
         let s = self.streams_in.values().find(|s| s.lent && s.local == pid && !s.done && s.chunk > 0)?;
         let at = s.cum.checked_mul(s.chunk)?;
         (s.cum < s.got.len() && at < s.total).then(|| (at, s.chunk.min(s.total - at)))
