@@ -113,3 +113,24 @@ fn directories_larger_than_one_batch_are_listed_whole() {
     names.dedup();
     assert_eq!(names.len(), 1500);
 }
+
+#[test]
+fn what_follows_a_write_behind_reply_sees_the_write() {
+    // Replies to writes leave before the data are written; whatever any
+    // client does after the reply must still see them.
+    let s = setup(false);
+    let other = vipc_fs::FsClient::connect(&s.client_node, &s.name).unwrap();
+    let (h, _) = s.client.open("wb", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let (h2, _) = other.open("wb", libc::O_RDONLY, 0).unwrap();
+    let page = pattern(4096, 6);
+    let mut back = vec![0u8; 4096];
+    for i in 0..200u64 {
+        s.client.write(h, i * 4096, &page).unwrap();
+        assert_eq!(other.lookup("wb").unwrap().size, (i + 1) * 4096, "size after write {i}");
+        assert_eq!(other.read(h2, i * 4096, &mut back).unwrap(), 4096);
+        assert!(back == page, "data of write {i}");
+    }
+    s.client.fsync(h, true).unwrap();
+    s.client.close(h).unwrap();
+    other.close(h2).unwrap();
+}

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use vipc::Pid;
@@ -38,6 +38,8 @@ pub struct OpenFile {
     pub flags: i32,
     /// Read-ahead state.
     pub ra: Mutex<ReadAhead>,
+    /// Errno of a failed write-behind, reported by the next WRITE, FSYNC or CLOSE.
+    pub deferred: AtomicI32,
 }
 
 #[derive(Debug, Default)]
@@ -152,7 +154,13 @@ mod tests {
     use super::*;
 
     fn file(owner: u32) -> OpenFile {
-        OpenFile { file: File::open("/").unwrap(), owner: Pid(owner), flags: 0, ra: Mutex::new(ReadAhead::default()) }
+        OpenFile {
+            file: File::open("/").unwrap(),
+            owner: Pid(owner),
+            flags: 0,
+            ra: Mutex::new(ReadAhead::default()),
+            deferred: AtomicI32::new(0),
+        }
     }
 
     #[test]

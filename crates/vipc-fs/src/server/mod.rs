@@ -37,13 +37,16 @@ pub struct ExportConfig {
 pub struct Tuning {
     /// Prefetch the next block of sequential readers after replying (read-ahead).
     pub read_ahead: bool,
+    /// Answer writes before their data are written (write-behind; FSYNC
+    /// and O_SYNC/O_DSYNC handles still write first).
+    pub write_behind: bool,
     /// How often idle clients holding handles are checked for life.
     pub sweep: Duration,
 }
 
 impl Default for Tuning {
     fn default() -> Tuning {
-        Tuning { read_ahead: true, sweep: Duration::from_secs(10) }
+        Tuning { read_ahead: true, write_behind: true, sweep: Duration::from_secs(10) }
     }
 }
 
@@ -90,6 +93,10 @@ impl FileServer {
             instance,
             epoch: AtomicU64::new(0),
             read_ahead: tuning.read_ahead,
+            write_behind: tuning.write_behind,
+            pending: AtomicUsize::new(0),
+            behind: std::sync::Mutex::new(()),
+            settled: std::sync::Condvar::new(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let n = cfg.workers.max(1);

@@ -10,8 +10,8 @@ use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Timespec, Timestamps, CWD, UTIME_NOW, UTIME_OMIT};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vipc::Pid;
 
@@ -36,6 +36,28 @@ pub struct Service {
     pub epoch: AtomicU64,
     /// Whether sequential reads are prefetched.
     pub read_ahead: bool,
+    /// Whether writes are answered before the data are written (write-behind).
+    pub write_behind: bool,
+    /// Writes answered but not yet written.
+    pub pending: AtomicUsize,
+    /// Guards waiting for `pending` to reach zero.
+    pub behind: Mutex<()>,
+    /// Signalled when `pending` reaches zero.
+    pub settled: Condvar,
+}
+
+/// A write in flight behind its reply; dropping it marks the write done.
+pub struct Behind<'a> {
+    svc: &'a Service,
+}
+
+impl Drop for Behind<'_> {
+    fn drop(&mut self) {
+        let _g = self.svc.behind.lock().unwrap_or_else(|e| e.into_inner());
+        if self.svc.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.svc.settled.notify_all();
+        }
+    }
 }
 
 /// The data a reply carries back into the client's segment.
@@ -196,7 +218,13 @@ impl Service {
                 need_reply(crate::attr::ATTR_LEN)?;
                 self.open(i)
             }
-            OP_CLOSE => self.handles.remove(req.handle()).map(|_| Answer::ok()).ok_or(libc::EBADF),
+            OP_CLOSE => {
+                let f = self.handles.remove(req.handle()).ok_or(libc::EBADF)?;
+                match f.deferred.swap(0, Ordering::SeqCst) {
+                    0 => Ok(Answer::ok()),
+                    e => Err(e),
+                }
+            }
             OP_READ => self.read(i, io),
             OP_FSTAT => {
                 need_reply(crate::attr::ATTR_LEN)?;
@@ -204,6 +232,7 @@ impl Service {
                 Ok(Answer::with(Rep::errno(0), attr_bytes(&fstat(&f.file)?)))
             }
             OP_FSYNC => {
+                self.take_deferred(req.handle())?;
                 let f = self.file(req.handle())?;
                 let r = if req.b() != 0 { f.file.sync_data() } else { f.file.sync_all() };
                 r.map_err(io_errno)?;
@@ -298,7 +327,13 @@ impl Service {
         let fd = self.root.open_at(path1(i)?, oflags, req.a())?;
         let attr = fstat(&fd)?;
         let file = File::from(fd);
-        let id = self.handles.insert(OpenFile { file, owner, flags, ra: Mutex::new(ReadAhead::default()) });
+        let id = self.handles.insert(OpenFile {
+            file,
+            owner,
+            flags,
+            ra: Mutex::new(ReadAhead::default()),
+            deferred: std::sync::atomic::AtomicI32::new(0),
+        });
         let mut rep = Rep::errno(0);
         rep.set_value(id);
         rep.set_flags(if self.read_only { RF_READ_ONLY } else { 0 });
@@ -369,19 +404,58 @@ impl Service {
         }
     }
 
-    /// WRITE: `data` are the bytes to write (already fetched from the client).
-    pub fn write(&self, req: &Req, data: &[u8]) -> Result<Answer, Errno> {
+    /// Waits until no write-behind is in flight: every request but the
+    /// writes themselves starts with this, so whatever a client does after
+    /// a write's reply sees that write.
+    pub fn settle(&self) {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut g = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+        while self.pending.load(Ordering::SeqCst) != 0 {
+            g = self.settled.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// WRITE, part 1: validates it and, with write-behind, registers the
+    /// write as in flight (until the returned [`Behind`] is done) so that the
+    /// reply may leave before the data are written.
+    pub fn begin_write(&self, req: &Req) -> Result<(std::sync::Arc<OpenFile>, Option<Behind<'_>>), Errno> {
         let f = self.file(req.handle())?;
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(libc::EBADF);
         }
         self.mutation()?;
-        // The reply leaves once the data are in the server's page cache: the
-        // disk write happens behind it (write-behind); FSYNC forces it.
-        f.file.write_all_at(data, req.offset()).map_err(io_errno)?;
-        let mut rep = Rep::errno(0);
-        rep.set_count(data.len() as u32);
-        Ok(Answer::plain(rep))
+        let e = f.deferred.swap(0, Ordering::SeqCst);
+        if e != 0 {
+            return Err(e);
+        }
+        let sync = f.flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let behind = (self.write_behind && !sync).then(|| {
+            let _g = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+            self.pending.fetch_add(1, Ordering::SeqCst);
+            Behind { svc: self }
+        });
+        Ok((f, behind))
+    }
+
+    /// WRITE, part 2: writes `data` (after the reply, with write-behind; a
+    /// failure is then reported by the handle's next WRITE, FSYNC or CLOSE).
+    pub fn finish_write(f: &OpenFile, req: &Req, data: &[u8], behind: Option<Behind<'_>>) -> Result<(), Errno> {
+        let r = f.file.write_all_at(data, req.offset()).map_err(io_errno);
+        if let (Err(e), Some(_)) = (&r, &behind) {
+            f.deferred.store(*e, Ordering::SeqCst);
+        }
+        drop(behind);
+        r
+    }
+
+    /// A pending write-behind error of handle `h`, taken (FSYNC and CLOSE report it).
+    pub fn take_deferred(&self, h: u64) -> Result<(), Errno> {
+        match self.handles.get(h).map(|f| f.deferred.swap(0, Ordering::SeqCst)) {
+            Some(e) if e != 0 => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Checks a WRITE before its data are fetched.

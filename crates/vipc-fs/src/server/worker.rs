@@ -180,6 +180,7 @@ fn serve_one(
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Error> {
     let to = info.from;
+    svc.settle();
     let unit = unit(&req);
     let need = needed(&req);
     let mut i = Input { req, seg: appended, seg_size: info.segment_size as usize, writable: info.access.write };
@@ -193,8 +194,26 @@ fn serve_one(
         Err(e) => return p.reply(&Rep::errno(e).0, to),
     };
     i.seg = seg;
-    let answer = if req.op() == OP_WRITE { svc.write(&req, seg) } else { svc.serve(&i, io) };
-    match answer {
+    if req.op() == OP_WRITE {
+        let (f, behind) = match svc.begin_write(&req) {
+            Ok(x) => x,
+            Err(e) => return p.reply(&Rep::errno(e).0, to),
+        };
+        let mut rep = Rep::errno(0);
+        rep.set_count(seg.len() as u32);
+        if behind.is_some() {
+            // Write-behind: the reply leaves first; requests that come after
+            // it wait (Service::settle) until the data are written.
+            let r = p.reply(&rep.0, to);
+            let _ = Service::finish_write(&f, &req, seg, behind);
+            return r;
+        }
+        return match Service::finish_write(&f, &req, seg, None) {
+            Ok(()) => p.reply(&rep.0, to),
+            Err(e) => p.reply(&Rep::errno(e).0, to),
+        };
+    }
+    match svc.serve(&i, io) {
         Err(e) => p.reply(&Rep::errno(e).0, to),
         Ok(Answer { rep, data, prefetch }) => {
             match data {
