@@ -56,7 +56,7 @@ fn main() {
 
     let cfg = |ra| ExportConfig { name: format!("perf{ra}"), dir: dir.path().into(), read_only: false, workers: 4 };
     let _s1 = FileServer::start_tuned(&sn, cfg(1), Tuning::default()).unwrap();
-    let _s0 = FileServer::start_tuned(&sn, cfg(0), Tuning { read_ahead: false, ..Tuning::default() }).unwrap();
+    let _s0 = FileServer::start_tuned(&sn, cfg(0), Tuning { read_ahead: false, write_behind: false, ..Tuning::default() }).unwrap();
     let c = FsClient::connect(&cn, "perf1").unwrap();
     let c0 = FsClient::connect(&cn, "perf0").unwrap();
     let p = cn.attach().unwrap();
@@ -155,9 +155,30 @@ fn main() {
         );
     }
 
-    println!("sequential reads of the whole file, MB/s:");
+    println!("4 KiB writes with 30 µs of computing between them, µs (median, p99):");
+    for (name, client) in [("write-behind on ", &c), ("write-behind off", &c0)] {
+        let (hh, _) = client.open("file", libc::O_RDWR, 0).unwrap();
+        let page = vec![3u8; 4096];
+        let mut t = Vec::new();
+        let mut s = 777u64;
+        for _ in 0..iters {
+            let off = rng(&mut s) % (pages / 4096) * 4096;
+            let t0 = Instant::now();
+            client.write(hh, off, &page).unwrap();
+            t.push(t0.elapsed());
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_micros(30) {
+                std::hint::spin_loop();
+            }
+        }
+        client.close(hh).unwrap();
+        println!("  {name}: {:.1}, {:.1}", quantile(&mut t, 0.5), quantile(&mut t, 0.99));
+    }
+
+    println!("sequential reads of the whole file, cold page cache (fadvise DONTNEED first), MB/s:");
     for (name, client) in [("read-ahead on ", &c), ("read-ahead off", &c0)] {
         for size in [4096usize, 65536] {
+            let _ = rustix::fs::fadvise(&local, 0, None, rustix::fs::Advice::DontNeed);
             let (hh, _) = client.open("file", libc::O_RDONLY, 0).unwrap();
             let mut buf = vec![0u8; size];
             let t = Instant::now();
