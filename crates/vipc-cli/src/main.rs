@@ -21,6 +21,7 @@ mod cmd_group;
 mod cmd_hosts;
 mod cmd_keygen;
 mod cmd_ls;
+mod cmd_mount;
 mod cmd_node;
 mod cmd_ping;
 mod cmd_pipe;
@@ -64,6 +65,9 @@ enum Cmd {
         #[command(flatten)]
         node: NodeArgs,
     },
+    /// Mount a file server's export with FUSE (SERVER:EXPORT, SERVER = the server node's IP:PORT or empty)
+    /// until SIGINT/SIGTERM; a stale mount left on MOUNTPOINT by a crashed `vipc mount` is cleaned up first.
+    Mount(cmd_mount::MountArgs),
     /// Send to a process group: reply modes none/one/many, or reliable all-reply, k-reply=K, all-deliver, k-deliver=K.
     Gsend {
         /// The group: a well-known group number (1-65535) or a group id like 8001.0001.
@@ -210,6 +214,7 @@ fn main() -> ExitCode {
         }
         Cmd::Cp { src, dst, resume, quiet, node } => cmd_cp::run(src, dst, *resume, *quiet, node),
         Cmd::Cat { file, node } => cmd_cat::run(file, node),
+        Cmd::Mount(a) => cmd_mount::run(a),
         Cmd::Ls { path, long, node } => cmd_ls::run(path, *long, node),
         Cmd::Ping { target, count, size, node } => cmd_ping::run(target, *count, *size, node),
         Cmd::Stat { target, node } => cmd_stat::run(target, node),

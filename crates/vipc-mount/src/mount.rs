@@ -119,6 +119,12 @@ pub fn prepare_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
     }
     let abs = abs.canonicalize().map_err(|e| MountError::Mount { path: abs.clone(), source: e })?;
     if is_mount_point(&abs) && abs != Path::new("/") {
+        // A dead FUSE server's mount may still answer stat from cached attributes; statfs always asks it.
+        if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statfs::statfs(&abs) {
+            tracing::warn!("{}: stale mount (transport endpoint not connected): detaching it", abs.display());
+            lazy_unmount(&abs).map_err(|reason| MountError::Stale { path: abs.clone(), reason })?;
+            return prepare_mountpoint(&abs);
+        }
         return Err(MountError::AlreadyMounted(abs));
     }
     if !Path::new("/dev/fuse").exists() {
