@@ -2,7 +2,10 @@
 //!
 //! A request is a 9-byte header — operation (0 echo, 1 sink) and length
 //! (u64 little-endian) — and `length` bytes. Echo answers with the same
-//! bytes; sink reads them all and answers with one byte.
+//! bytes; sink reads them all and answers with one byte. A bulk transfer
+//! moves `length` distinct bytes into `length` distinct bytes, as a MoveTo or
+//! MoveFrom of that size does (sending one MiB again and again into one MiB
+//! kept its 16 MiB transfers in cache, which no transfer that keeps its data is).
 
 use crate::error::Result;
 use crate::peer::{announce, stdin_lines, PeerArgs};
@@ -44,13 +47,19 @@ fn serve(mut s: TcpStream) -> Result<()> {
                 s.write_all(&buf[..len])?;
             }
             _ => {
-                let mut left = len;
-                while left > 0 {
-                    let n = s.read(&mut buf[..left.min(1 << 20)])?;
+                // Into a buffer as large as the transfer, as a move's data
+                // land in a segment of that size: not into the same cache-warm
+                // MiB over and over, which no transfer that keeps its data does.
+                if buf.len() < len {
+                    buf.resize(len, 0);
+                }
+                let mut got = 0;
+                while got < len {
+                    let n = s.read(&mut buf[got..len])?;
                     if n == 0 {
                         return Ok(());
                     }
-                    left -= n;
+                    got += n;
                 }
                 s.write_all(&[1])?;
             }
@@ -86,19 +95,19 @@ impl TcpClient {
         Ok(start.elapsed())
     }
 
-    /// Sends `len` bytes and waits for the one-byte acknowledgement.
+    /// Sends `len` bytes and waits for the one-byte acknowledgement. The
+    /// bytes come from a buffer as large as the transfer (as a move's come
+    /// from a segment of that size) and the peer keeps them all in one.
     pub fn bulk(&mut self, len: usize) -> Result<Duration> {
         let mut head = [0u8; HEADER];
         head[0] = OP_SINK;
         head[1..].copy_from_slice(&(len as u64).to_le_bytes());
+        if self.out.len() < len {
+            self.out.resize(len, 0x5a);
+        }
         let start = Instant::now();
         self.s.write_all(&head)?;
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(self.out.len());
-            self.s.write_all(&self.out[..n])?;
-            left -= n;
-        }
+        self.s.write_all(&self.out[..len])?;
         let mut ack = [0u8; 1];
         self.s.read_exact(&mut ack)?;
         Ok(start.elapsed())
