@@ -10,13 +10,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 use vipc::Node;
 use vipc_fs::{FileKind, FsClient, Handle};
 
-/// Bytes per read/write step (several steps are in flight: reading the next overlaps writing this one).
+/// Bytes per read/write step.
 const CHUNK: usize = 4 << 20;
+/// Chunks read at once (the server reads one while another travels).
+const READERS: usize = 2;
 /// Copies at least this large show a progress bar (on a terminal).
 const BAR_MIN: u64 = 16 << 20;
 
@@ -52,11 +55,9 @@ impl End<'_> {
 
     fn finish(self) -> CliResult<()> {
         match self {
-            End::Local(f) => Ok(f.sync_all()?),
-            End::Remote(c, h, what) => {
-                c.fsync(h, false).map_err(|e| fs_error(&what, e))?;
-                c.close(h).map_err(|e| fs_error(&what, e))
-            }
+            // Like cp(1): written, not forced to the disk.
+            End::Local(_) => Ok(()),
+            End::Remote(c, h, what) => c.close(h).map_err(|e| fs_error(&what, e)),
         }
     }
 }
@@ -198,46 +199,55 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     Ok(())
 }
 
-/// Reads `from` on this thread and writes `to` on another, a few chunks
-/// apart, from `start` to `size`; returns the bytes copied.
+/// Reads `from` with [`READERS`] threads (each takes the next chunk) and
+/// writes `to` on this one, from `start` to `size`; returns the bytes copied.
+/// Chunks may arrive out of order: both ends are written at offsets.
 fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) -> CliResult<u64> {
-    let (tx, rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(2);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+    let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Vec<u8>)>>(READERS);
+    let next = AtomicU64::new(start);
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let writer = s.spawn(move || -> CliResult<u64> {
-            let mut done = 0u64;
-            for (off, buf) in rx {
-                to.write_at(off, &buf)?;
-                done += buf.len() as u64;
-                bar.inc(buf.len() as u64);
-                let _ = back_tx.send(buf);
-            }
-            Ok(done)
-        });
-        let mut off = start;
-        let mut result = Ok(());
-        while off < size {
-            let mut buf = back_rx.try_recv().unwrap_or_else(|_| vec![0u8; CHUNK]);
-            buf.resize(CHUNK.min((size - off) as usize), 0);
-            let n = match from.read_at(off, &mut buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    result = Err(e);
-                    break;
+        for _ in 0..READERS {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let off = next.fetch_add(CHUNK as u64, Ordering::Relaxed);
+                    if off >= size {
+                        return;
+                    }
+                    let mut buf = vec![0u8; CHUNK.min((size - off) as usize)];
+                    let r = from.read_at(off, &mut buf).and_then(|n| {
+                        if n < buf.len() {
+                            Err(CliError("the source shrank during the copy".into()))
+                        } else {
+                            Ok((off, buf))
+                        }
+                    });
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        return;
+                    }
                 }
-            };
-            if n == 0 {
-                break; // the source shrank meanwhile
-            }
-            buf.truncate(n);
-            if tx.send((off, buf)).is_err() {
-                break; // the writer failed; its error is reported below
-            }
-            off += n as u64;
+            });
         }
         drop(tx);
-        let written = writer.join().map_err(|_| CliError("the writer thread panicked".into()))?;
-        result?;
-        written
+        let mut done = 0u64;
+        let mut result = Ok(());
+        for r in rx {
+            match r.and_then(|(off, buf)| to.write_at(off, &buf).map(|()| buf.len() as u64)) {
+                Ok(n) => {
+                    done += n;
+                    bar.inc(n);
+                }
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        result.map(|()| done)
     })
 }
