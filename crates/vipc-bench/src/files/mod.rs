@@ -446,12 +446,19 @@ fn sequential(ctx: &mut Ctx<'_, '_>) -> Result<()> {
         let size = if s.big_rounds > 1 { 16 << 20 } else { 4 << 20 };
         let mf = movefrom_rate(ctx.exe, ctx.host, size, if s.big_rounds > 1 { 5 } else { 1 })?;
         ctx.rec("files_seqread_lib_vs_movefrom", lib, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
-        match &env.cp {
-            Ok(()) => ctx.not_measured(
-                "vipc cp against the MoveFrom bulk rate",
-                "`vipc cp` exists but its arguments are not wired into the bench yet",
-            ),
-            Err(e) => ctx.not_measured("vipc cp against the MoveFrom bulk rate", e),
+        match (&env.cp, &env.vipc) {
+            (Ok(()), Ok(v)) => {
+                let mut rates = Vec::new();
+                for _ in 0..s.big_rounds {
+                    rates.push(vipcside::cp_rate(ctx.exe, v, data::BIG, &env.tmp.path().join("cp.out"), ctx.host + 2)?);
+                }
+                let cp = crate::stats::median(&rates);
+                ctx.rec("files_cp_vs_movefrom", cp, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
+                if let Some(b) = reads.iter().find(|(k, _)| *k == "sshfs").map(|(_, v)| crate::stats::median(v)) {
+                    ctx.rec("files_cp_vs_sshfs", cp, "MB/s", "sshfs_nocache_seqread", b);
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => ctx.not_measured("vipc cp against the MoveFrom bulk rate", e),
         }
     }
     Ok(())
@@ -511,6 +518,9 @@ fn tree(ctx: &mut Ctx<'_, '_>) -> Result<()> {
     };
     for round in 0..s.big_rounds {
         for op in ops {
+            if round > 0 && matches!(op, "tar_c" | "untar") {
+                continue; // tens of seconds each on sshfs with the full tree: one round
+            }
             for (name, root) in &roots {
                 let tree = sh_quote(&root.join(data::TREE));
                 let t = match op {

@@ -149,3 +149,41 @@ impl Drop for VipcMount {
         super::ssh::unmount(&self.dir);
     }
 }
+
+/// Runs `vipc cp EXPORT:PATH DEST` from a node of its own
+/// (logical host `host`, the server as static peer) and returns the rate it
+/// reports on its summary line (`... bytes in S s (R MB/s)`), which leaves out
+/// the node's start-up.
+pub fn cp_rate(exe: &PeerExe, v: &VipcSide, path: &str, dest: &Path, host: u16) -> Result<f64> {
+    let out = Command::new(&exe.program)
+        .arg("cp")
+        .arg(format!("{EXPORT}:{path}"))
+        .arg(dest)
+        .args(["--host-id", &host.to_string(), "--no-multicast", "--peer", &v.addr.to_string()])
+        .stdin(Stdio::null())
+        .output()?;
+    let _ = std::fs::remove_file(dest);
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("vipc cp failed ({}): {}", out.status, err.trim()).into());
+    }
+    parse_rate(&text).ok_or_else(|| BenchError::Other(format!("vipc cp: no rate in its summary {text:?}")))
+}
+
+/// The `R` of `(R MB/s)` in `vipc cp`'s summary line.
+pub fn parse_rate(summary: &str) -> Option<f64> {
+    let end = summary.rfind(" MB/s)")?;
+    let start = summary[..end].rfind('(')? + 1;
+    summary[start..end].trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cp_summary_rate() {
+        let s = "vipc cp: cpt:f.bin -> /tmp/out.bin: 67108864 bytes in 0.21 s (314.7 MB/s)\n";
+        assert_eq!(super::parse_rate(s), Some(314.7));
+        assert_eq!(super::parse_rate("copied"), None);
+    }
+}
