@@ -504,8 +504,10 @@ impl FsClient {
 impl Drop for FsClient {
     fn drop(&mut self) {
         // Close what is still open (best effort), then stop the owner process.
+        // Only a server known to be up is told: a dead one must not delay the drop.
         let opens: Vec<u64> = lock(&self.opens).keys().copied().collect();
-        if let Ok(s) = self.server() {
+        let known = *lock(&self.server);
+        if let Some(s) = known {
             for id in opens {
                 if let Some(o) = lock(&self.opens).remove(&id) {
                     if o.instance == s.instance {
