@@ -56,7 +56,9 @@ fn main() {
 
     let cfg = |ra| ExportConfig { name: format!("perf{ra}"), dir: dir.path().into(), read_only: false, workers: 4 };
     let _s1 = FileServer::start_tuned(&sn, cfg(1), Tuning::default()).unwrap();
-    let _s0 = FileServer::start_tuned(&sn, cfg(0), Tuning { read_ahead: false, write_behind: false, ..Tuning::default() }).unwrap();
+    let _s0 =
+        FileServer::start_tuned(&sn, cfg(0), Tuning { read_ahead: false, write_behind: false, ..Tuning::default() })
+            .unwrap();
     let c = FsClient::connect(&cn, "perf1").unwrap();
     let c0 = FsClient::connect(&cn, "perf0").unwrap();
     let p = cn.attach().unwrap();
@@ -212,6 +214,31 @@ fn main() {
         let wr = pages as f64 / t.elapsed().as_secs_f64() / 1e6;
         cl.close(hh).unwrap();
         println!("  unit {:>5} KiB, 8 MiB requests: read {rd:.0}, write {wr:.0}", unit >> 10);
+    }
+    println!("random 4 KiB reads by concurrent readers sharing one FsClient (1 s each), reads/s:");
+    let shared = std::sync::Arc::new(FsClient::connect(&cn, "perf1").unwrap());
+    for readers in [1usize, 4, 16] {
+        let (hh, _) = shared.open("file", libc::O_RDONLY, 0).unwrap();
+        let end = Instant::now() + Duration::from_secs(1);
+        let threads: Vec<_> = (0..readers)
+            .map(|k| {
+                let c = shared.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 4096];
+                    let mut s = 0x1234_5678_9abc_def1u64 ^ k as u64;
+                    let mut n = 0u64;
+                    while Instant::now() < end {
+                        let off = rng(&mut s) % (pages / 4096) * 4096;
+                        c.read(hh, off, &mut buf).unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        shared.close(hh).unwrap();
+        println!("  {readers:>2} readers: {total}");
     }
     c.close(h).unwrap();
     drop(p);
