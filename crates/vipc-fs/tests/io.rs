@@ -134,3 +134,31 @@ fn what_follows_a_write_behind_reply_sees_the_write() {
     s.client.close(h).unwrap();
     other.close(h2).unwrap();
 }
+
+#[test]
+fn long_paths_and_big_listings_work_over_ethernet_size_packets() {
+    // 1,384 bytes of segment per packet: a 3,000-byte path is completed by
+    // MoveFrom, a 32 KiB listing comes back by MoveTo.
+    let s = setup_with(false, |c| c.engine.loopback_packet = None);
+    let c = &s.client;
+    let mut path = String::new();
+    for i in 0..16 {
+        if !path.is_empty() {
+            path.push('/');
+        }
+        path.push_str(&format!("{i:02}{}", "d".repeat(190)));
+        c.mkdir(&path, 0o755).unwrap();
+    }
+    assert!(path.len() > 2900);
+    let file = format!("{path}/f");
+    let (h, _) = c.open(&file, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    c.write(h, 0, &pattern(5000, 1)).unwrap();
+    c.close(h).unwrap();
+    assert_eq!(c.lookup(&file).unwrap().size, 5000);
+    for i in 0..400 {
+        fs::write(s.dir.path().join(format!("entry-{i:04}")), []).unwrap();
+    }
+    assert_eq!(c.readdir("").unwrap().len(), 401);
+    c.rename(&file, "moved", 0).unwrap();
+    assert_eq!(c.lookup("moved").unwrap().size, 5000);
+}
