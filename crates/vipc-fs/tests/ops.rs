@@ -108,6 +108,12 @@ fn files_round_trip_through_every_operation() {
     assert_eq!(errno(c.mkdir("f.txt", 0o700)), libc::EEXIST);
     assert_eq!(errno(c.readdir("f.txt")), libc::ENOTDIR);
 
+    // modes are applied as given (the client has already applied its umask)
+    let (h, a) = c.open("m", libc::O_CREAT | libc::O_WRONLY, 0o666).unwrap();
+    assert_eq!(a.perm, 0o666);
+    c.close(h).unwrap();
+    assert_eq!(c.mkdir("md", 0o777).unwrap().perm, 0o777);
+
     // statfs
     let st = c.statfs().unwrap();
     assert!(st.blocks > 0 && st.bsize > 0 && st.namelen >= 255);

@@ -72,13 +72,19 @@ impl std::fmt::Debug for FileServer {
 }
 
 impl FileServer {
-    /// Starts serving `cfg.dir` on `node` under the name `fs:NAME` (scope Any).
+    /// Starts serving `cfg.dir` on `node` under the name `fs:NAME` (scope Any)
+    /// (see [`FileServer::start_tuned`] about the umask).
     pub fn start(node: &Node, cfg: ExportConfig) -> FsResult<FileServer> {
         FileServer::start_tuned(node, cfg, Tuning::default())
     }
 
     /// [`FileServer::start`] with explicit [`Tuning`].
+    ///
+    /// Sets the process's umask to 0: the modes of OPEN with O_CREAT and of
+    /// MKDIR arrive already masked by the client (as a FUSE kernel module
+    /// does), so the server must not mask them again.
     pub fn start_tuned(node: &Node, cfg: ExportConfig, tuning: Tuning) -> FsResult<FileServer> {
+        rustix::process::umask(rustix::fs::Mode::empty());
         let name = service_name(&cfg.name);
         if name.len() > 32 || cfg.name.is_empty() {
             return Err(FsError::Protocol(format!("export name {:?} must be 1 to 29 bytes", cfg.name)));
