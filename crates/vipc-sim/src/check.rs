@@ -104,6 +104,10 @@ pub enum CallKind {
     Move(u64),
     /// GetPid.
     GetPid,
+    /// A Send to a group (any reply or reliable mode) of send `sid`.
+    Group(u64),
+    /// GetReply after send `sid`.
+    GetReply(u64),
 }
 
 impl CallKind {
@@ -114,6 +118,8 @@ impl CallKind {
                 | (CallKind::Receive, Completion::Receive(_))
                 | (CallKind::Move(_), Completion::Move(_))
                 | (CallKind::GetPid, Completion::GetPid(_))
+                | (CallKind::Group(_), Completion::Send(_) | Completion::Group(_))
+                | (CallKind::GetReply(_), Completion::GetReply(_))
         )
     }
 }

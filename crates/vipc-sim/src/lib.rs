@@ -42,6 +42,8 @@
 //! ```
 
 mod check;
+mod gcheck;
+mod groups;
 mod history;
 mod net;
 mod pattern;
@@ -52,9 +54,10 @@ mod sim;
 mod workload;
 
 pub use check::{fmt_time, Invariant, Violation};
+pub use groups::GroupStats;
 pub use net::{LinkParams, NetStats};
 pub use report::{Failure, Report};
-pub use scenario::{HostIds, Scenario};
+pub use scenario::{GroupLoad, HostIds, Scenario};
 pub use sim::{describe, engine_config, node_addr, MARGIN, RETRANSMIT, TIMEOUT};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -82,6 +85,9 @@ pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, Failure> {
 /// [`run`] with options (tracing, event budget). A panic inside an engine is
 /// reported as a [`Failure`] of [`Invariant::Panic`].
 pub fn run_with(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report, Failure> {
+    if scenario.group.is_some() {
+        return run_groups(seed, scenario, opts);
+    }
     let mut sim = sim::Sim::new(seed, scenario, opts);
     let outcome = catch_unwind(AssertUnwindSafe(|| sim.run()));
     let violation = match outcome {
@@ -95,6 +101,29 @@ pub fn run_with(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report
                 .unwrap_or_else(|| "non-string panic".to_string());
             sim.report.end = sim.now();
             Violation { invariant: Invariant::Panic, at: sim.now(), detail: msg }
+        }
+    };
+    Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(sim.report) })
+}
+
+fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".to_string())
+}
+
+/// [`run_with`] for a group scenario.
+fn run_groups(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report, Failure> {
+    let mut sim = groups::GroupSim::new(seed, scenario, opts);
+    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run()));
+    let violation = match outcome {
+        Ok(Ok(())) => return Ok(sim.report),
+        Ok(Err(v)) => v,
+        Err(panic) => {
+            sim.report.end = sim.now();
+            Violation { invariant: Invariant::Panic, at: sim.now(), detail: panic_text(panic) }
         }
     };
     Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(sim.report) })

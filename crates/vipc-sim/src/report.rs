@@ -59,6 +59,8 @@ pub struct Report {
     pub net: NetStats,
     /// A hash of every delivery and completion: equal for equal runs.
     pub fingerprint: u64,
+    /// Counters of the group scenarios.
+    pub group: crate::groups::GroupStats,
 }
 
 /// A failed run: the seed, its scenario and the broken invariant.

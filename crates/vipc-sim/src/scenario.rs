@@ -79,6 +79,35 @@ pub struct Scenario {
     /// faults heal) before the final checks; longer while calls are
     /// outstanding (up to 40 s), and at least 3 s after the last completion.
     pub drain: Duration,
+    /// A group workload (`groups`, `reliable`, ...) instead of the
+    /// request/reply one: see [`GroupLoad`] and `crate::groups`.
+    pub group: Option<GroupLoad>,
+}
+
+/// The group workload of a scenario: senders sending to one group in every
+/// reply and reliable mode, members on every node, and the group faults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupLoad {
+    /// Fraction of sends in a reliable mode (K_REPLY, ALL_REPLY, K_DELIVER,
+    /// ALL_DELIVER); the others use reply mode None, One or Many.
+    pub reliable: f64,
+    /// Probability that a member replies only after 1.2–2.5 s (longer than
+    /// T_t: the breath of life must keep the send alive).
+    pub slow: f64,
+    /// New members join while sends are under way.
+    pub churn: bool,
+    /// Some members leave the group (while possibly holding an unreceived
+    /// copy) while sends are under way.
+    pub leaves: bool,
+    /// Most members per node (node 0 always has at least one).
+    pub max_members: usize,
+    /// Some nodes (at least one, never all) get this `max_aliens`, so that
+    /// copies for their members run out: NACKs.
+    pub tight_aliens: Option<usize>,
+    /// Every ALL mode must be met and every K mode with K no larger than the
+    /// members that stayed put must be met (a network with at most this
+    /// scenario's loss, no crashes and no exhaustion promises that).
+    pub must_meet: bool,
 }
 
 impl Scenario {
@@ -113,6 +142,7 @@ impl Scenario {
             buffer_limit: 4 << 20,
             workload: Duration::from_millis(1500),
             drain: Duration::from_secs(1),
+            group: None,
         }
     }
 
@@ -235,6 +265,116 @@ impl Scenario {
         }
     }
 
+    fn group_base(name: &'static str, load: GroupLoad) -> Scenario {
+        Scenario {
+            name,
+            min_nodes: 3,
+            max_nodes: 6,
+            destroy: false,
+            probes: false,
+            bad_targets: 0.0,
+            segments: 0.0,
+            workload: Duration::from_millis(2500),
+            group: Some(load),
+            ..Scenario::calm()
+        }
+    }
+
+    /// Groups on a perfect network: every mode must be met (slow repliers
+    /// included: the breath of life keeps their sends alive past T_t).
+    pub fn groups_calm() -> Scenario {
+        let load = GroupLoad {
+            reliable: 0.5,
+            slow: 0.03,
+            churn: true,
+            leaves: true,
+            max_members: 3,
+            tight_aliens: None,
+            must_meet: true,
+        };
+        Scenario::group_base("groups-calm", load)
+    }
+
+    /// Group sends in every mode under 10% loss, duplication and reordering,
+    /// slow repliers, members joining and leaving mid-send; no crashes, so
+    /// every ALL mode must still be met.
+    pub fn groups() -> Scenario {
+        Scenario {
+            loss: 0.10,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            ..Scenario::group_base(
+                "groups",
+                GroupLoad {
+                    reliable: 0.5,
+                    slow: 0.03,
+                    churn: true,
+                    leaves: true,
+                    max_members: 3,
+                    tight_aliens: None,
+                    must_meet: true,
+                },
+            )
+        }
+    }
+
+    /// Reliable sends only, under 5% loss, while member hosts crash and
+    /// restart (members join again on the new incarnation) mid-send.
+    pub fn reliable_crashes() -> Scenario {
+        Scenario {
+            loss: 0.05,
+            duplicate: 0.03,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            crashes: true,
+            restarts: true,
+            ..Scenario::group_base(
+                "reliable-crashes",
+                GroupLoad {
+                    reliable: 0.9,
+                    slow: 0.03,
+                    churn: true,
+                    leaves: true,
+                    max_members: 3,
+                    tight_aliens: None,
+                    must_meet: false,
+                },
+            )
+        }
+    }
+
+    /// Copy exhaustion: some nodes hold at most 1–2 aliens, members are often
+    /// slow, so their node NACKs: ALL modes fail, K modes can still succeed.
+    /// Light duplication and reordering, no loss.
+    pub fn exhaust() -> Scenario {
+        Scenario {
+            duplicate: 0.03,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            min_nodes: 3,
+            max_nodes: 5,
+            ..Scenario::group_base(
+                "exhaust",
+                GroupLoad {
+                    reliable: 0.9,
+                    slow: 0.15,
+                    churn: false,
+                    leaves: false,
+                    max_members: 3,
+                    tight_aliens: Some(1),
+                    must_meet: false,
+                },
+            )
+        }
+    }
+
+    /// The group scenarios, run by their own tests (their seeds do not
+    /// shift the round-robin mapping of [`Scenario::all`]).
+    pub fn group_suite() -> Vec<Scenario> {
+        vec![Scenario::groups_calm(), Scenario::groups(), Scenario::reliable_crashes(), Scenario::exhaust()]
+    }
+
     /// Every scenario of the standard suite, in seed order: seed `s` belongs to
     /// `all()[s % all().len()]`.
     pub fn all() -> Vec<Scenario> {
@@ -260,7 +400,7 @@ impl Scenario {
 
     /// A scenario of the standard suite by name.
     pub fn by_name(name: &str) -> Option<Scenario> {
-        Scenario::all().into_iter().find(|s| s.name == name)
+        Scenario::all().into_iter().chain(Scenario::group_suite()).find(|s| s.name == name)
     }
 
     /// Applies comma-separated tweaks that switch parts of the workload off,
@@ -274,9 +414,14 @@ impl Scenario {
                 "no-bad-targets" => self.bad_targets = 0.0,
                 "no-segments" => self.segments = 0.0,
                 "no-probes" => self.probes = false,
+                "no-leave" => {
+                    if let Some(g) = self.group.as_mut() {
+                        g.leaves = false
+                    }
+                }
                 other => {
                     return Err(format!(
-                        "unknown tweak {other:?} (no-destroy, no-idempotent, no-bad-targets, no-segments, no-probes)"
+                        "unknown tweak {other:?} (no-destroy, no-idempotent, no-bad-targets, no-segments, no-probes, no-leave)"
                     ))
                 }
             }

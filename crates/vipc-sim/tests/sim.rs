@@ -23,6 +23,34 @@
 //!   removed by `send_chunk` once the exchange ended, and its callers then
 //!   panicked ("present", `bulk.rs`). Fixed in fc2178c.
 //!
+//! # Group scenarios (`groups-calm`, `groups`, `reliable-crashes`, `exhaust`)
+//!
+//! Run by [`group_suite`]: `VIPC_SIM_GROUP_SEEDS` seeds per scenario
+//! (default 300, seeds 0..N with `VIPC_SIM_SEED_BASE`); replay one with
+//! `VIPC_SIM_SEED=N VIPC_SIM_SCENARIO=groups VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture`
+//! (the failure message prints it). Engine bugs these scenarios found, still open:
+//!
+//! - B5: ALL_REPLY is decided on the aggregate `count >= receivers`, and a
+//!   host's acknowledged member count can be smaller than the replies it
+//!   sends: a member that joined after the first Send got a copy from a
+//!   retransmission (the host re-acknowledges a larger count, ignored as
+//!   repeated), or a host whose members left after replying answers a
+//!   retransmission with ACK 0. The surplus replies mask a missing one, and
+//!   ALL_REPLY is met while a member on a snapshot host (or the sender's own
+//!   node) that stayed a member never replied. E.g. `groups` seed 15, `reliable-crashes` seed 15.
+//! - B7: a node short of aliens NACKs (GroupAck with NACK), but a member's
+//!   reply from that node then carries a plain GROUP_ACK with the partial
+//!   count; if it arrives before the NACK (reordering, or the NACK lost) the
+//!   sender takes it as the host's acknowledgement and ALL_DELIVER/ALL_REPLY
+//!   is met although members there got no copy. E.g. `exhaust` seed 145.
+//!
+//! Until they are fixed, the group tests count runs that fail with exactly
+//! these violations as known (printed, not failed); `VIPC_SIM_STRICT=1` fails
+//! them too. Finding B6 (not counted as a bug): a member on the sender's own
+//! node that owes a reply gets no breath of life, so a reliable or group
+//! Send can time out T_t after the last packet although that member will
+//! still reply; the checks do not demand success then.
+//!
 //! If a scenario goes red because of a new engine bug, mark its test
 //! `#[ignore = "engine bug: ..."]` and narrow it down with `VIPC_SIM_TWEAK`.
 
@@ -161,6 +189,84 @@ fn checks_catch_damaged_datagrams() {
     assert!(caught.iter().any(|i| matches!(i, Invariant::DataIntact | Invariant::ReplyMatches)), "{caught:?}");
 }
 
+/// True if `f` is one of the open engine bugs B5 and B7 (see the top of this file).
+fn known_group_bug(f: &Failure) -> bool {
+    let d = &f.violation.detail;
+    f.violation.invariant == Invariant::Success
+        && (d.contains("ALL_REPLY met but stable member") || d.contains("ALL_DELIVER met with"))
+}
+
+/// Runs `VIPC_SIM_GROUP_SEEDS` seeds (default 300) of group scenario `name`.
+fn group_suite(name: &str) {
+    let sc = Scenario::by_name(name).expect("a group scenario");
+    let (base, count) = (env_u64("VIPC_SIM_SEED_BASE", 0), env_u64("VIPC_SIM_GROUP_SEEDS", 300));
+    let strict = std::env::var("VIPC_SIM_STRICT").is_ok_and(|v| v == "1");
+    let started = Instant::now();
+    let mut total = vipc_sim::GroupStats::default();
+    let (mut failures, mut known): (Vec<Failure>, Vec<Failure>) = (vec![], vec![]);
+    let mut replies = 0;
+    for seed in base..base + count {
+        match run(seed, &sc) {
+            Ok(r) => {
+                let g = r.group;
+                replies += r.replies;
+                total.sends += g.sends;
+                total.met += g.met;
+                total.not_met += g.not_met;
+                total.nacked += g.nacked;
+                total.k_met_tight += g.k_met_tight;
+                total.get_replies += g.get_replies;
+                total.receipts += g.receipts;
+                total.long_sends += g.long_sends;
+                total.plain_failed += g.plain_failed;
+            }
+            Err(f) if !strict && known_group_bug(&f) => known.push(f),
+            Err(f) => {
+                eprintln!("{f}");
+                failures.push(f);
+                if failures.len() >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    eprintln!("{name}: {count} seeds in {:.1?}: {total:?}, {replies} replies", started.elapsed());
+    if let Some(f) = known.first() {
+        eprintln!("{name}: {} seeds hit the open engine bugs B5/B7, first: {f}", known.len());
+    }
+    assert!(failures.is_empty(), "{} {name} seeds failed; first: {}", failures.len(), failures[0]);
+    let passed = count as usize - known.len();
+    assert!(passed == 0 || total.met > 0 && total.receipts > 0, "{name}: nothing was ever met: {total:?}");
+    if sc.group.as_ref().is_some_and(|g| g.tight_aliens.is_some()) && passed > 20 {
+        // Exhaustion must really happen: ALL modes fail by NACK while K modes still succeed.
+        assert!(total.nacked > 0 && total.k_met_tight > 0, "{name}: no NACK or no K success: {total:?}");
+    }
+    if sc.group.as_ref().is_some_and(|g| g.slow > 0.0) && passed > 20 {
+        // Slow repliers: some sends outlived T_t, kept alive by the breath of life.
+        assert!(total.long_sends > 0, "{name}: no send outlived T_t: {total:?}");
+    }
+}
+
+#[test]
+fn groups_calm() {
+    group_suite("groups-calm");
+}
+
+#[test]
+fn groups() {
+    group_suite("groups");
+}
+
+#[test]
+fn reliable_crashes() {
+    group_suite("reliable-crashes");
+}
+
+#[test]
+fn exhaust() {
+    group_suite("exhaust");
+}
+
 /// The same seed gives the same run, datagram for datagram.
 fn deterministic(tweaks: &str) {
     for seed in [1u64, 2, 4, 7, 8] {
@@ -182,6 +288,18 @@ fn runs_are_deterministic() {
     deterministic("");
 }
 
+/// Group runs too are a pure function of the seed.
+#[test]
+fn group_runs_are_deterministic() {
+    for sc in Scenario::group_suite() {
+        for seed in [3u64, 4] {
+            let a = run(seed, &sc).map_err(|f| f.to_string());
+            let b = run(seed, &sc).map_err(|f| f.to_string());
+            assert_eq!(a, b, "{} seed {seed} ran differently twice", sc.name);
+        }
+    }
+}
+
 /// Replays `VIPC_SIM_SEED` (scenario from the seed or `VIPC_SIM_SCENARIO`),
 /// tracing with `VIPC_SIM_TRACE=1`.
 #[test]
@@ -193,7 +311,7 @@ fn replay() {
     let seed: u64 = seed.trim().parse().expect("VIPC_SIM_SEED is a number");
     let sc = match std::env::var("VIPC_SIM_SCENARIO") {
         Ok(name) => Scenario::by_name(&name).unwrap_or_else(|| {
-            let names: Vec<_> = Scenario::all().iter().map(|s| s.name).collect();
+            let names: Vec<_> = Scenario::all().iter().chain(&Scenario::group_suite()).map(|s| s.name).collect();
             panic!("unknown scenario {name:?}; one of {names:?}")
         }),
         Err(_) => Scenario::for_seed(seed),

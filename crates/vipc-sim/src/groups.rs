@@ -1,0 +1,952 @@
+//! The group simulation: every node runs members of one well-known group and
+//! senders that send to it in every reply mode (None, One, Many, then
+//! GetReply) and every reliable mode (K_REPLY, ALL_REPLY, K_DELIVER,
+//! ALL_DELIVER), with the alive-host table on, on the same virtual network as
+//! the request/reply simulation (loss, duplication, reordering, crashes and
+//! restarts), with slow repliers, members joining and leaving mid-send, and
+//! nodes short of aliens. Every completion is judged by [`crate::gcheck`].
+
+use crate::check::{fmt_time, Call, CallKind, Calls, Invariant, Violation};
+use crate::gcheck::{self, GroupSend, Membership, Mode, Stable};
+use crate::history::{History, ProcId, Span};
+use crate::net::{LinkParams, Net, Queue};
+use crate::report::Report;
+use crate::scenario::{GroupLoad, Scenario};
+use crate::sim::{describe, engine_config, node_addr, MARGIN, TIMEOUT};
+use crate::Options;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+use vipc_engine::{
+    well_known_group, Completion, Destination, Engine, Error, Event, GroupOutcome, HostId, HostIdConfig, Pid, Reliable,
+    ReplyMode, SendOptions, SendOutcome, Time, Transmit,
+};
+
+/// The alive-host period of every engine.
+const ALIVE: Duration = Duration::from_millis(100);
+/// Sends start once the alive-host tables have filled.
+const WARMUP: Duration = Duration::from_millis(400);
+/// Quiet time before the final checks: copies are kept 2·T_t after the sender's last packet.
+const QUIET: Duration = Duration::from_millis(3000);
+const MAX_DRAIN: Duration = Duration::from_secs(30);
+const WATCHDOG: Duration = Duration::from_millis(50);
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+#[derive(Clone, Debug)]
+enum Role {
+    /// Sends to the group; `current`: the sid of its last send; `gets`: GetReplys left.
+    Sender { current: Option<u64>, gets: u32 },
+    /// A member (or former member) blocked in Receive, or holding `sid` from `from` until it replies.
+    Member { holding: Option<(u64, Pid)>, membership: Option<usize> },
+}
+
+struct Proc {
+    node: usize,
+    pid: Pid,
+    role: Role,
+}
+
+struct Node {
+    addr: SocketAddr,
+    engine: Option<Engine>,
+    epoch: u32,
+    host: Option<HostId>,
+    timers: BTreeSet<Time>,
+    clock: u64,
+    events: VecDeque<Event>,
+    max_aliens: usize,
+}
+
+enum Ev {
+    Deliver { to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8> },
+    Timer { node: usize, epoch: u32 },
+    Act { proc: ProcId },
+    Reply { proc: ProcId },
+    Leave { proc: ProcId },
+    Spawn { node: usize, epoch: u32, member: bool },
+    Start { node: usize },
+    Crash,
+    Stop,
+    Watchdog,
+    End,
+}
+
+/// Counters of a group run, added to the [`Report`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Group sends made (all modes).
+    pub sends: u64,
+    /// Reliable sends whose condition was met.
+    pub met: u64,
+    /// Reliable sends not met.
+    pub not_met: u64,
+    /// ALL-mode sends not met although every snapshot host acknowledged (a NACK).
+    pub nacked: u64,
+    /// K-mode sends met on a run with a node short of aliens.
+    pub k_met_tight: u64,
+    /// Replies handed out by GetReply.
+    pub get_replies: u64,
+    /// Members' receipts of group messages.
+    pub receipts: u64,
+    /// Sends that lasted longer than T_t and were met or answered (breath of life at work).
+    pub long_sends: u64,
+    /// Plain sends in mode One/Many that failed.
+    pub plain_failed: u64,
+}
+
+/// One group run.
+pub struct GroupSim {
+    seed: u64,
+    sc: Scenario,
+    load: GroupLoad,
+    opts: Options,
+    now: Time,
+    queue: Queue<Ev>,
+    net: Net,
+    rng: ChaCha8Rng,
+    nodes: Vec<Node>,
+    procs: BTreeMap<ProcId, Proc>,
+    by_pid: BTreeMap<Pid, ProcId>,
+    hist: History,
+    calls: Calls,
+    sends: BTreeMap<u64, GroupSend>,
+    members: Vec<Membership>,
+    group: Pid,
+    next_sid: u64,
+    running: bool,
+    stop_at: Time,
+    last_completion: Time,
+    tight: bool,
+    /// The report so far.
+    pub report: Report,
+    violation: Option<Violation>,
+}
+
+impl GroupSim {
+    /// Prepares a run of the group scenario `sc` under `seed`.
+    pub fn new(seed: u64, sc: &Scenario, opts: &Options) -> GroupSim {
+        let load = sc.group.clone().expect("a group scenario");
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 11));
+        let n = rng.gen_range(sc.min_nodes..=sc.max_nodes);
+        let loss = if sc.loss > 0.0 { rng.gen_range(sc.loss / 2.0..=sc.loss) } else { 0.0 };
+        let params = LinkParams {
+            loss,
+            duplicate: sc.duplicate,
+            reorder: sc.reorder,
+            reorder_delay: sc.reorder_delay,
+            ..LinkParams::default()
+        };
+        let mut aliens = vec![sc.max_aliens; n];
+        let mut tight = false;
+        if let Some(t) = load.tight_aliens {
+            // At least one node, never all, is short of aliens; node 0 never is.
+            for (i, a) in aliens.iter_mut().enumerate().skip(1) {
+                if i == 1 || rng.gen_bool(0.3) {
+                    *a = rng.gen_range(1..=t.max(1));
+                    tight = true;
+                }
+            }
+        }
+        let nodes = (0..n)
+            .map(|i| Node {
+                addr: node_addr(i),
+                engine: None,
+                epoch: 0,
+                host: None,
+                timers: BTreeSet::new(),
+                clock: 0,
+                events: VecDeque::new(),
+                max_aliens: aliens[i],
+            })
+            .collect();
+        let stop_at = Time::ZERO + WARMUP + sc.workload;
+        let report = Report { seed, scenario: sc.name.to_string(), nodes: n, loss, ..Report::default() };
+        GroupSim {
+            seed,
+            sc: sc.clone(),
+            load,
+            opts: opts.clone(),
+            now: Time::ZERO,
+            queue: Queue::default(),
+            net: Net::new(mix(seed, 12), n, params),
+            rng,
+            nodes,
+            procs: BTreeMap::new(),
+            by_pid: BTreeMap::new(),
+            hist: History::default(),
+            calls: Calls::default(),
+            sends: BTreeMap::new(),
+            members: Vec::new(),
+            group: well_known_group(7),
+            next_sid: 1,
+            running: true,
+            stop_at,
+            last_completion: Time::ZERO,
+            tight,
+            report,
+            violation: None,
+        }
+    }
+
+    /// Virtual time now.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Runs to the end and performs the final checks.
+    pub fn run(&mut self) -> Result<(), Violation> {
+        let r = self.run_to_end();
+        self.report.net = self.net.stats.clone();
+        self.report.end = self.now;
+        if let Err(v) = &r {
+            self.trace(|| format!("VIOLATION {v}"));
+        }
+        r
+    }
+
+    fn run_to_end(&mut self) -> Result<(), Violation> {
+        self.setup();
+        while let Some((at, ev)) = self.queue.pop() {
+            self.now = at;
+            self.report.events += 1;
+            if self.report.events > self.opts.max_events {
+                return Err(self.violation_at(
+                    Invariant::Budget,
+                    format!("{} events processed without reaching the end of the run", self.opts.max_events),
+                ));
+            }
+            if let Ev::End = ev {
+                if self.ready_to_end() {
+                    break;
+                }
+                continue;
+            }
+            self.handle(ev);
+            if let Some(v) = self.violation.take() {
+                return Err(v);
+            }
+        }
+        self.final_checks()
+    }
+
+    fn ready_to_end(&mut self) -> bool {
+        let busy =
+            self.calls.busy() || self.procs.values().any(|p| matches!(p.role, Role::Member { holding: Some(_), .. }));
+        let quiet_at = self.last_completion + QUIET;
+        if self.now >= self.stop_at + MAX_DRAIN || (!busy && self.now >= quiet_at) {
+            return true;
+        }
+        let next = if busy { self.now + Duration::from_secs(1) } else { quiet_at };
+        self.queue.push(next, Ev::End);
+        false
+    }
+
+    fn violation_at(&self, invariant: Invariant, detail: String) -> Violation {
+        Violation { invariant, at: self.now, detail }
+    }
+
+    fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.violation = Some(v);
+        }
+    }
+
+    fn trace(&self, f: impl FnOnce() -> String) {
+        if self.opts.trace {
+            eprintln!("[{}] {}", fmt_time(self.now), f());
+        }
+    }
+
+    fn fingerprint(&mut self, words: &[u64]) {
+        for &w in words {
+            self.report.fingerprint = mix(self.report.fingerprint, w);
+        }
+    }
+
+    fn setup(&mut self) {
+        for i in 0..self.nodes.len() {
+            let at = Time::ZERO + Duration::from_micros(self.rng.gen_range(0..2000));
+            self.queue.push(at, Ev::Start { node: i });
+        }
+        let begin = Time::ZERO + WARMUP;
+        let w = self.sc.workload.as_micros() as u64;
+        if self.sc.crashes {
+            for _ in 0..self.rng.gen_range(1..=2) {
+                let at = begin + Duration::from_micros(self.rng.gen_range(w / 10..w));
+                self.queue.push(at, Ev::Crash);
+            }
+        }
+        if self.load.churn {
+            // Members joining mid-run, on random nodes.
+            for _ in 0..self.rng.gen_range(1..=4) {
+                let at = begin + Duration::from_micros(self.rng.gen_range(0..w));
+                let node = self.rng.gen_range(0..self.nodes.len());
+                self.queue.push(at, Ev::Spawn { node, epoch: u32::MAX, member: true });
+            }
+        }
+        self.queue.push(self.stop_at, Ev::Stop);
+        self.queue.push(self.stop_at + self.sc.drain, Ev::End);
+        self.queue.push(Time::ZERO + WATCHDOG, Ev::Watchdog);
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { to, to_epoch, from, from_epoch, bytes } => {
+                self.deliver(to, to_epoch, from, from_epoch, bytes)
+            }
+            Ev::Timer { node, epoch } => {
+                if self.nodes[node].epoch != epoch || self.nodes[node].engine.is_none() {
+                    return;
+                }
+                self.nodes[node].timers.remove(&self.now);
+                let local = Time(self.now.0 + self.nodes[node].clock);
+                let due = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()).is_some_and(|t| t <= local);
+                if due {
+                    self.with_engine(node, |e, now| e.handle_timeout(now));
+                }
+                self.settle(node);
+            }
+            Ev::Act { proc } => {
+                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
+                    self.sender_act(proc);
+                    self.settle(node);
+                }
+            }
+            Ev::Reply { proc } => {
+                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
+                    self.member_reply(proc);
+                    self.settle(node);
+                }
+            }
+            Ev::Leave { proc } => self.leave(proc),
+            Ev::Spawn { node, epoch, member } => {
+                // `u32::MAX`: a join scheduled at setup, for whatever incarnation runs then.
+                let ok = epoch == u32::MAX || self.nodes[node].epoch == epoch;
+                if ok && self.running && self.nodes[node].engine.is_some() && self.nodes[node].host.is_some() {
+                    self.spawn(node, member);
+                    self.settle(node);
+                }
+            }
+            Ev::Start { node } => self.start_node(node),
+            Ev::Crash => self.crash_random(),
+            Ev::Stop => {
+                self.trace(|| "workload stops".to_string());
+                self.running = false;
+            }
+            Ev::End => {}
+            Ev::Watchdog => {
+                if let Some(v) = self.calls.overdue(self.now, TIMEOUT + MARGIN) {
+                    self.fail(v);
+                }
+                self.queue.push(self.now + WATCHDOG, Ev::Watchdog);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------- engines
+
+    fn with_engine<R>(&mut self, node: usize, f: impl FnOnce(&mut Engine, Time) -> R) -> R {
+        let now = Time(self.now.0 + self.nodes[node].clock);
+        let e = self.nodes[node].engine.as_mut().expect("engine of a live node");
+        let r = f(e, now);
+        self.collect(node);
+        r
+    }
+
+    fn collect(&mut self, node: usize) {
+        loop {
+            let Some(e) = self.nodes[node].engine.as_mut() else { return };
+            let Some(t) = e.poll_transmit() else { break };
+            self.transmit(node, t);
+        }
+        let n = &mut self.nodes[node];
+        let Some(e) = n.engine.as_mut() else { return };
+        while let Some(ev) = e.poll_event() {
+            n.events.push_back(ev);
+        }
+    }
+
+    fn settle(&mut self, node: usize) {
+        loop {
+            self.collect(node);
+            let Some(ev) = self.nodes[node].events.pop_front() else { break };
+            self.dispatch(node, ev);
+            if self.violation.is_some() {
+                return;
+            }
+        }
+        let epoch = self.nodes[node].epoch;
+        let Some(t) = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()) else { return };
+        let t = Time(t.0.saturating_sub(self.nodes[node].clock)).max(self.now);
+        let armed = self.nodes[node].timers.first().is_some_and(|&a| a <= t);
+        if !armed {
+            self.nodes[node].timers.insert(t);
+            self.queue.push(t, Ev::Timer { node, epoch });
+        }
+    }
+
+    fn transmit(&mut self, from: usize, t: Transmit) {
+        let targets: Vec<usize> = match t.to {
+            Destination::Addr(a) => self.nodes.iter().position(|n| n.addr == a).into_iter().collect(),
+            Destination::Broadcast => (0..self.nodes.len()).filter(|&i| i != from).collect(),
+        };
+        if self.opts.trace {
+            let to = match t.to {
+                Destination::Addr(a) => format!("{}", a.port() as usize - 7000),
+                Destination::Broadcast => "*".to_string(),
+            };
+            self.trace(|| format!("n{from} -> n{to} {}", describe(&t.bytes, None)));
+        }
+        if t.lent.is_some() {
+            let v = self.violation_at(Invariant::DataIntact, format!("node {from} lends bytes in a group run"));
+            return self.fail(v);
+        }
+        let bytes = t.bytes;
+        let from_epoch = self.nodes[from].epoch;
+        for (to, at) in self.net.route(self.now, from, &targets, bytes.len()) {
+            if self.nodes[to].engine.is_none() {
+                continue;
+            }
+            let to_epoch = self.nodes[to].epoch;
+            self.queue.push(at, Ev::Deliver { to, to_epoch, from, from_epoch, bytes: bytes.clone() });
+        }
+        if let Some(e) = self.nodes[from].engine.as_mut() {
+            e.recycle(bytes);
+        }
+    }
+
+    fn deliver(&mut self, to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8>) {
+        let gone = |n: &Node, e: u32| n.epoch != e || n.engine.is_none();
+        if gone(&self.nodes[to], to_epoch) || gone(&self.nodes[from], from_epoch) {
+            self.report.vanished += 1;
+            return;
+        }
+        self.report.delivered += 1;
+        let digest = bytes.iter().fold(bytes.len() as u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
+        self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
+        self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, None)));
+        if let Ok(p) = vipc_wire::parse(&bytes, None) {
+            if let Some(&proc) = self.by_pid.get(&p.header.dst) {
+                self.calls.progress(proc, self.now);
+            }
+        }
+        let addr = self.nodes[from].addr;
+        self.with_engine(to, |e, now| e.handle_datagram(now, addr, &bytes));
+        self.settle(to);
+    }
+
+    fn dispatch(&mut self, node: usize, ev: Event) {
+        match ev {
+            Event::Wake { pid, completion } => {
+                self.fingerprint(&[self.now.0, pid.0 as u64]);
+                self.trace(|| format!("n{node} wake {pid}: {completion:?}"));
+                let Some(&proc) = self.by_pid.get(&pid) else {
+                    let detail = format!("{pid} (no live process) was woken with {completion:?}");
+                    return self.fail(self.violation_at(Invariant::OneCompletion, detail));
+                };
+                self.last_completion = self.now;
+                match self.calls.complete(self.now, proc, pid, &completion) {
+                    Ok(call) => self.on_completion(proc, call, completion),
+                    Err(v) => self.fail(v),
+                }
+            }
+            Event::HostReady(h) => {
+                self.nodes[node].host = Some(h);
+                let epoch = self.nodes[node].epoch;
+                let senders = self.rng.gen_range(1..=2);
+                let lo = usize::from(node == 0);
+                let members = self.rng.gen_range(lo..=self.load.max_members.max(lo));
+                for _ in 0..senders {
+                    self.queue.push(self.now, Ev::Spawn { node, epoch, member: false });
+                }
+                for _ in 0..members {
+                    self.queue.push(self.now, Ev::Spawn { node, epoch, member: true });
+                }
+            }
+            Event::HostUp { host, .. } => self.trace(|| format!("n{node} sees host {host:#x} up")),
+            Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
+            Event::HostConflict { host, addr } => {
+                let v = self.violation_at(Invariant::HostIds, format!("node {node}: conflict for {host:#x} at {addr}"));
+                self.fail(v)
+            }
+            Event::VersionMismatch { addr, version } => {
+                let v = self.violation_at(Invariant::HostIds, format!("node {node}: version {version} at {addr}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    fn start_node(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.epoch += 1;
+        n.host = None;
+        n.timers.clear();
+        n.events.clear();
+        let mut cfg = engine_config(&self.sc, self.seed, node, n.epoch, HostIdConfig::Fixed(node as HostId + 1));
+        cfg.alive_period = Some(ALIVE);
+        cfg.max_aliens = n.max_aliens;
+        n.clock = self.rng.gen_range(0..1u64 << 50);
+        n.engine = Some(Engine::new(cfg, Time(self.now.0 + n.clock)));
+        self.net.reset_egress(node, self.now);
+        let now = self.now;
+        for (i, s) in self.hist.outages.iter_mut() {
+            if *i == node {
+                s.to.get_or_insert(now);
+            }
+        }
+        self.trace(|| format!("node {node} starts (incarnation {})", self.nodes[node].epoch));
+        self.settle(node);
+    }
+
+    fn crash_random(&mut self) {
+        if !self.running {
+            return;
+        }
+        let up: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].engine.is_some()).collect();
+        if up.len() <= 2 {
+            return;
+        }
+        let node = *up.choose(&mut self.rng).expect("non-empty");
+        self.trace(|| format!("node {node} CRASHES"));
+        self.report.crashes += 1;
+        let n = &mut self.nodes[node];
+        n.engine = None;
+        n.epoch += 1;
+        n.events.clear();
+        n.timers.clear();
+        self.hist.outages.push((node, Span { from: self.now, to: None }));
+        let victims: Vec<ProcId> = self.procs.iter().filter(|(_, p)| p.node == node).map(|(&id, _)| id).collect();
+        for id in victims {
+            self.bury(id);
+        }
+        if self.sc.restarts && self.rng.gen_bool(0.8) {
+            let at = self.now + Duration::from_millis(self.rng.gen_range(100..1500));
+            self.queue.push(at, Ev::Start { node });
+        }
+    }
+
+    fn bury(&mut self, id: ProcId) {
+        let Some(p) = self.procs.remove(&id) else { return };
+        self.by_pid.remove(&p.pid);
+        self.hist.died(id, self.now);
+        self.calls.abandon(id, p.pid);
+        match p.role {
+            Role::Member { membership: Some(m), .. } => {
+                self.members[m].to.get_or_insert(self.now);
+            }
+            Role::Sender { current: Some(sid), .. } => {
+                // Its send dies with it: nothing may complete it any more.
+                if let Some(s) = self.sends.get_mut(&sid) {
+                    s.ended.get_or_insert(self.now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------ processes
+
+    fn spawn(&mut self, node: usize, member: bool) {
+        let pid = match self.with_engine(node, |e, _| e.create_process()) {
+            Ok(p) => p,
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("create_process on node {node} failed: {e}"));
+                return self.fail(v);
+            }
+        };
+        let id = self.hist.born(pid, node, self.now);
+        self.by_pid.insert(pid, id);
+        self.trace(|| format!("n{node} spawn {} {pid}", if member { "member" } else { "sender" }));
+        if !member {
+            self.procs.insert(id, Proc { node, pid, role: Role::Sender { current: None, gets: 0 } });
+            let at = (Time::ZERO + WARMUP).max(self.now) + Duration::from_micros(self.rng.gen_range(0..20_000));
+            self.queue.push(at, Ev::Act { proc: id });
+            return;
+        }
+        let group = self.group;
+        if let Err(e) = self.with_engine(node, |e, _| e.join_group(pid, group)) {
+            let v = self.violation_at(Invariant::Success, format!("join_group({pid}) failed: {e}"));
+            return self.fail(v);
+        }
+        self.members.push(Membership { proc: id, pid, node, from: self.now, to: None });
+        let m = self.members.len() - 1;
+        self.procs.insert(id, Proc { node, pid, role: Role::Member { holding: None, membership: Some(m) } });
+        if self.load.leaves && self.rng.gen_bool(0.2) {
+            let at = self.now + Duration::from_millis(self.rng.gen_range(100..2000));
+            self.queue.push(at, Ev::Leave { proc: id });
+        }
+        self.member_receive(id);
+    }
+
+    fn begin(&mut self, id: ProcId, kind: CallKind, bounded: bool) {
+        let pid = self.procs[&id].pid;
+        let call = Call { kind, pid, started: self.now, progress: self.now, bounded };
+        if let Err(v) = self.calls.begin(self.now, id, call) {
+            self.fail(v);
+        }
+    }
+
+    fn leave(&mut self, id: ProcId) {
+        let Some(p) = self.procs.get_mut(&id) else { return };
+        let Role::Member { membership, .. } = &mut p.role else { return };
+        let Some(m) = membership.take() else { return };
+        let (node, pid, group) = (p.node, p.pid, self.group);
+        self.members[m].to = Some(self.now);
+        self.trace(|| format!("n{node} {pid} leaves the group"));
+        if let Err(e) = self.with_engine(node, |e, _| e.leave_group(pid, group)) {
+            let v = self.violation_at(Invariant::Success, format!("leave_group({pid}) of a member failed: {e}"));
+            self.fail(v);
+        }
+        self.settle(node);
+    }
+
+    // ---- members
+
+    fn member_receive(&mut self, id: ProcId) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        match self.with_engine(node, |e, now| e.receive(now, pid, None, 0)) {
+            Ok(()) => self.begin(id, CallKind::Receive, false),
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("receive by member {pid} refused: {e}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    fn member_received(&mut self, id: ProcId, r: Result<vipc_engine::Received, Error>) {
+        let pid = self.procs[&id].pid;
+        let m = match r {
+            Ok(m) => m,
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("receive by member {pid} failed: {e}"));
+                return self.fail(v);
+            }
+        };
+        let sid = gcheck::decode(&m.msg).map(|d| d.0);
+        let send = sid.and_then(|s| self.sends.get(&s));
+        if let Err(v) = gcheck::check_member_receipt(self.now, send, id, m.from, &m.msg) {
+            return self.fail(v);
+        }
+        let sid = sid.expect("checked");
+        self.report.group.receipts += 1;
+        let now = self.now;
+        let s = self.sends.get_mut(&sid).expect("checked");
+        s.received.push((id, pid, now));
+        let sender = s.sender;
+        if let Some(&sp) = self.by_pid.get(&sender) {
+            self.calls.progress(sp, now);
+        }
+        if let Some(Proc { role: Role::Member { holding, .. }, .. }) = self.procs.get_mut(&id) {
+            *holding = Some((sid, sender));
+        }
+        let delay = if self.rng.gen_bool(self.load.slow) {
+            Duration::from_millis(self.rng.gen_range(1200..2500))
+        } else if self.rng.gen_bool(0.4) {
+            Duration::from_micros(self.rng.gen_range(0..50_000))
+        } else {
+            Duration::ZERO
+        };
+        self.queue.push(self.now + delay, Ev::Reply { proc: id });
+    }
+
+    fn member_reply(&mut self, id: ProcId) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let Role::Member { holding, .. } = &mut self.procs.get_mut(&id).expect("live").role else { return };
+        let Some((sid, to)) = holding.take() else { return };
+        let msg = gcheck::reply_msg(sid, pid);
+        let r = self.with_engine(node, |e, now| e.reply(now, pid, to, msg, None));
+        self.trace(|| format!("n{node} {pid} replies to #{sid} of {to}: {r:?}"));
+        if r.is_ok() {
+            let now = self.now;
+            if let Some(s) = self.sends.get_mut(&sid) {
+                s.replied.insert(pid, now);
+            }
+            if let Some(&sp) = self.by_pid.get(&to) {
+                self.calls.progress(sp, now);
+            }
+        }
+        self.member_receive(id);
+    }
+
+    // ---- senders
+
+    fn pick_mode(&mut self, members: usize) -> Mode {
+        let k = self.rng.gen_range(1..=(members + 1).max(1)) as u32;
+        if self.rng.gen_bool(self.load.reliable) {
+            Mode::Reliable(match self.rng.gen_range(0..4) {
+                0 => Reliable::KReply(k),
+                1 => Reliable::AllReply,
+                2 => Reliable::KDeliver(k),
+                _ => Reliable::AllDeliver,
+            })
+        } else {
+            Mode::Plain(*[ReplyMode::None, ReplyMode::One, ReplyMode::Many].choose(&mut self.rng).expect("non-empty"))
+        }
+    }
+
+    fn sender_act(&mut self, id: ProcId) {
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
+        let Role::Sender { current, gets } = self.procs[&id].role.clone() else { return };
+        if gets > 0 {
+            if let Some(sid) = current {
+                let limit = Duration::from_millis(self.rng.gen_range(0..200));
+                match self.with_engine(node, |e, now| e.get_reply(now, pid, limit)) {
+                    Ok(()) => self.begin(id, CallKind::GetReply(sid), true),
+                    Err(e) => {
+                        let v = self.violation_at(Invariant::Success, format!("get_reply by {pid} after #{sid}: {e}"));
+                        self.fail(v)
+                    }
+                }
+                return;
+            }
+        }
+        if !self.running {
+            return;
+        }
+        let live_members = self.members.iter().filter(|m| m.to.is_none()).count();
+        let mode = self.pick_mode(live_members);
+        let sid = self.next_sid;
+        self.next_sid += 1;
+        let msg = gcheck::send_msg(sid, pid);
+        let snapshot: Vec<HostId> = match mode {
+            Mode::Reliable(_) => self.nodes[node].engine.as_ref().expect("live").alive_hosts().hosts().collect(),
+            Mode::Plain(_) => vec![],
+        };
+        self.sends.insert(
+            sid,
+            GroupSend {
+                sid,
+                sender: pid,
+                node,
+                mode,
+                started: self.now,
+                snapshot,
+                ended: None,
+                repliers: BTreeSet::new(),
+                received: vec![],
+                replied: BTreeMap::new(),
+            },
+        );
+        if let Some(Proc { role: Role::Sender { current, gets }, .. }) = self.procs.get_mut(&id) {
+            *current = Some(sid);
+            *gets = 0;
+        }
+        let group = self.group;
+        let opts = SendOptions { idempotent: false };
+        self.trace(|| format!("n{node} {pid} sends #{sid} to the group, {mode:?}"));
+        let r = self.with_engine(node, |e, now| match mode {
+            Mode::Plain(m) => e.send_group(now, pid, group, msg, m, opts),
+            Mode::Reliable(m) => e.send_reliable(now, pid, group, msg, m, opts),
+        });
+        self.report.group.sends += 1;
+        self.report.sends += 1;
+        match r {
+            Ok(()) => self.begin(id, CallKind::Group(sid), true),
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("group send #{sid} {mode:?} refused: {e}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    fn on_completion(&mut self, id: ProcId, call: Call, c: Completion) {
+        match (call.kind, c) {
+            (CallKind::Receive, Completion::Receive(r)) => self.member_received(id, r),
+            (CallKind::Group(sid), Completion::Send(r)) => self.plain_done(id, sid, r),
+            (CallKind::Group(sid), Completion::Group(o)) => self.reliable_done(id, sid, o),
+            (CallKind::GetReply(sid), Completion::GetReply(r)) => self.got_reply(id, sid, r),
+            (kind, c) => {
+                let v = self.violation_at(Invariant::OneCompletion, format!("{kind:?} completed with {c:?}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    fn finish_send(&mut self, id: ProcId, sid: u64, gets: bool, ok: bool) {
+        let now = self.now;
+        let s = self.sends.get_mut(&sid).expect("known send");
+        if s.ended.is_some() {
+            let v = self.violation_at(Invariant::OneCompletion, format!("group send #{sid} completed twice"));
+            return self.fail(v);
+        }
+        s.ended = Some(now);
+        if ok && now.since(s.started) > TIMEOUT {
+            self.report.group.long_sends += 1;
+        }
+        let n = if gets && self.rng.gen_bool(0.7) { self.rng.gen_range(1..=6) } else { 0 };
+        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+            *gets = n;
+        }
+        self.think(id);
+    }
+
+    fn think(&mut self, id: ProcId) {
+        let d = Duration::from_micros(self.rng.gen_range(0..20_000));
+        self.queue.push(self.now + d, Ev::Act { proc: id });
+    }
+
+    fn plain_done(&mut self, id: ProcId, sid: u64, r: Result<SendOutcome, Error>) {
+        let s = &self.sends[&sid];
+        let Mode::Plain(mode) = s.mode else {
+            let v = self.violation_at(Invariant::OneCompletion, format!("reliable send #{sid} completed as a Send"));
+            return self.fail(v);
+        };
+        let ok = r.is_ok();
+        match (mode, r) {
+            (ReplyMode::None, Ok(o)) if o.replier.is_none() && self.now == s.started => {}
+            (ReplyMode::None, other) => {
+                let v = self.violation_at(Invariant::ReplyMatches, format!("datagram #{sid} completed with {other:?}"));
+                return self.fail(v);
+            }
+            (_, Ok(o)) => {
+                if let Err(v) = gcheck::check_reply(self.now, s, o.replier, &o.reply, "first reply") {
+                    return self.fail(v);
+                }
+                self.report.replies += 1;
+                self.sends.get_mut(&sid).expect("known").repliers.insert(o.replier);
+            }
+            (_, Err(Error::Timeout(_))) => {
+                self.report.group.plain_failed += 1;
+                self.report.send_errors += 1;
+                let stable = self.stable(sid, false);
+                if self.must_meet(sid, &stable) && !stable.members.is_empty() {
+                    let v = self.violation_at(
+                        Invariant::Success,
+                        format!("group send #{sid} {mode:?} timed out although {:?} stayed members", stable.members),
+                    );
+                    return self.fail(v);
+                }
+            }
+            (_, Err(e)) => {
+                let v = self.violation_at(Invariant::Success, format!("group send #{sid} {mode:?} failed: {e}"));
+                return self.fail(v);
+            }
+        }
+        let gets = mode != ReplyMode::One || self.rng.gen_bool(0.3);
+        self.finish_send(id, sid, gets, ok);
+    }
+
+    /// Must send `sid` be met (see [`GroupLoad::must_meet`])? Not when a
+    /// member on the sender's own node still owes its reply: no breath of
+    /// life covers local members, so the send may time out T_t after the last
+    /// packet although that member will reply (finding B6 in tests/sim.rs).
+    fn must_meet(&self, sid: u64, stable: &Stable) -> bool {
+        let s = &self.sends[&sid];
+        let local_owed = stable.members.iter().any(|m| m.host() == s.sender.host() && !s.replied.contains_key(m));
+        // A member that left mid-send may never receive the copy it was counted for.
+        let left = self.members.iter().any(|m| m.to.is_some_and(|t| t >= s.started));
+        self.load.must_meet && self.hist.outages.is_empty() && !self.tight && !local_owed && !left
+    }
+
+    /// The members that stayed put through send `sid` (so far), and how many
+    /// processes were members at some moment of it.
+    fn stable(&self, sid: u64, reliable: bool) -> Stable {
+        let s = &self.sends[&sid];
+        let (a, b) = (s.started, self.now);
+        let host_of = |n: usize| n as HostId + 1;
+        let sender_down = self.hist.down_during(s.node, a, b);
+        let members = self
+            .members
+            .iter()
+            .filter(|m| m.throughout(a, b) && m.pid != s.sender && !self.hist.down_during(m.node, a, b))
+            .filter(|m| m.node == s.node || !reliable || s.snapshot.contains(&host_of(m.node)))
+            .filter(|_| !sender_down)
+            .map(|m| m.pid)
+            .collect();
+        let anytime = self.members.iter().filter(|m| m.during(a, b)).count();
+        Stable { members, anytime }
+    }
+
+    fn reliable_done(&mut self, id: ProcId, sid: u64, o: GroupOutcome) {
+        let Mode::Reliable(mode) = self.sends[&sid].mode else {
+            let v = self.violation_at(Invariant::OneCompletion, format!("plain send #{sid} completed as reliable"));
+            return self.fail(v);
+        };
+        let stable = self.stable(sid, true);
+        let must = self.must_meet(sid, &stable);
+        if let Err(v) = gcheck::check_outcome(self.now, &self.sends[&sid], mode, &o, &stable, must) {
+            return self.fail(v);
+        }
+        if o.met {
+            self.report.group.met += 1;
+        } else {
+            self.report.group.not_met += 1;
+            self.report.send_errors += 1;
+            if matches!(mode, Reliable::AllReply | Reliable::AllDeliver) && o.hosts_acked == o.hosts {
+                self.report.group.nacked += 1;
+            }
+        }
+        if o.met && self.tight && matches!(mode, Reliable::KReply(_) | Reliable::KDeliver(_)) {
+            self.report.group.k_met_tight += 1;
+        }
+        if !o.first_replier.is_none() {
+            let s = &self.sends[&sid];
+            if let Err(v) = gcheck::check_reply(self.now, s, o.first_replier, &o.reply, "first reply") {
+                return self.fail(v);
+            }
+            self.report.replies += 1;
+            self.sends.get_mut(&sid).expect("known").repliers.insert(o.first_replier);
+        }
+        self.finish_send(id, sid, true, o.met);
+    }
+
+    fn got_reply(&mut self, id: ProcId, sid: u64, r: Option<(Pid, vipc_engine::Message)>) {
+        let Some((replier, msg)) = r else {
+            if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+                *gets = 0;
+            }
+            return self.think(id);
+        };
+        let s = &self.sends[&sid];
+        if s.mode == Mode::Plain(ReplyMode::One) {
+            let v = self.violation_at(
+                Invariant::ReplyMatches,
+                format!("GetReply after send #{sid} in mode One returned {replier}'s reply"),
+            );
+            return self.fail(v);
+        }
+        if let Err(v) = gcheck::check_reply(self.now, s, replier, &msg, "GetReply") {
+            return self.fail(v);
+        }
+        self.report.group.get_replies += 1;
+        self.sends.get_mut(&sid).expect("known").repliers.insert(replier);
+        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+            *gets = gets.saturating_sub(1);
+        }
+        self.think(id);
+    }
+
+    // ---------------------------------------------------------------- the end
+
+    fn final_checks(&mut self) -> Result<(), Violation> {
+        self.calls.leftovers(self.now)?;
+        if let Some(s) = self.sends.values().find(|s| s.ended.is_none()) {
+            return Err(self.violation_at(Invariant::Liveness, format!("group send #{} never completed", s.sid)));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            let Some(e) = n.engine.as_ref() else { continue };
+            let st = e.stats();
+            if st.active_exchanges != 0 || st.active_aliens != 0 || st.group_copies != 0 {
+                return Err(self.violation_at(
+                    Invariant::NoLeak,
+                    format!(
+                        "node {i} after traffic stopped: active_exchanges {} active_aliens {} group_copies {}",
+                        st.active_exchanges, st.active_aliens, st.group_copies
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
