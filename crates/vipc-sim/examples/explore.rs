@@ -2,8 +2,10 @@
 //! run's fingerprint), for exploring seeds beyond the test suite.
 //!
 //! ```text
-//! cargo run --release -p vipc-sim --example explore -- [SCENARIO|all] [FROM] [COUNT] [--fingerprints] [--trace] [--tweak=no-destroy,no-idempotent,no-bad-targets]
+//! cargo run --release -p vipc-sim --example explore -- [SCENARIO|all] [FROM] [COUNT] [--fingerprints] [--trace] [--tweak=no-destroy,no-idempotent,no-bad-targets,no-leave]
 //! ```
+//!
+//! SCENARIO may be a group scenario (`groups-calm`, `groups`, `reliable-crashes`, `exhaust`).
 
 use vipc_sim::{run_with, Options, Scenario};
 

@@ -91,8 +91,9 @@ pub struct GroupStats {
     pub met: u64,
     /// Reliable sends not met.
     pub not_met: u64,
-    /// ALL-mode sends not met although every snapshot host acknowledged (a NACK).
-    pub nacked: u64,
+    /// ALL-mode sends not met although every snapshot host acknowledged (a NACK,
+    /// or a counted member that never replied).
+    pub all_failed_acked: u64,
     /// K-mode sends met on a run with a node short of aliens.
     pub k_met_tight: u64,
     /// Replies handed out by GetReply.
@@ -884,7 +885,7 @@ impl GroupSim {
             self.report.group.not_met += 1;
             self.report.send_errors += 1;
             if matches!(mode, Reliable::AllReply | Reliable::AllDeliver) && o.hosts_acked == o.hosts {
-                self.report.group.nacked += 1;
+                self.report.group.all_failed_acked += 1;
             }
         }
         if o.met && self.tight && matches!(mode, Reliable::KReply(_) | Reliable::KDeliver(_)) {

@@ -24,6 +24,36 @@
 //! a forced collision), `crowded` (3 aliens, tiny buffers, many clients) and
 //! `bulk` (1 MiB segments under 20% loss).
 //!
+//! Group scenarios ([`Scenario::group_suite`], run by `crate::groups`, not
+//! part of the round-robin seed mapping): every node runs members of one
+//! well-known group and senders that send to it in reply modes None, One and
+//! Many (then GetReply) and in the reliable modes K_REPLY, ALL_REPLY,
+//! K_DELIVER and ALL_DELIVER, with the alive-host table on (100 ms);
+//! some members reply only after 1.2–2.5 s (beyond T_t):
+//! - `groups-calm`: no faults, members joining mid-send: every ALL mode, every
+//!   K mode with K ≤ the members, every One/Many send must be met;
+//! - `groups`: 10% loss, duplication, reordering, members joining and leaving
+//!   mid-send (the must-be-met checks hold for sends no member left during);
+//! - `reliable-crashes`: 90% reliable sends, 5% loss, member hosts crash and
+//!   restart mid-send (members join again on the new incarnation);
+//! - `exhaust`: some nodes hold 1 alien, members often slow: NACKs, so ALL
+//!   modes fail while K modes still succeed.
+//!
+//! Group invariants (`gcheck`): every group send and GetReply completes
+//! exactly once and in time (T_t after its last packet); a member receives a
+//! given group message at most once; every reply handed to the sender (first
+//! reply or GetReply) answers that very send, comes from a member that
+//! received it and replied, and is handed out once; GetReply after mode One
+//! returns nothing; reliable outcomes: `hosts` = the sender's alive-host
+//! snapshot, replies counted ≤ members that replied, deliveries ≤ processes
+//! that were members during the send, K met ⇒ count ≥ K, ALL met ⇒ every
+//! snapshot host acknowledged and (ALL_REPLY) every member that stayed a
+//! member on a snapshot host that stayed up replied, (ALL_DELIVER) count ≥
+//! those members; where the network promises it (no crash, no exhaustion,
+//! no member leaving during the send, no member of the sender's own node
+//! still owing its reply) ALL modes and K ≤ members must be met; no exchange,
+//! alien or group copy left at the end.
+//!
 //! Running:
 //! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
 //!   (default 1000) spread round-robin over the scenarios, plus replay and
@@ -31,7 +61,9 @@
 //! - `VIPC_SIM_SEED=N VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture`:
 //!   one seed with every datagram, delivery, call and completion traced.
 //! - `cargo run --release -p vipc-sim --example explore -- all 0 100000`:
-//!   many seeds, one line per failure.
+//!   many seeds, one line per failure (`explore groups 0 1000` for a group scenario).
+//! - `cargo test -p vipc-sim --test sim -- groups groups_calm reliable_crashes exhaust`:
+//!   the group scenarios, `VIPC_SIM_GROUP_SEEDS` seeds each (default 250).
 //!
 //! ```no_run
 //! use vipc_sim::{run, Scenario};
