@@ -37,7 +37,12 @@
 //!   repeated), or a host whose members left after replying answers a
 //!   retransmission with ACK 0. The surplus replies mask a missing one, and
 //!   ALL_REPLY is met while a member on a snapshot host (or the sender's own
-//!   node) that stayed a member never replied. E.g. `groups` seed 15, `reliable-crashes` seed 15.
+//!   node) that stayed a member never replied. E.g. `groups` seed 15
+//!   (members left after replying: ACK 0). Replies from hosts outside the
+//!   snapshot count too: a node that has just restarted (snapshot of 1 host)
+//!   sends ALL_REPLY, replies from the hosts it has not heard yet fill the
+//!   count and the send is met before its own local members replied
+//!   (`reliable-crashes` seed 0 with `VIPC_SIM_TWEAK=no-leave`).
 //! - B7: a node short of aliens NACKs (GroupAck with NACK), but a member's
 //!   reply from that node then carries a plain GROUP_ACK with the partial
 //!   count; if it arrives before the NACK (reordering, or the NACK lost) the
