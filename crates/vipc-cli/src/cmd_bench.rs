@@ -10,8 +10,9 @@ use vipc_bench::{Options, PeerExe};
 /// Flags of `vipc bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Suites or single items: `ipc` (the default) or `ipc/ITEM` with ITEM one of
-    /// penalty, exchange, moves, pages, units, saturation, memory.
+    /// Suites or single items (default: every suite): `ipc` or `ipc/ITEM` with ITEM one of
+    /// penalty, exchange, moves, pages, units, saturation, memory; `files` (against sshfs and
+    /// the local file system) or `files/ITEM` with ITEM one of pages, sequential, tree, clients, pipe.
     pub suites: Vec<String>,
     /// Few iterations: every item once, in under a minute (CI smoke run).
     #[arg(long)]
