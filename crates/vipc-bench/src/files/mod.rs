@@ -269,7 +269,15 @@ fn pages(ctx: &mut Ctx<'_, '_>) -> Result<()> {
         }
     };
     let mount = match &env.mount {
-        Ok(m) => Some(open_big(&m.dir)?),
+        Ok(m) => {
+            ctx.out.note(
+                "files: the vipc mount keeps the kernel's page cache (sshfs `no caching` does not): its repeated \
+                 random reads and its sequential read after the page reads can be cache hits, so its ratios against \
+                 sshfs without caching are upper bounds"
+                    .into(),
+            );
+            Some(open_big(&m.dir)?)
+        }
         Err(e) => {
             ctx.not_measured("page reads through the vipc mount", e);
             None
