@@ -321,3 +321,59 @@ fn misuse_is_a_typed_error() {
     s.net.nodes[1].handle_datagram(now, addr(2), &bytes);
     assert_eq!(s.net.stats(1).malformed, 1);
 }
+
+#[test]
+fn regression_b5_replies_from_outside_the_snapshot_never_cover_a_missing_one() {
+    let mut s = setup();
+    let seq = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = seq.clone();
+    s.net.filter = Some(Box::new(move |from, _, bytes| {
+        if let Ok(p) = vipc_wire::parse(bytes, None) {
+            if from == 0 && p.header.ptype == PacketType::Send {
+                seen.set(p.header.seq);
+            }
+        }
+        1
+    }));
+    send(&mut s, Reliable::AllReply);
+    // A process on host 9 (not in the snapshot) replies; then three of the four members.
+    let mut h = vipc_wire::Header::new(PacketType::Reply);
+    (h.src, h.dst, h.seq, h.incarnation) = (Pid::new(9, 1), s.sender, seq.get(), 5);
+    let now = s.net.now;
+    s.net.nodes[0].handle_datagram(now, addr(8), &vipc_wire::to_vec(&h, &[], None));
+    for k in 0..3 {
+        reply(&mut s, k);
+    }
+    assert!(outcome(&mut s).is_none(), "member 3 has not replied");
+    reply(&mut s, 3);
+    let o = outcome(&mut s).expect("now every member replied");
+    assert!(o.met && o.count == 4, "{o:?}");
+}
+
+#[test]
+fn regression_b7_a_reply_that_acknowledges_a_short_host_is_a_nack() {
+    let mut s = setup_with(|i, c| {
+        if i == 2 {
+            c.max_aliens = 1;
+        }
+    });
+    // Node 2's GroupAck (the NACK) is lost; its member's reply acknowledges instead.
+    s.net.filter = Some(Box::new(|from, _, bytes| {
+        let ack = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::GroupAck);
+        usize::from(!(from == 2 && ack))
+    }));
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 0);
+    reply(&mut s, 1);
+    // Whichever member of node 2 got the copy replies.
+    for k in [2, 3] {
+        let (i, m) = s.members[k];
+        if let Some(Completion::Receive(Ok(r))) = s.net.take(i, m) {
+            let now = s.net.now;
+            s.net.nodes[i].reply(now, m, r.from, msg(k as u8), None).unwrap();
+            s.net.settle();
+        }
+    }
+    let o = outcome(&mut s).expect("decided by the acknowledging reply");
+    assert!(!o.met, "a member of node 2 got no copy: {o:?}");
+}

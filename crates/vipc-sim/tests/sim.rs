@@ -28,33 +28,24 @@
 //! Run by [`group_suite`]: `VIPC_SIM_GROUP_SEEDS` seeds per scenario
 //! (default 250, seeds 0..N with `VIPC_SIM_SEED_BASE`); replay one with
 //! `VIPC_SIM_SEED=N VIPC_SIM_SCENARIO=groups VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture`
-//! (the failure message prints it). Engine bugs these scenarios found, still open:
+//! (the failure message prints it). Engine bugs these scenarios found, fixed:
 //!
-//! - B5: ALL_REPLY is decided on the aggregate `count >= receivers`, and a
-//!   host's acknowledged member count can be smaller than the replies it
-//!   sends: a member that joined after the first Send got a copy from a
-//!   retransmission (the host re-acknowledges a larger count, ignored as
-//!   repeated), or a host whose members left after replying answers a
-//!   retransmission with ACK 0. The surplus replies mask a missing one, and
-//!   ALL_REPLY is met while a member on a snapshot host (or the sender's own
-//!   node) that stayed a member never replied. E.g. `groups` seed 15
-//!   (members left after replying: ACK 0). Replies from hosts outside the
-//!   snapshot count too: a node that has just restarted (snapshot of 1 host)
-//!   sends ALL_REPLY, replies from the hosts it has not heard yet fill the
-//!   count and the send is met before its own local members replied
-//!   (`reliable-crashes` seed 0 with `VIPC_SIM_TWEAK=no-leave`).
-//! - B7: a node short of aliens NACKs (GroupAck with NACK), but a member's
-//!   reply from that node then carries a plain GROUP_ACK with the partial
-//!   count; if it arrives before the NACK (reordering, or the NACK lost) the
-//!   sender takes it as the host's acknowledgement and ALL_DELIVER/ALL_REPLY
-//!   is met although members there got no copy. E.g. `exhaust` seed 145.
+//! - B5: ALL_REPLY was decided on the aggregate `count >= receivers`, so
+//!   surplus replies from one host (a member that joined and got a
+//!   retransmission, members that left after replying and then an ACK 0, or
+//!   replies from hosts outside the snapshot) could mask a missing reply from
+//!   another. Now replies are counted per host, only from the sender's own
+//!   host and snapshot hosts, and ALL_REPLY needs every host's replies to
+//!   reach its acknowledged count (the larger of repeated counts).
+//!   Seeds: `groups` 15, 28 (`no-leave`), `reliable-crashes` 0 (`no-leave`).
+//! - B7: a node short of room NACKs, but a member's reply then carried a plain
+//!   GROUP_ACK with the partial count, which could arrive first and satisfy
+//!   ALL. Now that acknowledgement carries NACK too. Seed: `exhaust` 145.
 //!
-//! Until they are fixed, the group tests count runs that fail with exactly
-//! these violations as known (printed, not failed); `VIPC_SIM_STRICT=1` fails
-//! them too. Finding B6 (not counted as a bug): a member on the sender's own
-//! node that owes a reply gets no breath of life, so a reliable or group
-//! Send can time out T_t after the last packet although that member will
-//! still reply; the checks do not demand success then.
+//! Not a bug (B6): a member on the sender's own node that owes a reply
+//! keeps nothing alive: a group Send waits T_t after the last sign of life
+//! from the network, so local members must answer within T_t; the checks do
+//! not demand success then.
 //!
 //! If a scenario goes red because of a new engine bug, mark its test
 //! `#[ignore = "engine bug: ..."]` and narrow it down with `VIPC_SIM_TWEAK`.
@@ -194,21 +185,13 @@ fn checks_catch_damaged_datagrams() {
     assert!(caught.iter().any(|i| matches!(i, Invariant::DataIntact | Invariant::ReplyMatches)), "{caught:?}");
 }
 
-/// True if `f` is one of the open engine bugs B5 and B7 (see the top of this file).
-fn known_group_bug(f: &Failure) -> bool {
-    let d = &f.violation.detail;
-    f.violation.invariant == Invariant::Success
-        && (d.contains("ALL_REPLY met but stable member") || d.contains("ALL_DELIVER met with"))
-}
-
 /// Runs `VIPC_SIM_GROUP_SEEDS` seeds (default 250) of group scenario `name`.
 fn group_suite(name: &str) {
     let sc = Scenario::by_name(name).expect("a group scenario");
     let (base, count) = (env_u64("VIPC_SIM_SEED_BASE", 0), env_u64("VIPC_SIM_GROUP_SEEDS", 250));
-    let strict = std::env::var("VIPC_SIM_STRICT").is_ok_and(|v| v == "1");
     let started = Instant::now();
     let mut total = vipc_sim::GroupStats::default();
-    let (mut failures, mut known): (Vec<Failure>, Vec<Failure>) = (vec![], vec![]);
+    let mut failures: Vec<Failure> = vec![];
     let mut replies = 0;
     for seed in base..base + count {
         match run(seed, &sc) {
@@ -225,7 +208,6 @@ fn group_suite(name: &str) {
                 total.long_sends += g.long_sends;
                 total.plain_failed += g.plain_failed;
             }
-            Err(f) if !strict && known_group_bug(&f) => known.push(f),
             Err(f) => {
                 eprintln!("{f}");
                 failures.push(f);
@@ -236,11 +218,8 @@ fn group_suite(name: &str) {
         }
     }
     eprintln!("{name}: {count} seeds in {:.1?}: {total:?}, {replies} replies", started.elapsed());
-    if let Some(f) = known.first() {
-        eprintln!("{name}: {} seeds hit the open engine bugs B5/B7, first: {f}", known.len());
-    }
     assert!(failures.is_empty(), "{} {name} seeds failed; first: {}", failures.len(), failures[0]);
-    let passed = count as usize - known.len();
+    let passed = count as usize;
     assert!(passed == 0 || total.met > 0 && total.receipts > 0, "{name}: nothing was ever met: {total:?}");
     if sc.group.as_ref().is_some_and(|g| g.tight_aliens.is_some()) && passed > 20 {
         // Exhaustion must really happen: ALL modes fail by NACK while K modes still succeed.

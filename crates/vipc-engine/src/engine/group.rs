@@ -55,16 +55,12 @@ pub(crate) struct GroupCopy {
     reliable: bool,
     /// The sender's node, or `None` when the sender is local.
     addr: Option<SocketAddr>,
+    /// Some member of this node got no copy of this Send (no room): the
+    /// acknowledgement on the last reply is a NACK.
+    short: bool,
     pub state: CopyState,
     last_heard: Time,
     timer_at: Option<Time>,
-}
-
-impl Collected {
-    /// Replies counted from processes on `host`.
-    pub(crate) fn replies_from(&self, host: HostId) -> u32 {
-        self.seen.iter().filter(|p| p.host() == host).count() as u32
-    }
 }
 
 impl GroupCopy {
@@ -84,6 +80,7 @@ impl GroupCopy {
             idempotent,
             reliable,
             addr,
+            short: false,
             state: CopyState::Queued,
             last_heard: now,
             timer_at: None,
@@ -383,6 +380,13 @@ impl Engine {
                 }
             }
         }
+        if refused > 0 {
+            let of_this_send =
+                |((s, _), c): &(&(Pid, Pid), &mut GroupCopy)| *s == h.src && c.is_of(h.incarnation, h.seq);
+            for (_, c) in self.groups.copies.iter_mut().filter(of_this_send) {
+                c.short = true;
+            }
+        }
         match reliable {
             Some(r) => self.answer_reliable(from, h, r, refused, duplicate),
             None if pending => self.breath_of_life(from, h),
@@ -461,7 +465,8 @@ impl Engine {
                 .map(|(_, c)| c)
                 .collect();
             if copies.iter().all(|c| c.replied()) {
-                h.flags = Flags(0).with(Flags::GROUP_ACK, true);
+                let short = copies.iter().any(|c| c.short);
+                h.flags = Flags(0).with(Flags::GROUP_ACK, true).with(Flags::NACK, short);
                 h.local_addr = copies.len() as u32;
             }
         }
@@ -488,9 +493,7 @@ impl Engine {
         if let Some(r) = c.reliable.as_mut() {
             // 004: every distinct reply counts (in the REPLY modes); the first
             // is returned, the others wait for GetReply.
-            if r.mode.wants_replies() {
-                r.count += 1;
-            }
+            r.count_reply(replier.host());
             self.stats.group_replies += 1;
             if r.first.is_none() {
                 r.first = Some((replier, msg));

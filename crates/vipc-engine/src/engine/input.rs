@@ -188,7 +188,7 @@ impl Engine {
             }
             self.collect_reply(now, h.dst, h.seq, h.src, h.message);
             if h.flags.has(Flags::GROUP_ACK) {
-                self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, false);
+                self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
             }
             return;
         }

@@ -84,9 +84,14 @@ pub struct GroupOutcome {
 pub(crate) struct ReliableSend {
     pub mode: Reliable,
     msg: Message,
+    /// The sender's own host: its members are counted without acknowledgement.
+    local_host: HostId,
+    local_members: u32,
     snapshot: Vec<(HostId, SocketAddr)>,
     /// Hosts that acknowledged, with their member counts.
     acked: HashMap<HostId, u32>,
+    /// Replies counted, by the replier's host (the local host and snapshot hosts only).
+    replies: HashMap<HostId, u32>,
     receivers: u32,
     pub count: u32,
     nacked: bool,
@@ -98,15 +103,39 @@ impl ReliableSend {
         self.snapshot.iter().all(|(h, _)| self.acked.contains_key(h))
     }
 
+    fn replies_from(&self, host: HostId) -> u32 {
+        self.replies.get(&host).copied().unwrap_or(0)
+    }
+
+    /// Every member known to have the message replied: the local ones, and
+    /// on every snapshot host as many as it acknowledged (host by host, so
+    /// that extra replies from one host never cover for another's).
+    fn all_replied(&self) -> bool {
+        self.replies_from(self.local_host) >= self.local_members
+            && self.snapshot.iter().all(|(h, _)| self.acked.get(h).is_some_and(|n| self.replies_from(*h) >= *n))
+    }
+
+    /// Counts a distinct reply from a process on `host`; replies from hosts
+    /// outside the snapshot are not part of this Send's "members".
+    pub(crate) fn count_reply(&mut self, host: HostId) {
+        if !self.mode.wants_replies() {
+            return;
+        }
+        if host == self.local_host || self.snapshot.iter().any(|(h, _)| *h == host) {
+            *self.replies.entry(host).or_default() += 1;
+            self.count += 1;
+        }
+    }
+
     /// `Some(met)` once the outcome is decided.
     fn decided(&self) -> Option<bool> {
         let all = self.all_acked();
         match self.mode {
             Reliable::KReply(k) | Reliable::KDeliver(k) if self.count >= k => Some(true),
-            Reliable::KReply(k) if all && self.count >= self.receivers && self.count < k => Some(false),
+            Reliable::KReply(_) if all && self.all_replied() => Some(false),
             Reliable::KDeliver(_) if all => Some(false),
             Reliable::AllReply | Reliable::AllDeliver if self.nacked => Some(false),
-            Reliable::AllReply if all && self.count >= self.receivers => Some(true),
+            Reliable::AllReply if all && self.all_replied() => Some(true),
             Reliable::AllDeliver if all => Some(true),
             _ => None,
         }
@@ -153,6 +182,9 @@ impl Engine {
         let mut state = ReliableSend {
             mode,
             msg,
+            local_host: from.host(),
+            local_members: 0,
+            replies: HashMap::default(),
             snapshot,
             acked: HashMap::default(),
             receivers: 0,
@@ -166,6 +198,7 @@ impl Engine {
             self.queue_copy(now, from, *m, copy);
         }
         state.receivers = local.len() as u32;
+        state.local_members = state.receivers;
         if !mode.wants_replies() {
             state.count = state.receivers;
         }
@@ -220,7 +253,7 @@ impl Engine {
         }
         let missing = |host: HostId| match r.acked.get(&host) {
             None => true,
-            Some(&n) => r.mode.wants_replies() && c.replies_from(host) < n,
+            Some(&n) => r.mode.wants_replies() && r.replies_from(host) < n,
         };
         let pending = r.snapshot.iter().filter(|(h, _)| missing(*h)).map(|(_, a)| *a).collect();
         Some((code, pending))
@@ -233,16 +266,25 @@ impl Engine {
         else {
             return self.stray();
         };
-        if !r.snapshot.iter().any(|(h, _)| *h == host) || r.acked.insert(host, count).is_some() {
-            // A host that came up after the Send began, or a repeated ACK.
+        if !r.snapshot.iter().any(|(h, _)| *h == host) {
+            // A host that came up after the Send began.
             self.stats.duplicates += 1;
             return;
         }
-        r.receivers += count;
-        if !r.mode.wants_replies() {
-            r.count += count;
-        }
         r.nacked |= nack;
+        // A repeated ACK may count more members (one joined and got a
+        // retransmission): the larger count stands.
+        let before = r.acked.get(&host).copied();
+        let added = count.saturating_sub(before.unwrap_or(0));
+        if before.is_some() && added == 0 && !nack {
+            self.stats.duplicates += 1;
+            return;
+        }
+        r.acked.insert(host, before.unwrap_or(0).max(count));
+        r.receivers += added;
+        if !r.mode.wants_replies() {
+            r.count += added;
+        }
         self.decide_reliable(sender);
     }
 
