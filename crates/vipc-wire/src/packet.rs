@@ -143,7 +143,8 @@ impl Flags {
     /// Reply to a reliable group Send: it also acknowledges it for the
     /// replier's host, whose member count is in `local_addr`.
     pub const GROUP_ACK: u16 = 1 << 6;
-    /// GroupAck: the host lacked resources for some members (a NACK).
+    /// GroupAck (or a Reply with `GROUP_ACK`): the host lacked resources
+    /// for some members (a NACK).
     pub const NACK: u16 = 1 << 7;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
