@@ -413,7 +413,7 @@ fn gsend_reaches_group_members_on_node_processes() {
     assert!(out.contains("3 sends to 8000.0005, 3 met, 0 not"), "{out}");
     let o = gsend(&["--mode", "many"]);
     assert!(o.status.success() && stdout(&o).contains("send 0: 3 replies"), "{}", stdout(&o));
-    let o = gsend(&["--mode", "k-deliver=2"]);
+    let o = gsend(&["--mode", "k-deliver=3"]);
     assert!(o.status.success() && stdout(&o).contains("met: 3 deliveries"), "{}", stdout(&o));
     let o = gsend(&["--mode", "k-reply=4"]);
     assert_one_line_error(&o, "1 of 1 sends to 8000.0005 did not reach their condition");
