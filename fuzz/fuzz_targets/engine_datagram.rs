@@ -331,7 +331,7 @@ impl Harness {
                 let data = input.filled(n);
                 let from = match to {
                     Destination::Addr(a) => a,
-                    Destination::Broadcast => peer_addr(sel as usize),
+                    Destination::Broadcast | Destination::Group(_) => peer_addr(sel as usize),
                 };
                 let bytes = self.encode(&h, &data);
                 self.inject(from, bytes);

@@ -58,7 +58,7 @@ pub struct NodeArgs {
     /// Interface address for multicast [default: 127.0.0.1].
     #[arg(long, value_name = "IP", value_parser = parse_ipv4)]
     pub interface: Option<Ipv4Addr>,
-    /// No multicast: broadcasts go to the static peers only.
+    /// No multicast: broadcasts and group Sends go by unicast to the static peers and the alive hosts.
     #[arg(long)]
     pub no_multicast: bool,
     /// Cluster key file (from `vipc keygen`): every packet is authenticated.

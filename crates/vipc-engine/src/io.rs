@@ -131,6 +131,12 @@ pub enum Event {
         /// Where the other claimant is.
         addr: SocketAddr,
     },
+    /// This node now has a local member of `group` (it had none): listen on
+    /// the group's multicast address.
+    GroupJoined(Pid),
+    /// The last local member of `group` left or was destroyed: stop listening
+    /// on the group's multicast address.
+    GroupLeft(Pid),
     /// I-Am-Here: a host came up (first heard, or restarted).
     HostUp {
         /// The host.
@@ -156,6 +162,12 @@ pub enum Destination {
     Addr(SocketAddr),
     /// Every node on the broadcast channel (multicast group or static peer list).
     Broadcast,
+    /// Every node with a member of this group: the group's own multicast
+    /// address (PROTOCOL §4.10), or the broadcast channel's unicast fan-out
+    /// where there is no multicast. Plain (unreliable) group Sends go here;
+    /// reliable ones go to [`Destination::Broadcast`], since every alive host
+    /// must acknowledge them, members or not.
+    Group(Pid),
 }
 
 /// A datagram to send.

@@ -41,7 +41,8 @@ mod time;
 
 pub use config::{Config, HostIdConfig};
 pub use engine::{
-    well_known_group, AliveHost, AliveHosts, Engine, GroupOutcome, Reliable, MAX_K, WELL_KNOWN_GROUP_HOST,
+    group_multicast_addr, well_known_group, AliveHost, AliveHosts, Engine, GroupOutcome, Reliable, GROUP_ADDR_BASE,
+    MAX_K, WELL_KNOWN_GROUP_HOST,
 };
 pub use error::Error;
 pub use io::{

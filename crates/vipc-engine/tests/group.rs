@@ -108,11 +108,11 @@ fn the_first_reply_completes_the_send_and_get_reply_returns_the_others() {
     assert!(net.take(0, sender).is_none(), "still waiting");
     net.advance(Duration::from_millis(2));
     assert_eq!(take_get_reply(&mut net, 0, sender), None);
-    // One Send packet, on the broadcast channel; one Reply per remote member; nothing retransmitted.
+    // One Send packet, to the group's address; one Reply per remote member; nothing retransmitted.
     assert_eq!(net.stats(0).sent(PacketType::Send), 1);
     assert_eq!(net.stats(0).received(PacketType::Reply), 3);
     assert_eq!(net.stats(0).retransmissions, 0);
-    assert_eq!(net.stats(3).stray, 1, "a node without members drops it");
+    assert_eq!(net.stats(3).received(PacketType::Send), 0, "a node without members is not on the group address");
 }
 
 #[test]
@@ -187,7 +187,7 @@ fn a_lost_send_is_retransmitted_and_members_get_it_once() {
     // The first broadcast reaches node 2 only; node 1 and 3 lose it.
     let mut first = true;
     net.filter = Some(Box::new(move |from, to, _| {
-        if from == 0 && *to == Destination::Broadcast && first {
+        if from == 0 && *to == Destination::Group(group) && first {
             first = false;
             return 0;
         }
@@ -286,4 +286,72 @@ fn group_send_misuse_is_a_typed_error() {
     net.nodes[0].handle_datagram(now, addr(1), &bytes);
     assert_eq!(net.stats(0).malformed, 1);
     assert_eq!(net.stats(0).group_deliveries, 0);
+}
+
+/// The node listens on a group's multicast address exactly while it has a
+/// local member: `GroupJoined` for the first, `GroupLeft` when the last leaves
+/// or is destroyed; second members and repeated joins say nothing.
+#[test]
+fn group_address_events_follow_local_membership() {
+    let mut net = Net::new(1);
+    let g = well_known_group(3);
+    let (a, b) = (net.proc(0), net.proc(0));
+    let events = |net: &mut Net| {
+        net.settle();
+        let evs: Vec<Event> = net
+            .events
+            .drain(..)
+            .map(|(_, e)| e)
+            .filter(|e| matches!(e, Event::GroupJoined(_) | Event::GroupLeft(_)))
+            .collect();
+        evs
+    };
+    net.nodes[0].join_group(a, g).unwrap();
+    assert_eq!(events(&mut net), vec![Event::GroupJoined(g)]);
+    net.nodes[0].join_group(a, g).unwrap();
+    net.nodes[0].join_group(b, g).unwrap();
+    assert_eq!(events(&mut net), vec![]);
+    net.nodes[0].leave_group(a, g).unwrap();
+    assert_eq!(events(&mut net), vec![]);
+    let now = net.now;
+    net.nodes[0].destroy_process(now, b).unwrap();
+    assert_eq!(events(&mut net), vec![Event::GroupLeft(g)]);
+    assert!(net.nodes[0].leave_group(b, g).is_err());
+    assert_eq!(events(&mut net), vec![]);
+}
+
+/// A plain group Send goes to the group's address; a reliable one to the
+/// broadcast channel, because every alive host must acknowledge it.
+#[test]
+fn plain_sends_go_to_the_group_address_and_reliable_ones_to_every_host() {
+    let (mut net, group, sender, _) = setup();
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    net.filter = Some(Box::new(move |from, to, bytes| {
+        if from == 0 && vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Send) {
+            log.borrow_mut().push(*to);
+        }
+        1
+    }));
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::None, SendOptions::default()).unwrap();
+    net.settle();
+    assert_eq!(*seen.borrow(), vec![Destination::Group(group)]);
+    seen.borrow_mut().clear();
+    net.nodes[0].send_reliable(now, sender, group, msg(2), Reliable::KDeliver(1), SendOptions::default()).unwrap();
+    net.settle();
+    assert_eq!(seen.borrow().first(), Some(&Destination::Broadcast));
+}
+
+#[test]
+fn group_addresses_are_deterministic_and_well_known_ones_are_readable() {
+    let base = GROUP_ADDR_BASE;
+    assert_eq!(group_multicast_addr(base, well_known_group(9)), std::net::Ipv4Addr::new(239, 86, 0, 9));
+    assert_eq!(group_multicast_addr(base, well_known_group(0x1234)), std::net::Ipv4Addr::new(239, 86, 0x12, 0x34));
+    // Allocated by host 0x0123, number 1: 1 ^ 0x2301.
+    let g = Pid((0x8123 << 16) | 1);
+    assert_eq!(group_multicast_addr(base, g), std::net::Ipv4Addr::new(239, 86, 0x23, 0x00));
+    let other = std::net::Ipv4Addr::new(239, 200, 0, 0);
+    assert_eq!(group_multicast_addr(other, well_known_group(9)), std::net::Ipv4Addr::new(239, 200, 0, 9));
+    assert!(group_multicast_addr(base, g).is_multicast());
 }

@@ -40,6 +40,9 @@ pub enum Invariant {
     Naming,
     /// Logical host ids are distinct and no conflict is reported among distinct ids.
     HostIds,
+    /// A node listens on a group's multicast address exactly while it has a
+    /// local member of the group (`GroupJoined`/`GroupLeft` events).
+    GroupListen,
     /// The engine panicked.
     Panic,
     /// The run did not finish within its event budget (livelock).
@@ -60,6 +63,7 @@ impl fmt::Display for Invariant {
             Invariant::Misuse => "misuse is refused with a typed error",
             Invariant::Naming => "GetPid answers correctly",
             Invariant::HostIds => "logical host ids are distinct",
+            Invariant::GroupListen => "a node listens on a group's address exactly while it has members",
             Invariant::Panic => "the engine does not panic",
             Invariant::Budget => "the run finishes (no livelock)",
         };

@@ -66,6 +66,9 @@ struct Node {
     clock: u64,
     events: VecDeque<Event>,
     max_aliens: usize,
+    /// The groups whose multicast address this node listens on (its engine's
+    /// `GroupJoined`/`GroupLeft` events): where a `Destination::Group` goes.
+    listening: BTreeSet<Pid>,
 }
 
 enum Ev {
@@ -169,6 +172,7 @@ impl GroupSim {
                 clock: 0,
                 events: VecDeque::new(),
                 max_aliens: aliens[i],
+                listening: BTreeSet::new(),
             })
             .collect();
         let stop_at = Time::ZERO + WARMUP + sc.workload;
@@ -387,6 +391,17 @@ impl GroupSim {
                 return;
             }
         }
+        if let Some(e) = self.nodes[node].engine.as_ref() {
+            let group = self.group;
+            let members = e.group_members(group).len();
+            if self.nodes[node].listening.contains(&group) != (members > 0) {
+                let detail = format!(
+                    "node {node} has {members} members of {group} but listens: {:?}",
+                    self.nodes[node].listening
+                );
+                return self.fail(self.violation_at(Invariant::GroupListen, detail));
+            }
+        }
         let epoch = self.nodes[node].epoch;
         let Some(t) = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()) else { return };
         let t = Time(t.0.saturating_sub(self.nodes[node].clock)).max(self.now);
@@ -401,11 +416,15 @@ impl GroupSim {
         let targets: Vec<usize> = match t.to {
             Destination::Addr(a) => self.nodes.iter().position(|n| n.addr == a).into_iter().collect(),
             Destination::Broadcast => (0..self.nodes.len()).filter(|&i| i != from).collect(),
+            Destination::Group(g) => {
+                (0..self.nodes.len()).filter(|&i| i != from && self.nodes[i].listening.contains(&g)).collect()
+            }
         };
         if self.opts.trace {
             let to = match t.to {
                 Destination::Addr(a) => format!("{}", a.port() as usize - 7000),
                 Destination::Broadcast => "*".to_string(),
+                Destination::Group(g) => format!("group {g}"),
             };
             self.trace(|| format!("n{from} -> n{to} {}", describe(&t.bytes, None)));
         }
@@ -475,6 +494,18 @@ impl GroupSim {
                     self.queue.push(self.now, Ev::Spawn { node, epoch, member: true });
                 }
             }
+            Event::GroupJoined(g) => {
+                if !self.nodes[node].listening.insert(g) {
+                    let v = self.violation_at(Invariant::GroupListen, format!("node {node}: joined {g} twice"));
+                    self.fail(v)
+                }
+            }
+            Event::GroupLeft(g) => {
+                if !self.nodes[node].listening.remove(&g) {
+                    let v = self.violation_at(Invariant::GroupListen, format!("node {node}: left {g}, not joined"));
+                    self.fail(v)
+                }
+            }
             Event::HostUp { host, .. } => self.trace(|| format!("n{node} sees host {host:#x} up")),
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
@@ -494,6 +525,7 @@ impl GroupSim {
         n.host = None;
         n.timers.clear();
         n.events.clear();
+        n.listening.clear();
         let mut cfg = engine_config(&self.sc, self.seed, node, n.epoch, HostIdConfig::Fixed(node as HostId + 1));
         cfg.alive_period = Some(ALIVE);
         cfg.max_aliens = n.max_aliens;

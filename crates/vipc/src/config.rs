@@ -129,11 +129,20 @@ pub struct Multicast {
     pub ttl: u32,
     /// IP_MULTICAST_LOOP: deliver the group's datagrams to other nodes on this machine.
     pub loopback: bool,
+    /// The /16 that process groups' multicast addresses come from (only its
+    /// first two octets count; PROTOCOL §4.10). Every node of a cluster uses the same one.
+    pub group_base: Ipv4Addr,
 }
 
 impl Default for Multicast {
     fn default() -> Multicast {
-        Multicast { group: DEFAULT_GROUP, interface: Ipv4Addr::LOCALHOST, ttl: 1, loopback: true }
+        Multicast {
+            group: DEFAULT_GROUP,
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 1,
+            loopback: true,
+            group_base: vipc_engine::GROUP_ADDR_BASE,
+        }
     }
 }
 

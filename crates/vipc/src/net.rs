@@ -6,7 +6,7 @@ use crate::config::{Multicast, NodeConfig};
 use crate::{Error, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, IoSliceMut};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +28,10 @@ pub(crate) struct Sockets {
     pub local: SocketAddr,
     /// Where a broadcast goes: the group (if any) and every static peer but ourselves.
     pub targets: Vec<SocketAddr>,
+    /// The static peers alone (every target but the multicast group).
+    pub peers: Vec<SocketAddr>,
+    /// How group ids map to multicast addresses, if multicast is enabled.
+    pub groups: Option<GroupAddrs>,
     /// Source addresses under which our own datagrams come back to us.
     pub own: Vec<SocketAddr>,
     /// The receive buffer the kernel granted the unicast socket (bytes of
@@ -112,19 +116,51 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
             targets.push(*p);
         }
     }
-    Ok(Sockets { unicast, multicast, local, targets, own, recv_buffer })
+    let peers = targets.iter().copied().filter(|a| !a.ip().is_multicast()).collect();
+    let groups = cfg.broadcast.multicast.as_ref().map(|m| GroupAddrs {
+        base: m.group_base,
+        port: m.group.port(),
+        interface: m.interface,
+        broadcast: *m.group.ip(),
+    });
+    Ok(Sockets { unicast, multicast, local, targets, own, peers, groups, recv_buffer })
 }
 
-/// A socket that hears the group: bound to the group address and port with
-/// SO_REUSEADDR and SO_REUSEPORT (so every node on this machine hears it),
-/// joined on the configured interface only.
+/// Where group Sends go with multicast (PROTOCOL §4.10): each group's own
+/// address, on the broadcast channel's port and interface.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupAddrs {
+    /// The /16 the group addresses are taken from.
+    pub base: Ipv4Addr,
+    /// The broadcast channel's port, shared by every group address.
+    pub port: u16,
+    /// The interface to join on.
+    pub interface: Ipv4Addr,
+    /// The broadcast channel's own group, joined for the node's whole life.
+    pub broadcast: Ipv4Addr,
+}
+
+impl GroupAddrs {
+    /// The socket address a Send to `group` goes to.
+    pub fn of(&self, group: vipc_engine::Pid) -> SocketAddrV4 {
+        SocketAddrV4::new(vipc_engine::group_multicast_addr(self.base, group), self.port)
+    }
+}
+
+/// A socket that hears the broadcast channel and the groups with local
+/// members: bound to the wildcard address on the group port (so that it can
+/// join further group addresses later) with SO_REUSEADDR and SO_REUSEPORT (so
+/// every node on this machine hears it), joined on the configured interface
+/// only. IP_MULTICAST_ALL is off, so it hears only the groups it joined itself,
+/// not those other sockets of this machine joined on the same port.
 fn open_multicast(m: &Multicast, buffer: usize) -> Result<UdpSocket> {
-    let addr = SocketAddr::V4(m.group);
+    let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, m.group.port()));
     let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;
     set_buffers(&sock, buffer);
     sock.bind(&addr.into()).map_err(bind_error(addr))?;
+    sock.set_multicast_all_v4(false)?;
     sock.join_multicast_v4(m.group.ip(), &m.interface).map_err(|e| {
         Error::Config(format!("cannot join multicast group {} on interface {}: {e}", m.group.ip(), m.interface))
     })?;

@@ -105,7 +105,7 @@ impl Node {
                 return Err(Error::Config(format!("logical host {h} is outside 1..={}", vipc_wire::MAX_HOST_ID)));
             }
         }
-        let Sockets { unicast, multicast, local, targets, own, recv_buffer } = net::open(&config)?;
+        let Sockets { unicast, multicast, local, targets, peers, groups, own, recv_buffer } = net::open(&config)?;
         let mut ecfg = config.engine.clone();
         ecfg.host_id = config.host_id;
         ecfg.key = config.key.clone();
@@ -124,6 +124,8 @@ impl Node {
                 unicast,
                 multicast,
                 targets,
+                peers,
+                groups,
                 own,
                 local,
                 faults: Faults::new(&config.faults),

@@ -3,10 +3,10 @@
 //! sending its datagrams. See [`crate::Node`] for the whole picture.
 
 use crate::faults::Faults;
-use crate::net;
+use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -234,6 +234,9 @@ pub(crate) struct State {
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
     rxbuf: Vec<u8>,
+    /// Group multicast addresses the multicast socket has joined, with the
+    /// number of local groups mapped to each (distinct groups may share one).
+    joined: HashMap<Ipv4Addr, u32>,
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -246,6 +249,8 @@ pub(crate) struct Shared {
     pub(crate) unicast: UdpSocket,
     pub(crate) multicast: Option<UdpSocket>,
     targets: Vec<SocketAddr>,
+    peers: Vec<SocketAddr>,
+    groups: Option<GroupAddrs>,
     own: Vec<SocketAddr>,
     pub(crate) local: SocketAddr,
     /// Where a wake-up datagram goes (our own socket).
@@ -281,6 +286,8 @@ pub(crate) struct Parts {
     pub unicast: UdpSocket,
     pub multicast: Option<UdpSocket>,
     pub targets: Vec<SocketAddr>,
+    pub peers: Vec<SocketAddr>,
+    pub groups: Option<GroupAddrs>,
     pub own: Vec<SocketAddr>,
     pub local: SocketAddr,
     pub faults: Option<Faults>,
@@ -315,6 +322,7 @@ impl Shared {
                 bg_parked: false,
                 kicked: false,
                 rxbuf: vec![0; net::RECV_BUFFER],
+                joined: HashMap::new(),
             }),
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
@@ -323,6 +331,8 @@ impl Shared {
             unicast: p.unicast,
             multicast: p.multicast,
             targets: p.targets,
+            peers: p.peers,
+            groups: p.groups,
             own: p.own,
             local: p.local,
             epoch: coarse_now(),
@@ -365,16 +375,29 @@ impl Shared {
                 }
                 continue;
             }
-            let State { faults, outq, .. } = st;
+            let State { faults, outq, engine, .. } = st;
             let mut push = |to: SocketAddr, bytes: Vec<u8>| match faults {
                 Some(f) => f.apply(now, to, bytes, outq),
                 None => outq.push_back((to, bytes)),
             };
-            match t.to {
-                Destination::Addr(a) => push(a, t.bytes),
-                Destination::Broadcast => {
+            match (t.to, &self.groups) {
+                (Destination::Addr(a), _) => push(a, t.bytes),
+                (Destination::Broadcast, Some(_)) => {
                     for a in &self.targets {
                         push(*a, t.bytes.clone());
+                    }
+                }
+                (Destination::Group(g), Some(groups)) => {
+                    push(SocketAddr::V4(groups.of(g)), t.bytes.clone());
+                    for a in &self.peers {
+                        push(*a, t.bytes.clone());
+                    }
+                }
+                // No multicast: unicast fan-out to the static peers and the alive hosts.
+                (Destination::Broadcast | Destination::Group(_), None) => {
+                    let alive = engine.alive_addrs().filter(|a| !self.peers.contains(a) && !self.own.contains(a));
+                    for a in self.peers.iter().copied().chain(alive) {
+                        push(a, t.bytes.clone());
                     }
                 }
             }
@@ -396,6 +419,8 @@ impl Shared {
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
+                Event::GroupJoined(g) => self.listen_to_group(st, g, true),
+                Event::GroupLeft(g) => self.listen_to_group(st, g, false),
                 Event::HostUp { host, addr } => tracing::debug!(host, %addr, "host up"),
                 Event::HostDown(host) => tracing::info!(host, "host down: silent for too long"),
                 Event::VersionMismatch { addr, version } => {
@@ -413,6 +438,36 @@ impl Shared {
                 st.timer_deadline = Some(t);
                 self.timer_cv.notify_one();
             }
+        }
+    }
+
+    /// Joins (or leaves) the multicast address of `group` on the multicast
+    /// socket when its first local group mapped there appears (or its last
+    /// goes). Without multicast, group Sends reach us by unicast: nothing to do.
+    fn listen_to_group(&self, st: &mut State, group: Pid, join: bool) {
+        let (Some(groups), Some(sock)) = (&self.groups, &self.multicast) else { return };
+        let addr = *groups.of(group).ip();
+        if addr == groups.broadcast {
+            return; // always joined
+        }
+        let count = st.joined.entry(addr).or_insert(0);
+        let result = if join {
+            *count += 1;
+            if *count > 1 {
+                return;
+            }
+            sock.join_multicast_v4(&addr, &groups.interface)
+        } else {
+            *count = count.saturating_sub(1);
+            if *count > 0 {
+                return;
+            }
+            st.joined.remove(&addr);
+            sock.leave_multicast_v4(&addr, &groups.interface)
+        };
+        if let Err(e) = result {
+            let what = if join { "join" } else { "leave" };
+            tracing::warn!("cannot {what} multicast address {addr} of group {group}: {e}");
         }
     }
 

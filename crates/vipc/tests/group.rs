@@ -130,3 +130,32 @@ fn reliable_sends_count_every_member_of_the_hosts_alive() {
     let o = me.send_reliable(&[6; 32], group, Reliable::AllReply, SendOptions::default()).unwrap();
     assert!(o.met && (o.count, o.hosts) == (3, 1), "{o:?}");
 }
+
+/// Without multicast a group Send fans out by unicast to the static peers
+/// *and* the hosts heard through I-Am-Here: node 2 lists nodes 0 and 1 as
+/// peers, nodes 0 and 1 list only each other, so node 0 reaches node 2's
+/// member only through its alive-host table.
+#[test]
+fn without_multicast_group_sends_fan_out_to_the_alive_hosts() {
+    let addrs = free_addrs(3);
+    let peers_of = |i: usize| match i {
+        0 => vec![addrs[1]],
+        1 => vec![addrs[0]],
+        _ => vec![addrs[0], addrs[1]],
+    };
+    let nodes: Vec<vipc::Node> = (0..3)
+        .map(|i| vipc::Node::start(vipc::NodeConfig::fixed(31 + i as u16, addrs[i], peers_of(i))).unwrap())
+        .collect();
+    let group = vipc::well_known_group(41);
+    let (far, _) = nodes[2].spawn(move |p| member(p, group)).unwrap();
+    let me = nodes[0].attach().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !me.alive_hosts().unwrap().hosts().any(|h| h == 33) {
+        assert!(std::time::Instant::now() < deadline, "node 0 never heard node 2's I-Am-Here");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut m = [5u8; 32];
+    let first = me.send_group(&mut m, group, ReplyMode::One, SendOptions::default()).unwrap();
+    assert_eq!(first, far, "the member on the host known only as alive replied");
+    assert_eq!(replier_of(&m), far);
+}

@@ -54,3 +54,30 @@ fn nodes_allocate_distinct_hosts_and_find_each_other_over_multicast() {
     let l = loner.attach().unwrap();
     assert_eq!(l.get_pid("mc-echo", Scope::Remote).unwrap(), None);
 }
+
+/// With multicast, a plain group Send goes to the group's own address: the
+/// node with a member hears it, a node without one does not (its socket never
+/// joined that address).
+#[test]
+fn group_sends_go_to_the_group_address_and_only_member_nodes_hear_them() {
+    use vipc::{ReplyMode, SendOptions};
+    let group = random_group();
+    let nodes: Vec<Node> = (0..3).map(|_| Node::start(config(group)).unwrap()).collect();
+    let g = vipc::well_known_group(0x4242);
+    let (member, _) = nodes[1]
+        .spawn(move |p| {
+            p.join_group(g).unwrap();
+            while let Ok(from) = p.receive(&mut [0u8; 32]) {
+                let _ = p.reply(&[7u8; 32], from);
+            }
+        })
+        .unwrap();
+    let sends_in = |n: &Node| n.stats().packets_in[vipc_wire::PacketType::Send.index()];
+    let me = nodes[0].attach().unwrap();
+    let mut m = [1u8; 32];
+    // The member may not have joined yet: the Send is retransmitted until a reply.
+    assert_eq!(me.send_group(&mut m, g, ReplyMode::One, SendOptions::default()).unwrap(), member);
+    assert_eq!(m, [7u8; 32]);
+    assert!(sends_in(&nodes[1]) >= 1);
+    assert_eq!(sends_in(&nodes[2]), 0, "a node without members heard the group's Send");
+}

@@ -104,6 +104,12 @@ impl Engine {
         self.alive.rows.get(row).and_then(|r| r.as_ref()).map(|r| r.host).ok_or(Error::NoSuchRow(row))
     }
 
+    /// The addresses of the hosts in the alive-host table: where a runtime
+    /// without multicast fans a broadcast or group Send out by unicast.
+    pub fn alive_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.alive.rows.iter().flatten().map(|r| r.addr)
+    }
+
     /// True if `host` is in the alive-host table.
     pub fn is_host_alive(&self, host: HostId) -> bool {
         self.alive.find(host).is_some()

@@ -19,6 +19,7 @@
 
 use super::reliable::{Reliable, ReliableSend};
 use super::*;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 use vipc_wire::Flags;
 
@@ -29,6 +30,23 @@ pub const WELL_KNOWN_GROUP_HOST: u16 = 0x8000;
 /// The well-known group id number `n` (1..=0xFFFF).
 pub const fn well_known_group(n: u16) -> Pid {
     Pid(((WELL_KNOWN_GROUP_HOST as u32) << 16) | n as u32)
+}
+
+/// The default base of group multicast addresses: 239.86.0.0/16, in the
+/// organization-local scope (RFC 2365).
+pub const GROUP_ADDR_BASE: Ipv4Addr = Ipv4Addr::new(239, 86, 0, 0);
+
+/// The IP multicast address of `group` (PROTOCOL §4.10): the first two octets
+/// of `base`, then 16 bits folded from the group id — the local field XOR the
+/// creator's host field (group bit cleared) rotated by 8. Well-known group `n`
+/// maps to `base.(n >> 8).(n & 255)`. Distinct groups may share an address;
+/// receivers filter by group id, so a collision costs traffic, never
+/// correctness.
+pub const fn group_multicast_addr(base: Ipv4Addr, group: Pid) -> Ipv4Addr {
+    let host = (group.0 >> 16) as u16 & !WELL_KNOWN_GROUP_HOST;
+    let fold = (group.0 as u16) ^ host.rotate_left(8);
+    let [a, b, _, _] = base.octets();
+    Ipv4Addr::new(a, b, (fold >> 8) as u8, fold as u8)
 }
 
 /// Where a member's copy of a group message stands.
@@ -165,6 +183,9 @@ impl Engine {
                 return Err(Error::Limit("group memberships"));
             }
             list.insert(at, pid);
+            if list.len() == 1 {
+                self.events.push_back(Event::GroupJoined(group));
+            }
         }
         Ok(())
     }
@@ -177,6 +198,7 @@ impl Engine {
         list.remove(at);
         if list.is_empty() {
             self.groups.members.remove(&group);
+            self.events.push_back(Event::GroupLeft(group));
         }
         Ok(())
     }
@@ -278,7 +300,7 @@ impl Engine {
         h.message = ex.msg;
         match reliable {
             None => {
-                self.emit(Destination::Broadcast, &h, &[]);
+                self.emit(Destination::Group(ex.to), &h, &[]);
             }
             Some((code, _)) if first => {
                 h.local_addr = code;
@@ -549,8 +571,12 @@ impl Engine {
 
     /// A destroyed process leaves its groups; its copies and collected replies go.
     pub(super) fn forget_group_state_of(&mut self, pid: Pid) {
-        self.groups.members.retain(|_, list| {
+        let events = &mut self.events;
+        self.groups.members.retain(|group, list| {
             list.retain(|m| *m != pid);
+            if list.is_empty() {
+                events.push_back(Event::GroupLeft(*group));
+            }
             !list.is_empty()
         });
         self.groups.copies.retain(|(_, m), _| *m != pid);

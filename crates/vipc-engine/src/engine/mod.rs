@@ -22,7 +22,7 @@ use crate::*;
 use alive::AliveTable;
 pub use alive::{AliveHost, AliveHosts};
 use group::Groups;
-pub use group::{well_known_group, WELL_KNOWN_GROUP_HOST};
+pub use group::{group_multicast_addr, well_known_group, GROUP_ADDR_BASE, WELL_KNOWN_GROUP_HOST};
 use host_alloc::HostAlloc;
 use location::LocationCache;
 use rand::{Rng, SeedableRng};

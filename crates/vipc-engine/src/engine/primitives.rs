@@ -154,7 +154,7 @@ impl Engine {
         let to = self.route(ex.to);
         let limit = match to {
             Destination::Addr(a) => self.cfg.data_to(a),
-            Destination::Broadcast => self.cfg.max_data(),
+            Destination::Broadcast | Destination::Group(_) => self.cfg.max_data(),
         };
         let ex = &self.exchanges[&sender];
         let ExchangeState::Remote { seq, .. } = ex.state else { return };

@@ -86,6 +86,14 @@ impl Net {
                                     }
                                 }
                             }
+                            // IP multicast to the group's address: the nodes with members hear it.
+                            Destination::Group(g) => {
+                                for j in 0..self.nodes.len() {
+                                    if j != i && !self.nodes[j].group_members(g).is_empty() {
+                                        self.pending.push_back((j, addr(i), t.bytes.clone()));
+                                    }
+                                }
+                            }
                         }
                     }
                 }

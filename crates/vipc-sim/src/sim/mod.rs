@@ -494,12 +494,13 @@ impl Sim {
     fn transmit(&mut self, from: usize, t: Transmit) {
         let targets: Vec<usize> = match t.to {
             Destination::Addr(a) => self.nodes.iter().position(|n| n.addr == a).into_iter().collect(),
-            Destination::Broadcast => (0..self.nodes.len()).filter(|&i| i != from).collect(),
+            // The unicast runs use no groups; a group Send would go to every node.
+            Destination::Broadcast | Destination::Group(_) => (0..self.nodes.len()).filter(|&i| i != from).collect(),
         };
         if self.opts.trace {
             let to = match t.to {
                 Destination::Addr(a) => format!("{}", a.port() as usize - 7000),
-                Destination::Broadcast => "*".to_string(),
+                Destination::Broadcast | Destination::Group(_) => "*".to_string(),
             };
             self.trace(|| {
                 format!("n{from} -> n{to} {}{}", describe(&t.bytes, None), if t.lent.is_some() { " +lent" } else { "" })
@@ -596,6 +597,7 @@ impl Sim {
             }
             Event::HostReady(h) => self.host_ready(node, h),
             Event::HostUp { host, addr } => self.trace(|| format!("n{node} sees host {host:#x} up at {addr}")),
+            Event::GroupJoined(_) | Event::GroupLeft(_) => {}
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
                 let v = self.violation_at(
