@@ -16,6 +16,7 @@ pub mod bars;
 pub mod condvar;
 pub mod error;
 pub mod files;
+pub mod groups;
 pub mod grpc;
 pub mod ipc;
 pub mod peer;
@@ -44,7 +45,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The suites `vipc bench` knows.
-pub const SUITES: &[&str] = &["ipc", "files"];
+pub const SUITES: &[&str] = &["ipc", "files", "groups"];
 
 /// What to run and how to report it.
 #[derive(Clone, Debug)]
@@ -129,6 +130,7 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
         let all: &[&str] = match suite {
             "ipc" => ipc::ITEMS,
             "files" => files::ITEMS,
+            "groups" => groups::ITEMS,
             _ => return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", ")))),
         };
         let items: Vec<&str> = match item {
@@ -155,12 +157,15 @@ pub fn run(opts: &Options) -> Result<Results> {
     out.results.quick = opts.quick;
     let start = Instant::now();
     let mut files = files::Session::new(opts.exe.clone(), opts.quick);
+    let mut groups = groups::Session::new(opts.exe.clone(), opts.quick);
     for (suite, item) in &items {
         eprintln!("bench: {suite}/{item} ...");
         let t = Instant::now();
         let before = out.results.records.len();
         let r = if suite == "files" {
             files.run_item(&mut out, item)
+        } else if suite == "groups" {
+            groups.run_item(&mut out, item)
         } else {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
             ipc::run_item(&mut ctx, item)
@@ -179,6 +184,7 @@ pub fn run(opts: &Options) -> Result<Results> {
         }
     }
     drop(files); // unmounts and stops the servers of suite `files`
+    drop(groups); // stops the peers and removes the namespaces of suite `groups`
     let results = out.results;
     let checks = bars::check(&results.records);
     let mut text = String::from("bars:\n");
@@ -214,7 +220,8 @@ mod tests {
     #[test]
     fn selection_expands_suites_and_items() {
         let all = selection(&[]).unwrap();
-        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len());
+        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len());
+        assert_eq!(selection(&["groups/soak".into()]).unwrap(), vec![("groups".into(), "soak".into())]);
         assert_eq!(selection(&["files/tree".into()]).unwrap(), vec![("files".into(), "tree".into())]);
         let one = selection(&["ipc/exchange".into(), "ipc:pages".into(), "ipc/exchange".into()]).unwrap();
         assert_eq!(one, vec![("ipc".into(), "exchange".into()), ("ipc".into(), "pages".into())]);

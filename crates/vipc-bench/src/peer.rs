@@ -236,6 +236,8 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "vipc-server" => crate::vserver::server_peer(&a),
         "vipc-client" => crate::vserver::client_peer(&a),
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
+        "group-host" => crate::groups::peers::host_peer(&a),
+        "group-client" => crate::groups::peers::client_peer(&a),
         other => Err(format!("bench-peer: unknown peer kind {other:?}").into()),
     }
 }
