@@ -238,6 +238,7 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
         "group-host" => crate::groups::peers::host_peer(&a),
         "group-client" => crate::groups::peers::client_peer(&a),
+        "group-reaper" => crate::groups::reaper_peer(&a),
         other => Err(format!("bench-peer: unknown peer kind {other:?}").into()),
     }
 }

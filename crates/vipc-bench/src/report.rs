@@ -356,35 +356,8 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
     }
 
     // Groups (issue 5).
-    if v.value("all_reply_2").is_some() {
-        let _ = writeln!(
-            s,
-            "\n## 7. Groups and reliable multicast (004 Tables 2–4, Fig. 17)\n\n\
-             Member hosts in network namespaces, one member each; times are medians in µs and ratios to \
-             one unicast exchange from the same run. 004 measured ALL_REPLY to 8 members at 3.7 × a \
-             unicast and ALL_REPLY / 1-reliable at 1.12–1.27.\n\n\
-             | members | 1-reliable | ÷ unicast | ALL_REPLY | ÷ unicast | ÷ 1-reliable | series of unicasts | \
-             ALL_REPLY ÷ series | packets / formula |\n|---|---|---|---|---|---|---|---|---|"
-        );
-        for n in [2, 4, 8, 16] {
-            let (k1, all) = (format!("k_reply1_{n}"), format!("all_reply_{n}"));
-            if v.value(&all).is_none() {
-                continue;
-            }
-            let series = format!("all_reply_vs_series_{n}");
-            let _ = writeln!(
-                s,
-                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                f(v.value(&k1)),
-                r2(v.ratio(&k1)),
-                f(v.value(&all)),
-                r2(v.ratio(&all)),
-                r2(v.ratio(&format!("all_reply_vs_k1_{n}"))),
-                f(v.base(&series)),
-                r2(v.ratio(&series)),
-                r2(v.ratio(&format!("packets_all_reply_{n}")))
-            );
-        }
+    if let Some(g) = crate::groups::report::section(&results.records) {
+        s.push_str(&g);
     }
 
     // Plots.

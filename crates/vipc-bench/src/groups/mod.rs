@@ -7,21 +7,28 @@
 //! hosts 1..=s and the other hosts answer its reliable Sends with ACK 0. A
 //! measuring client runs in a namespace of its own. Figures (medians of round
 //! medians, each round measuring the baseline beside the figure):
-//! - 004 Table 2: 1-reliable (K_REPLY 1), K_REPLY s/2 and ALL_REPLY against
-//!   one unicast exchange, and ALL_REPLY against 1-reliable, by size;
-//! - 004 Table 3: ALL_DELIVER (to a twin group whose members never reply)
-//!   against a unicast exchange, and the share of the members it reached;
+//! - 004 Table 2: 1-reliable (K_REPLY 1), K_REPLY (K = all) and ALL_REPLY
+//!   against one unicast exchange, and ALL_REPLY against 1-reliable, by size;
+//! - 004 Table 3: the datagram (reply mode None), ALL_DELIVER and K_DELIVER
+//!   to a twin group whose members never reply, and the share of the
+//!   messages the members took (counted by the members);
 //! - 004 Table 4: the application task — a series of unicasts, an unreliable
 //!   Send with user-level retries, the reliable Send;
 //! - 000 §6: the cost of each further reply;
 //! - 004 Fig. 17: packets per Send against the formula;
 //! - I-Am-Here: time until a SIGKILLed host is declared down, and false
-//!   downs during a soak at full load.
+//!   downs during a soak with the client and every host sending ALL_REPLY
+//!   back to back.
 //!
 //! Needs root and iproute2; elsewhere the suite says why and records nothing.
+//! A reaper process in its own process group removes the namespaces when
+//! the bench exits in any way (error, Ctrl-C, SIGKILL).
 
 pub mod peers;
+pub mod report;
 mod topology;
+
+pub use topology::reaper_peer;
 
 use crate::error::Result;
 use crate::peer::PeerExe;
@@ -91,99 +98,207 @@ fn num(f: &Fields, key: &str) -> Result<f64> {
     f.get(key).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {key}= in the client's answer").into())
 }
 
-/// Formula of 004 Fig. 17 for one ALL_REPLY Send from a host without
-/// members to a group with one member on each of `members` of the `hosts`
-/// other alive hosts: the Send (one multicast), one reply per member carrying
-/// its host's acknowledgement, one ACK 0 from each host without members.
-pub fn packets_formula_reply(hosts: usize, members: usize) -> f64 {
-    (1 + members + (hosts - members)) as f64
+/// 004 Fig. 17, best case, packets per message of a series of unicasts
+/// ("Unisend") to `r` receivers: a Send and a Reply each (2NR over N
+/// messages; the 2R of registering receivers is set-up, not per message).
+pub fn formula_unisend(r: usize) -> f64 {
+    (2 * r) as f64
 }
 
-/// The same for ALL_DELIVER to members that do not reply: the Send and one
-/// acknowledgement per other host, sent on delivery.
-pub fn packets_formula_deliver(hosts: usize) -> f64 {
-    (1 + hosts) as f64
+/// 004 Fig. 17, best case, packets per message of the unreliable multicast
+/// collecting `r` replies: one Send and the replies, N(1+R) over N messages.
+pub fn formula_unreliable(r: usize) -> f64 {
+    (1 + r) as f64
+}
+
+/// 004 Fig. 17, best case, packets per message of the reliable kernel to
+/// `r` receivers, one per host, with `h` further alive hosts without
+/// receivers: the Send, the `r` replies (or acknowledgements of delivery)
+/// carrying their hosts' acknowledgements, and one ACK 0 from each of the
+/// `h` hosts, N(1+R+H) over N messages. The same count holds for the
+/// DELIVER modes, where every host acknowledges once.
+pub fn formula_reliable(r: usize, h: usize) -> f64 {
+    (1 + r + h) as f64
+}
+
+/// 004's V datagram (reply mode none): the Send alone.
+pub fn formula_datagram() -> f64 {
+    1.0
+}
+
+/// The medians of one kind of figure over the rounds, by name.
+#[derive(Default)]
+struct Runs {
+    time: BTreeMap<String, Vec<f64>>,
+    packets: BTreeMap<String, Vec<f64>>,
+    received: BTreeMap<String, Vec<f64>>,
+}
+
+impl Runs {
+    fn keep(&mut self, name: &str, f: &Fields) -> Result<()> {
+        self.time.entry(name.into()).or_default().push(num(f, "median")?);
+        self.packets.entry(name.into()).or_default().push(num(f, "packets")?);
+        Ok(())
+    }
+    fn time(&self, k: &str) -> f64 {
+        self.time.get(k).map(|v| median(v)).unwrap_or(0.0)
+    }
+    fn packets(&self, k: &str) -> f64 {
+        self.packets.get(k).map(|v| median(v)).unwrap_or(0.0)
+    }
+    fn received(&self, k: &str) -> f64 {
+        self.received.get(k).map(|v| median(v)).unwrap_or(0.0)
+    }
+}
+
+/// The share of the `size` silent members' copies that `sends` Sends got
+/// taken by the members, from the hosts' counters before and after.
+pub fn share_received(before: &topology::HostStats, after: &topology::HostStats, size: usize, sends: usize) -> f64 {
+    let got = |h: &topology::HostStats| h.received.get(&size).copied().unwrap_or(0);
+    if sends == 0 || size == 0 {
+        return 0.0;
+    }
+    got(after).saturating_sub(got(before)) as f64 / (sends * size) as f64
+}
+
+/// Runs a command to the silent group of `size` and records the share of
+/// its copies the members took.
+fn with_received(topo: &mut Topology, runs: &mut Runs, name: &str, cmd: &str, size: usize, n: usize) -> Result<()> {
+    let before = topo.host_stats()?;
+    let f = topo.ask(cmd)?;
+    let after = topo.host_stats()?;
+    runs.received.entry(name.into()).or_default().push(share_received(&before, &after, size, n));
+    runs.keep(name, &f)
 }
 
 /// Round-robin rounds of every figure beside its baselines.
 fn sizes(topo: &mut Topology, out: &mut Output, sizes: &[usize], quick: bool) -> Result<()> {
     let (rounds, n) = if quick { (1, 40) } else { (5, 300) };
-    let mut runs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut packets: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut keep = |name: String, f: &Fields| -> Result<()> {
-        runs.entry(name.clone()).or_default().push(num(f, "median")?);
-        packets.entry(name).or_default().push(num(f, "packets")?);
-        Ok(())
-    };
-    let mut fractions: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut runs = Runs::default();
     for _ in 0..rounds {
-        keep("unicast".into(), &topo.ask(&format!("UNICAST host=1 n={n}"))?)?;
+        runs.keep("unicast", &topo.ask(&format!("UNICAST host=1 n={n}"))?)?;
         for &s in sizes {
-            keep(format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
-            keep(format!("khalf_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={} size={s} n={n}", s / 2))?)?;
-            keep(format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
-            let d = topo.ask(&format!("RELIABLE mode=all-deliver size={s} n={n}"))?;
-            fractions.entry(s).or_default().push(num(&d, "fraction")?);
-            keep(format!("deliver_{s}"), &d)?;
-            keep(format!("series_{s}"), &topo.ask(&format!("SERIES hosts={s} n={}", n / 4))?)?;
-            keep(format!("retry_{s}"), &topo.ask(&format!("RETRY size={s} n={n}"))?)?;
+            runs.keep(&format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
+            runs.keep(&format!("kall_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={s} size={s} n={n}"))?)?;
+            runs.keep(&format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
+            let cmd = format!("DATAGRAM size={s} n={n}");
+            with_received(topo, &mut runs, &format!("datagram_{s}"), &cmd, s, n)?;
+            let cmd = format!("RELIABLE mode=k-deliver={s} size={s} n={n}");
+            with_received(topo, &mut runs, &format!("kdeliver_{s}"), &cmd, s, n)?;
+            let cmd = format!("RELIABLE mode=all-deliver size={s} n={n}");
+            with_received(topo, &mut runs, &format!("deliver_{s}"), &cmd, s, n)?;
+            runs.keep(&format!("series_{s}"), &topo.ask(&format!("SERIES hosts={s} n={}", n / 4))?)?;
+            runs.keep(&format!("retry_{s}"), &topo.ask(&format!("RETRY size={s} n={n}"))?)?;
         }
     }
-    let m = |k: &str| runs.get(k).map(|v| median(v)).unwrap_or(0.0);
-    let p = |k: &str| packets.get(k).map(|v| median(v)).unwrap_or(0.0);
-    let rec = |name: String, v: f64, unit: &str, base: String, bv: f64| Record::new(SUITE, &name, v, unit, &base, bv);
-    let unicast = m("unicast");
-    for &s in sizes {
-        let (k1, all) = (m(&format!("k1_{s}")), m(&format!("all_{s}")));
-        out.record(rec(format!("k_reply1_{s}"), k1, "us", "unicast_exchange".into(), unicast));
-        out.record(rec(
-            format!("k_reply_half_{s}"),
-            m(&format!("khalf_{s}")),
-            "us",
-            "unicast_exchange".into(),
-            unicast,
-        ));
-        out.record(rec(format!("all_reply_{s}"), all, "us", "unicast_exchange".into(), unicast));
-        out.record(rec(format!("all_reply_vs_k1_{s}"), all, "us", format!("k_reply1_{s}"), k1));
-        let deliver = m(&format!("deliver_{s}"));
-        out.record(rec(format!("all_deliver_{s}"), deliver, "us", "unicast_exchange".into(), unicast));
-        let frac = fractions.get(&s).map(|v| median(v)).unwrap_or(0.0);
-        out.record(rec(format!("all_deliver_fraction_{s}"), frac, "share", "all_members".into(), 1.0));
-        let (series, retry) = (m(&format!("series_{s}")), m(&format!("retry_{s}")));
-        out.record(rec(format!("retry_multicast_{s}"), retry, "us", format!("unicast_series_{s}"), series));
-        out.record(rec(format!("all_reply_vs_series_{s}"), all, "us", format!("unicast_series_{s}"), series));
-        out.record(rec(format!("all_reply_vs_retry_{s}"), all, "us", format!("retry_multicast_{s}"), retry));
-        let (got, want) = (p(&format!("all_{s}")), packets_formula_reply(topo.hosts(), s));
-        out.record(rec(format!("packets_all_reply_{s}"), got, "packets", format!("formula_all_reply_{s}"), want));
-        let (got, want) = (p(&format!("deliver_{s}")), packets_formula_deliver(topo.hosts()));
-        out.record(rec(format!("packets_all_deliver_{s}"), got, "packets", format!("formula_all_deliver_{s}"), want));
+    for r in records(&runs, sizes, topo.hosts()) {
+        out.record(r);
     }
-    if let (Some(&big), true) = (sizes.last(), sizes.len() > 1) {
-        let further = (m(&format!("all_{big}")) - m(&format!("k1_{big}"))) / (big - 1) as f64;
-        out.record(rec("further_reply_cost".into(), further, "us", "unicast_exchange".into(), unicast));
-    }
-    out.record(rec("unicast_packets".into(), p("unicast"), "packets", "two_packets".into(), 2.0));
     Ok(())
 }
 
-/// ALL_REPLY Sends back to back to the largest group for `secs`; every host
-/// (and the client) reports how many hosts it declared down meanwhile.
+/// The suite's records of item `sizes` from the medians of its rounds, on
+/// `hosts` member hosts.
+fn records(runs: &Runs, sizes: &[usize], hosts: usize) -> Vec<Record> {
+    let mut v = Vec::new();
+    let mut rec = |name: String, value: f64, unit: &str, base: String, bv: f64| {
+        v.push(Record::new(SUITE, &name, value, unit, &base, bv));
+    };
+    let m = |k: String| runs.time(&k);
+    let unicast = runs.time("unicast");
+    let uc = || "unicast_exchange".to_string();
+    for &s in sizes {
+        let (k1, all) = (m(format!("k1_{s}")), m(format!("all_{s}")));
+        // 004 Table 2.
+        rec(format!("k_reply1_{s}"), k1, "us", uc(), unicast);
+        rec(format!("k_reply_{s}"), m(format!("kall_{s}")), "us", uc(), unicast);
+        rec(format!("k_reply_vs_all_{s}"), m(format!("kall_{s}")), "us", format!("all_reply_{s}"), all);
+        rec(format!("all_reply_{s}"), all, "us", uc(), unicast);
+        rec(format!("all_reply_vs_k1_{s}"), all, "us", format!("k_reply1_{s}"), k1);
+        // 004 Table 3.
+        let dgram = m(format!("datagram_{s}"));
+        rec(format!("datagram_{s}"), dgram, "us", uc(), unicast);
+        rec(format!("all_deliver_{s}"), m(format!("deliver_{s}")), "us", format!("datagram_{s}"), dgram);
+        rec(format!("k_deliver_{s}"), m(format!("kdeliver_{s}")), "us", format!("datagram_{s}"), dgram);
+        let got = |k: &str| runs.received(&format!("{k}_{s}"));
+        rec(format!("datagram_received_{s}"), got("datagram"), "share", "all_members".into(), 1.0);
+        rec(
+            format!("all_deliver_received_{s}"),
+            got("deliver"),
+            "share",
+            format!("datagram_received_{s}"),
+            got("datagram"),
+        );
+        rec(
+            format!("k_deliver_received_{s}"),
+            got("kdeliver"),
+            "share",
+            format!("datagram_received_{s}"),
+            got("datagram"),
+        );
+        // 004 Table 4.
+        let (series, retry) = (m(format!("series_{s}")), m(format!("retry_{s}")));
+        rec(format!("retry_multicast_{s}"), retry, "us", format!("unicast_series_{s}"), series);
+        rec(format!("all_reply_vs_series_{s}"), all, "us", format!("unicast_series_{s}"), series);
+        rec(format!("all_reply_vs_retry_{s}"), all, "us", format!("retry_multicast_{s}"), retry);
+        // 004 Fig. 17.
+        let p = |k: &str| runs.packets(&format!("{k}_{s}"));
+        let h = hosts.saturating_sub(s);
+        rec(
+            format!("packets_all_reply_{s}"),
+            p("all"),
+            "packets",
+            format!("formula_1+R+H_{s}"),
+            formula_reliable(s, h),
+        );
+        rec(format!("packets_k_reply1_{s}"), p("k1"), "packets", format!("formula_1+R+H_{s}"), formula_reliable(s, h));
+        rec(
+            format!("packets_all_deliver_{s}"),
+            p("deliver"),
+            "packets",
+            format!("formula_1+R+H_{s}"),
+            formula_reliable(s, h),
+        );
+        rec(format!("packets_datagram_{s}"), p("datagram"), "packets", "formula_1".into(), formula_datagram());
+        rec(format!("packets_series_{s}"), p("series"), "packets", format!("formula_2R_{s}"), formula_unisend(s));
+        rec(format!("packets_retry_{s}"), p("retry"), "packets", format!("formula_1+R_{s}"), formula_unreliable(s));
+    }
+    // 000 §6: 1-reply against a unicast exchange (above) and each further reply.
+    if let (Some(&small), Some(&big)) = (sizes.first(), sizes.last()) {
+        if big > small {
+            let further = (m(format!("all_{big}")) - m(format!("all_{small}"))) / (big - small) as f64;
+            rec("further_reply_cost".into(), further, "us", uc(), unicast);
+        }
+    }
+    rec("unicast_exchange".into(), unicast, "us", "unicast_exchange".into(), unicast);
+    rec("unicast_packets".into(), runs.packets("unicast"), "packets", "formula_2".into(), formula_unisend(1));
+    v
+}
+
+/// ALL_REPLY Sends back to back to the largest group for `secs` from the
+/// client and from every host at once; every host (and the client) reports
+/// how many hosts it declared down meanwhile — all of them were alive.
 fn soak(topo: &mut Topology, out: &mut Output, secs: f64) -> Result<()> {
     let size = topo.hosts();
     let before = topo.hosts_down()?;
-    let f = topo.ask_within(&format!("SOAK size={size} secs={secs}"), Duration::from_secs_f64(secs + 60.0))?;
+    topo.load_all(size)?;
+    let f = topo.ask_within(&format!("SOAK size={size} secs={secs}"), Duration::from_secs_f64(secs + 60.0));
+    let host_sends = topo.unload_all()?;
+    let f = f?;
     let after = topo.hosts_down()?;
-    let false_downs = num(&f, "hosts_down")? + (after - before) as f64;
-    out.record(Record::new(SUITE, "soak_false_downs", false_downs, "hosts", "soak_sends", num(&f, "sends")?));
+    let false_downs = num(&f, "hosts_down")? + after.saturating_sub(before) as f64;
+    let sends = num(&f, "sends")? + host_sends as f64;
+    out.record(Record::new(SUITE, "soak_false_downs", false_downs, "hosts", "soak_sends", sends));
     out.note(format!(
-        "groups: soak of {secs:.0} s at full load: {} ALL_REPLY sends to {size} hosts, {} not met, {false_downs} false downs",
-        num(&f, "sends")?,
+        "groups: soak of {secs:.0} s at full load: {sends} ALL_REPLY sends to {size} hosts from the client and \
+         every host, {} of the client's not met, {false_downs} false downs",
         num(&f, "missed")?
     ));
     Ok(())
 }
 
-/// SIGKILL the last host and time until the client declares it down.
+/// SIGKILL the last host and time until the client declares it down; the
+/// baseline is the bound the default settings promise.
 fn detect(topo: &mut Topology, out: &mut Output) -> Result<()> {
     let victim = topo.hosts();
     topo.send(&format!("WATCH host={victim}"))?;
@@ -193,8 +308,15 @@ fn detect(topo: &mut Topology, out: &mut Output) -> Result<()> {
     let f = topo.answer(Duration::from_secs(15))?;
     let detected = killed.elapsed().as_secs_f64() * 1e3;
     num(&f, "down_after_ms")?; // the client saw it go
-    out.record(Record::new(SUITE, "down_detect_ms", detected, "ms", "alive_period_ms", 100.0));
+    out.record(Record::new(SUITE, "down_detect_ms", detected, "ms", "configured_bound_ms", detection_bound_ms()));
     Ok(())
+}
+
+/// `(alive_down_after + 1.05) × alive_period` of the default node settings.
+fn detection_bound_ms() -> f64 {
+    let e = vipc::NodeConfig::default().engine;
+    let period = e.alive_period.map(|p| p.as_secs_f64() * 1e3).unwrap_or(0.0);
+    (e.alive_down_after as f64 + 1.05) * period
 }
 
 #[cfg(test)]
@@ -202,12 +324,71 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_packet_formulas_count_send_replies_and_acknowledgements() {
+    fn the_packet_formulas_are_004_fig_17_per_message() {
         // 16 other hosts, 4 with a member: 1 Send + 4 replies + 12 ACK 0.
-        assert_eq!(packets_formula_reply(16, 4), 17.0);
-        assert_eq!(packets_formula_reply(4, 4), 5.0);
-        // DELIVER: 1 Send + 16 acknowledgements.
-        assert_eq!(packets_formula_deliver(16), 17.0);
+        assert_eq!(formula_reliable(4, 12), 17.0);
+        assert_eq!(formula_reliable(4, 0), 5.0);
+        assert_eq!(formula_unisend(8), 16.0);
+        assert_eq!(formula_unreliable(8), 9.0);
+        assert_eq!(formula_datagram(), 1.0);
+        // Chapter 7: the multicast (1 + (M-1)) beats 2N unicasts when N > M/2.
+        let hosts = 16;
+        assert!(formula_reliable(9, hosts - 9) < formula_unisend(9));
+        assert!(formula_reliable(8, hosts - 8) > formula_unisend(7));
+    }
+
+    fn fields(median: f64, packets: f64) -> Fields {
+        [("median".to_string(), median.to_string()), ("packets".to_string(), packets.to_string())].into()
+    }
+
+    #[test]
+    fn records_carry_their_baselines_and_ratios() {
+        let mut runs = Runs::default();
+        runs.keep("unicast", &fields(100.0, 2.0)).unwrap();
+        runs.keep("unicast", &fields(120.0, 2.0)).unwrap();
+        runs.keep("unicast", &fields(110.0, 2.0)).unwrap();
+        for (k, t, p) in [("k1", 150.0, 5.0), ("all", 160.0, 5.0), ("series", 440.0, 8.0), ("datagram", 10.0, 1.0)] {
+            runs.keep(&format!("{k}_4"), &fields(t, p)).unwrap();
+        }
+        runs.received.insert("datagram_4".into(), vec![0.5]);
+        runs.received.insert("deliver_4".into(), vec![0.9]);
+        let rs = records(&runs, &[4], 4);
+        let get = |n: &str| rs.iter().find(|r| r.name == n).unwrap_or_else(|| panic!("no {n}"));
+        let all = get("all_reply_4");
+        assert_eq!((all.value, all.baseline.as_str(), all.baseline_value), (160.0, "unicast_exchange", 110.0));
+        assert!((all.ratio - 160.0 / 110.0).abs() < 1e-9);
+        assert!((get("all_reply_vs_k1_4").ratio - 160.0 / 150.0).abs() < 1e-9);
+        assert!((get("all_reply_vs_series_4").ratio - 160.0 / 440.0).abs() < 1e-9);
+        assert_eq!(get("packets_all_reply_4").ratio, 1.0);
+        assert_eq!(get("packets_series_4").ratio, 1.0);
+        assert_eq!(get("packets_datagram_4").ratio, 1.0);
+        assert_eq!(get("datagram_received_4").value, 0.5);
+        assert!((get("all_deliver_received_4").ratio - 1.8).abs() < 1e-9);
+        // One JSON line with the seven fields of every suite.
+        let j: serde_json::Value = serde_json::from_str(&all.to_json_line()).unwrap();
+        assert_eq!(j["suite"], "groups");
+        assert_eq!(j["name"], "all_reply_4");
+        assert_eq!(j["unit"], "us");
+        assert_eq!(j["baseline"], "unicast_exchange");
+        assert_eq!(j["baseline_value"], 110.0);
+        assert!(j["ratio"].as_f64().is_some());
+    }
+
+    #[test]
+    fn received_share_counts_the_copies_taken() {
+        let mut a = topology::HostStats::default();
+        a.received.insert(4, 100);
+        let mut b = a.clone();
+        b.received.insert(4, 100 + 3 * 40);
+        assert_eq!(share_received(&a, &b, 4, 40), 0.75);
+        assert_eq!(share_received(&a, &b, 4, 0), 0.0);
+        assert_eq!(share_received(&b, &a, 4, 40), 0.0);
+    }
+
+    #[test]
+    fn the_detection_bound_follows_the_default_settings() {
+        let b = detection_bound_ms();
+        assert!(b > 0.0 && b <= 500.0, "{b}");
     }
 
     #[test]

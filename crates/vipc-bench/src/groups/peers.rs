@@ -7,6 +7,8 @@ use crate::peer::{announce, say, stdin_lines, PeerArgs};
 use crate::stats::{median, quantile, sort};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vipc::services::{ping_kernel, spawn_group_member};
 use vipc::{
@@ -31,14 +33,39 @@ pub fn silent_group_of_size(size: usize) -> u16 {
     200 + size as u16
 }
 
-/// A member that takes every message and never replies.
-fn spawn_silent_member(node: &Node, group: vipc::Pid) -> Result<()> {
+/// A member that takes every message, counts it and never replies.
+fn spawn_silent_member(node: &Node, group: vipc::Pid, got: Arc<AtomicU64>) -> Result<()> {
     node.spawn(move |p| {
         if p.join_group(group).is_ok() {
-            while p.receive(&mut [0u8; 32]).is_ok() {}
+            while p.receive(&mut [0u8; 32]).is_ok() {
+                got.fetch_add(1, Ordering::Relaxed);
+            }
         }
     })?;
     Ok(())
+}
+
+/// Load of a host during the soak: one process sending ALL_REPLY back to
+/// back to the group of `size` until `stop`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    sends: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn start_load(node: &Node, size: usize) -> Result<Load> {
+    let (stop, sends) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (s, n) = (stop.clone(), sends.clone());
+    let group = well_known_group(group_of_size(size));
+    let (_, thread) = node.spawn(move |p| {
+        while !s.load(Ordering::Relaxed) {
+            if p.send_reliable(&[3u8; 32], group, Reliable::AllReply, SendOptions::default()).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    })?;
+    Ok(Load { stop, sends, thread })
 }
 
 fn node_config(listen: SocketAddr, host: u16) -> Result<NodeConfig> {
@@ -54,20 +81,52 @@ fn node_config(listen: SocketAddr, host: u16) -> Result<NodeConfig> {
 
 /// `bench-peer group-host --listen IP:PORT --host H --groups 2,4`: joins a
 /// replying and a silent member to the groups of those sizes and serves until
-/// stdin closes; `STATS` answers with the host's down count.
+/// stdin closes. Commands: `STATS` answers `STATS hosts_down=D recv_S=R …`
+/// (R: messages the silent member of size S has received); `LOAD size=S`
+/// starts ALL_REPLY Sends back to back to the group of S; `UNLOAD` stops
+/// them and answers `UNLOADED sends=N`.
 pub fn host_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("listen")?, a.get("host")?)?)?;
     let groups: String = a.opt("groups")?.unwrap_or_default();
+    let mut received = Vec::new();
     for g in groups.split(',').filter(|s| !s.is_empty()) {
         let size: usize = g.parse().map_err(|_| format!("bad group size {g:?}"))?;
         spawn_group_member(&node, well_known_group(group_of_size(size)))?;
-        spawn_silent_member(&node, well_known_group(silent_group_of_size(size)))?;
+        let got = Arc::new(AtomicU64::new(0));
+        spawn_silent_member(&node, well_known_group(silent_group_of_size(size)), got.clone())?;
+        received.push((size, got));
     }
     announce(&[("host", node.host_id().to_string())]);
+    let mut load: Option<Load> = None;
     for line in stdin_lines() {
         if line == "STATS" {
-            say(&format!("STATS hosts_down={}", node.stats().hosts_down));
+            let mut out = format!("STATS hosts_down={}", node.stats().hosts_down);
+            for (size, got) in &received {
+                out.push_str(&format!(" recv_{size}={}", got.load(Ordering::Relaxed)));
+            }
+            say(&out);
+        } else if line.starts_with("LOAD") {
+            match field::<usize>(&line, "size").and_then(|size| start_load(&node, size)) {
+                Ok(l) => {
+                    load = Some(l);
+                    say("LOADED");
+                }
+                Err(e) => say(&format!("ERROR {e}")),
+            }
+        } else if line == "UNLOAD" {
+            let sends = match load.take() {
+                Some(l) => {
+                    l.stop.store(true, Ordering::Relaxed);
+                    let _ = l.thread.join();
+                    l.sends.load(Ordering::Relaxed)
+                }
+                None => 0,
+            };
+            say(&format!("UNLOADED sends={sends}"));
         }
+    }
+    if let Some(l) = load {
+        l.stop.store(true, Ordering::Relaxed);
     }
     node.shutdown();
     Ok(())
@@ -143,6 +202,8 @@ fn parse_mode(s: &str) -> Result<Reliable> {
 /// - `RELIABLE mode=M size=S n=N`: reliable Sends to the group of S hosts
 ///   (its silent twin for the DELIVER modes; `fraction=` is the mean share
 ///   of the members reached);
+/// - `DATAGRAM size=S n=N`: group Sends with reply mode None (V's
+///   datagram) to the silent group of S;
 /// - `RETRY size=S n=N`: an unreliable Send (reply mode Many) collecting S
 ///   replies, resent up to 3 times after 20 ms of silence (user-level retries);
 /// - `WATCH host=H`: answers when H has left the alive-host table;
@@ -178,6 +239,14 @@ fn client_command(node: &Node, p: &Process, line: &str) -> Result<String> {
                 Ok(o.met)
             })?;
             Ok(format!("{out} fraction={:.4}", share / n as f64))
+        }
+        "DATAGRAM" => {
+            let group = well_known_group(silent_group_of_size(field(line, "size")?));
+            measure(node, field(line, "n")?, || {
+                let mut m = [4u8; 32];
+                p.send_group(&mut m, group, ReplyMode::None, SendOptions::default())?;
+                Ok(true)
+            })
         }
         "RETRY" => {
             let size: usize = field(line, "size")?;

@@ -6,7 +6,10 @@
 use super::Fields;
 use crate::error::Result;
 use crate::peer::{parse_fields, Peer, PeerExe};
-use std::process::Command;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// Why the namespaces could not be set up.
@@ -21,9 +24,21 @@ pub enum Setup {
 const PORT: u16 = 7701;
 const CLIENT_HOST: u16 = 250;
 
+/// Counters of the member hosts, summed.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub struct HostStats {
+    /// Hosts declared down by any host.
+    pub hosts_down: u64,
+    /// Messages taken by the silent members of the group of each size.
+    pub received: BTreeMap<usize, u64>,
+}
+
 /// The running namespaces and peers.
 pub struct Topology {
     prefix: String,
+    /// Stdin of the reaper: when it closes (the bench exits, however it
+    /// exits, Ctrl-C and SIGKILL included) the reaper removes our namespaces.
+    reaper: Option<Child>,
     created: Vec<String>,
     hosts: Vec<Option<Peer>>,
     client: Option<Peer>,
@@ -48,8 +63,15 @@ impl Topology {
     /// every host alive.
     pub fn create(exe: &PeerExe, hosts: usize, sizes: &[usize]) -> std::result::Result<Topology, Setup> {
         let prefix = format!("vb{}-", std::process::id());
-        let mut t = Topology { prefix: prefix.clone(), created: Vec::new(), hosts: Vec::new(), client: None };
+        let mut t =
+            Topology { prefix: prefix.clone(), reaper: None, created: Vec::new(), hosts: Vec::new(), client: None };
         let br = format!("{prefix}br");
+        if effective_uid() != Some(0) {
+            return Err(Setup::Unavailable("not root (network namespaces need root)".into()));
+        }
+        ip(&["-V"]).map_err(|e| Setup::Unavailable(format!("no iproute2 ({e})")))?;
+        t.reaper =
+            Some(spawn_reaper(exe, &prefix).map_err(|e| Setup::Failed(format!("cannot start the reaper: {e}")))?);
         ip(&["netns", "add", &br])
             .map_err(|e| Setup::Unavailable(format!("cannot create a network namespace ({e})")))?;
         t.created.push(br.clone());
@@ -151,14 +173,52 @@ impl Topology {
 
     /// The sum of the hosts' "declared down" counters.
     pub fn hosts_down(&mut self) -> Result<u64> {
-        let mut sum = 0;
+        Ok(self.host_stats()?.hosts_down)
+    }
+
+    /// The hosts' counters, summed over the live hosts.
+    pub fn host_stats(&mut self) -> Result<HostStats> {
+        let mut sum = HostStats::default();
         for h in self.hosts.iter_mut().flatten() {
             h.send_line("STATS")?;
             let line = h.read_line(Duration::from_secs(10))?;
-            let f = parse_fields(line.strip_prefix("STATS").unwrap_or(""));
-            sum += f.get("hosts_down").and_then(|v| v.parse::<u64>().ok()).ok_or("bad STATS line")?;
+            let f = parse_fields(line.strip_prefix("STATS").ok_or("bad STATS line")?);
+            for (k, v) in f {
+                let n: u64 = v.parse().map_err(|_| format!("bad STATS field {k}={v}"))?;
+                if k == "hosts_down" {
+                    sum.hosts_down += n;
+                } else if let Some(size) = k.strip_prefix("recv_").and_then(|s| s.parse().ok()) {
+                    *sum.received.entry(size).or_default() += n;
+                }
+            }
         }
         Ok(sum)
+    }
+
+    /// Every host starts sending ALL_REPLY back to back to the group of `size`.
+    pub fn load_all(&mut self, size: usize) -> Result<()> {
+        for h in self.hosts.iter_mut().flatten() {
+            h.send_line(&format!("LOAD size={size}"))?;
+            let line = h.read_line(Duration::from_secs(10))?;
+            if line != "LOADED" {
+                return Err(format!("host: {line}").into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the hosts' load; the number of Sends they made.
+    pub fn unload_all(&mut self) -> Result<u64> {
+        let mut sends = 0;
+        for h in self.hosts.iter_mut().flatten() {
+            h.send_line("UNLOAD")?;
+        }
+        for h in self.hosts.iter_mut().flatten() {
+            let line = h.read_line(Duration::from_secs(30))?;
+            let f = parse_fields(line.strip_prefix("UNLOADED").ok_or_else(|| format!("host: {line}"))?);
+            sends += f.get("sends").and_then(|v| v.parse::<u64>().ok()).ok_or("bad UNLOADED line")?;
+        }
+        Ok(sends)
     }
 
     /// SIGKILLs host `i` (1-based).
@@ -178,18 +238,102 @@ fn in_namespace(exe: &PeerExe, ns: &str) -> PeerExe {
     PeerExe { program: "ip".into(), prefix }
 }
 
+/// The effective uid, from `/proc/self/status` (`Uid: real effective …`).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    uid_from_status(&status)
+}
+
+fn uid_from_status(status: &str) -> Option<u32> {
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Kills what runs in namespace `ns` (only our peers run there) and removes it.
+fn remove_namespace(ns: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    let _ = ip(&["netns", "del", ns]);
+}
+
+/// The namespaces whose names start with `prefix`, from `ip netns list`
+/// (lines such as `vb12-h1 (id: 3)`).
+pub fn namespaces_with_prefix(list: &str, prefix: &str) -> Vec<String> {
+    list.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Starts `bench-peer group-reaper --prefix P` in a process group of its own
+/// (a Ctrl-C at the terminal does not reach it).
+fn spawn_reaper(exe: &PeerExe, prefix: &str) -> std::io::Result<Child> {
+    Command::new(&exe.program)
+        .args(&exe.prefix)
+        .args(["group-reaper", "--prefix", prefix])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+}
+
+/// `bench-peer group-reaper --prefix P`: waits until its stdin closes (the
+/// bench has exited or dropped its topology), then removes every namespace
+/// named `P…` and what runs in it.
+pub fn reaper_peer(a: &crate::peer::PeerArgs) -> Result<()> {
+    let prefix: String = a.get("prefix")?;
+    if !prefix.starts_with("vb") || !prefix.ends_with('-') {
+        return Err(format!("group-reaper: refusing prefix {prefix:?}").into());
+    }
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+    }
+    let out = Command::new("ip").args(["netns", "list"]).output()?;
+    let list = String::from_utf8_lossy(&out.stdout);
+    // Member hosts and the client first, the bridge last.
+    let mut names = namespaces_with_prefix(&list, &prefix);
+    names.sort_by_key(|n| n.ends_with("br"));
+    for ns in names {
+        remove_namespace(&ns);
+    }
+    Ok(())
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         self.client.take();
         self.hosts.clear();
         for ns in self.created.drain(..).rev() {
-            // Anything still running in our own namespaces was started by us.
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            }
-            let _ = ip(&["netns", "del", &ns]);
+            remove_namespace(&ns);
         }
+        if let Some(mut r) = self.reaper.take() {
+            drop(r.stdin.take());
+            let _ = r.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reaper_picks_only_our_namespaces() {
+        let list = "vb12-h1 (id: 3)\nvb12-br (id: 0)\nvb123-h1\nother\nvb12-c (id: 4)\n";
+        assert_eq!(namespaces_with_prefix(list, "vb12-"), vec!["vb12-h1", "vb12-br", "vb12-c"]);
+        assert!(namespaces_with_prefix("", "vb12-").is_empty());
+    }
+
+    #[test]
+    fn the_effective_uid_is_the_second_uid_field() {
+        assert_eq!(uid_from_status("Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t0\n"), Some(0));
+        assert_eq!(uid_from_status("Uid:\t0\t65534\t0\t0\n"), Some(65534));
+        assert_eq!(uid_from_status("Gid: 0\n"), None);
     }
 }
