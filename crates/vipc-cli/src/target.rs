@@ -1,7 +1,7 @@
 //! What a command is aimed at: a pid, a logical host or a registered name.
 
 use crate::error::{CliError, CliResult};
-use vipc::{Pid, Process, Scope};
+use vipc::{Pid, Process};
 
 /// A parsed TARGET argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,13 +39,14 @@ impl Target {
     }
 
     /// Resolves the target to a pid (a host to its kernel server), looking a
-    /// name up on every node (scope Any).
+    /// name up on every node: GetPid (scope Any), then the kernel servers'
+    /// group ([`vipc::locate::resolve`]).
     pub fn resolve(&self, p: &Process) -> CliResult<Pid> {
         match self {
             Target::Pid(pid) if pid.is_none() || pid.is_group() => Err(CliError(format!("{pid} is not a process id"))),
             Target::Pid(pid) => Ok(*pid),
             Target::Host(h) => Ok(vipc::services::kernel_pid(*h)),
-            Target::Name(n) => match p.get_pid(n, Scope::Any)? {
+            Target::Name(n) => match vipc::locate::resolve(p, n)? {
                 Some(pid) => Ok(pid),
                 None => Err(CliError(format!(
                     "no process is registered as {n:?} (unknown name, wrong key, or node not running?)"

@@ -129,5 +129,6 @@ fn node_hosts_pipes_and_errors_are_one_line() {
     assert!(lines[0].starts_with("vipc: error: pipe no-such-pipe: no pipe named"), "{err:?}");
     let o = finish(spawn(&["pipe", "read", &"x".repeat(40), "--group", &g]), 60);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).starts_with("vipc: error: pipe xxxx"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("vipc: error: pipe xxxx"), "{err:?}");
 }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use vipc::{Error, Node, Pid, Process, ProtocolError, Scope, SegmentRef, SendOptions};
+use vipc::{Error, Node, Pid, Process, ProtocolError, SegmentRef, SendOptions};
 
 /// An open file of an [`FsClient`]: a client-side id, valid across server restarts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,7 +172,8 @@ impl FsClient {
     }
 
     fn resolve(&self, p: &Process) -> FsResult<Server> {
-        let pid = p.get_pid(&self.name, Scope::Any)?.ok_or_else(|| FsError::NotFound(self.name.clone()))?;
+        // GetPid's broadcast, then the kernel servers' group (000 §6.6).
+        let pid = vipc::locate::resolve(p, &self.name)?.ok_or_else(|| FsError::NotFound(self.name.clone()))?;
         let mut m = Req::new(OP_HELLO).0;
         p.send(&mut m, pid)?;
         let rep = Rep(m);

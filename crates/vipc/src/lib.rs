@@ -50,6 +50,7 @@
 mod config;
 mod error;
 mod faults;
+pub mod locate;
 mod net;
 mod node;
 mod process;

@@ -199,7 +199,11 @@ impl Node {
         shared.lock().log_conflicts = true;
         let node = Node { handle: Arc::new(handle) };
         if config.kernel_server {
-            node.spawn(services::kernel_server)?;
+            let (ks, _) = node.spawn(services::kernel_server)?;
+            // A member of the kernel servers' group before start returns, so
+            // that a location query sent right after finds it.
+            let group = crate::locate::KERNEL_SERVER_GROUP;
+            node.handle.shared.call(None, |e, _| e.join_group(ks, group))?;
         }
         Ok(node)
     }

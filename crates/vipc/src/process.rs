@@ -116,6 +116,12 @@ impl Process {
         self.shared.stats()
     }
 
+    /// The pid registered on this node under `name`, as a GetPid from another
+    /// node (`remote`) or from this one would see it; never blocks.
+    pub fn registered(&self, name: &str, remote: bool) -> Result<Option<Pid>> {
+        self.shared.call(Some(self.pid), |e, _| Ok(e.registered(name.as_bytes(), remote)))
+    }
+
     /// The alive-host table of this process's node (see [`crate::Node::alive_hosts`]).
     pub fn alive_hosts(&self) -> Result<AliveHosts> {
         self.shared.call(Some(self.pid), |e, _| Ok(e.alive_hosts()))

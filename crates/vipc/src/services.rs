@@ -13,6 +13,7 @@
 //! | [`OP_HOSTS`] = 3 | the alive-host table (`GET_IAH_BIT_VECTOR`) | optionally a write-granted segment | bytes 4..8: sequence number; 8..12: rows; 16..32: bit *r* (byte 16 + *r*/8, bit *r*%8) set if row *r* < 128 holds a host; the segment gets 8 bytes per row: host id (u16), IPv4 address (4 bytes, in order) and port (u16) it announced itself from (`0.0.0.0:0` for IPv6), all zero for a free row |
 //! | [`OP_HOST_AT`] = 4 | one row (`GET_IAH_HOST_NO`) | bytes 4..8: sequence number, 8..12: row | bytes 12..14: host id, or status [`STATUS_STALE`] / [`STATUS_NO_ROW`] |
 //! | [`OP_RESET_HOSTS`] = 5 | forget every host and ask them to announce again (`RESET_IAH_BIT_VECTOR`) | anything | at once |
+//! | [`OP_LOCATE`](crate::locate::OP_LOCATE) = 6 | who serves a name (usually sent to the kernel servers' group, see [`crate::locate`]) | byte 1: length, bytes 2..: the name | bytes 4..8: the pid, or status [`STATUS_NOT_HERE`](crate::locate::STATUS_NOT_HERE) |
 //!
 //! Integers are little-endian. The reply is the request with:
 //! - byte 0: status — [`STATUS_OK`] = 0, [`STATUS_UNKNOWN_OP`] = 1,
@@ -88,7 +89,8 @@ pub fn parse_stats_text(text: &str) -> Vec<(String, u64)> {
 }
 
 /// The kernel server's loop (see the module docs). Returns when the node stops
-/// or the process is destroyed.
+/// or the process is destroyed. [`Node::start`] makes it a member of
+/// [`KERNEL_SERVER_GROUP`](crate::locate::KERNEL_SERVER_GROUP) before returning.
 pub fn kernel_server(p: Process) {
     loop {
         let mut msg: Message = [0; 32];
@@ -167,6 +169,14 @@ pub fn kernel_server(p: Process) {
             OP_RESET_HOSTS => {
                 reply[0] = STATUS_OK;
                 p.reset_alive_hosts().and_then(|()| p.reply(&reply, info.from))
+            }
+            crate::locate::OP_LOCATE => {
+                let remote = info.from.host() != p.pid().host();
+                let found = match crate::locate::parse_query(&msg) {
+                    Some(name) => p.registered(name, remote),
+                    None => Ok(None),
+                };
+                found.and_then(|f| p.reply(&crate::locate::locate_answer(f), info.from))
             }
             _ => {
                 reply[0] = STATUS_UNKNOWN_OP;

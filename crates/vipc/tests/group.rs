@@ -84,7 +84,7 @@ fn a_send_to_a_group_reaches_members_on_every_node() {
     let r = me.send_group(&mut m, group, ReplyMode::Many, SendOptions::default());
     assert!(matches!(r, Err(Error::Protocol(vipc::ProtocolError::Timeout(g))) if g == group), "{r:?}");
     let s = nodes[1].stats();
-    assert!(s.group_deliveries >= 8 && s.memberships == 0, "{s:?}");
+    assert!(s.group_deliveries >= 8 && s.memberships == 1, "only the kernel server is left: {s:?}");
 }
 
 #[test]

@@ -181,6 +181,7 @@ fn sizes(topo: &mut Topology, out: &mut Output, sizes: &[usize], quick: bool) ->
             runs.keep(&format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
             runs.keep(&format!("kall_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={s} size={s} n={n}"))?)?;
             runs.keep(&format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
+            runs.keep(&format!("one_{s}"), &topo.ask(&format!("ONE size={s} n={n}"))?)?;
             let cmd = format!("DATAGRAM size={s} n={n}");
             with_received(topo, &mut runs, &format!("datagram_{s}"), &cmd, s, n)?;
             let cmd = format!("RELIABLE mode=k-deliver={s} size={s} n={n}");
@@ -215,6 +216,8 @@ fn records(runs: &Runs, sizes: &[usize], hosts: usize) -> Vec<Record> {
         rec(format!("k_reply_vs_all_{s}"), m(format!("kall_{s}")), "us", format!("all_reply_{s}"), all);
         rec(format!("all_reply_{s}"), all, "us", uc(), unicast);
         rec(format!("all_reply_vs_k1_{s}"), all, "us", format!("k_reply1_{s}"), k1);
+        // V's own group Send taking the first reply (000 §6: ≈ a unicast exchange).
+        rec(format!("group_send_one_{s}"), m(format!("one_{s}")), "us", uc(), unicast);
         // 004 Table 3.
         let dgram = m(format!("datagram_{s}"));
         rec(format!("datagram_{s}"), dgram, "us", uc(), unicast);

@@ -204,6 +204,7 @@ fn parse_mode(s: &str) -> Result<Reliable> {
 ///   of the members reached);
 /// - `DATAGRAM size=S n=N`: group Sends with reply mode None (V's
 ///   datagram) to the silent group of S;
+/// - `ONE size=S n=N`: V's group Send in reply mode One (the first reply);
 /// - `RETRY size=S n=N`: an unreliable Send (reply mode Many) collecting S
 ///   replies, resent up to 3 times after 20 ms of silence (user-level retries);
 /// - `WATCH host=H`: answers when H has left the alive-host table;
@@ -245,6 +246,14 @@ fn client_command(node: &Node, p: &Process, line: &str) -> Result<String> {
             measure(node, field(line, "n")?, || {
                 let mut m = [4u8; 32];
                 p.send_group(&mut m, group, ReplyMode::None, SendOptions::default())?;
+                Ok(true)
+            })
+        }
+        "ONE" => {
+            let group = well_known_group(group_of_size(field(line, "size")?));
+            measure(node, field(line, "n")?, || {
+                let mut m = [5u8; 32];
+                p.send_group(&mut m, group, ReplyMode::One, SendOptions::default())?;
                 Ok(true)
             })
         }

@@ -106,6 +106,18 @@ pub fn section(records: &[Record]) -> Option<String> {
             paper(n, |p| Some(p.all_vs_k1)),
         );
     }
+    let ones: Vec<String> = sizes
+        .iter()
+        .filter_map(|n| get(records, &format!("group_send_one_{n}")).map(|r| format!("{n} members {:.2}", r.ratio)))
+        .collect();
+    if !ones.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nV's own group Send taking the first reply (reply mode One, 000 §6: about one unicast exchange) \
+             ÷ unicast exchange: {}.",
+            ones.join(", ")
+        );
+    }
     if let Some(r) = get(records, "further_reply_cost") {
         let _ = writeln!(
             s,

@@ -394,6 +394,13 @@ impl Engine {
         Ok(())
     }
 
+    /// The pid registered under `name` as a GetPid from another node
+    /// (`remote`) or from this one would find it, without blocking: what a
+    /// server answering a location query on behalf of its node needs.
+    pub fn registered(&self, name: &[u8], remote: bool) -> Option<Pid> {
+        self.lookup_name(name, remote)
+    }
+
     /// A registered pid visible to a lookup from `remote` (or local) callers.
     fn lookup_name(&self, name: &[u8], remote: bool) -> Option<Pid> {
         let &(pid, scope) = self.names.get(name)?;
