@@ -69,26 +69,65 @@ impl Session {
         }
     }
 
-    /// Runs one item; a machine without network namespaces skips it with a note.
-    pub fn run_item(&mut self, out: &mut Output, item: &str) -> Result<()> {
-        if self.topo.is_none() && self.skipped.is_none() {
-            let hosts = *self.sizes().last().unwrap_or(&2);
-            match Topology::create(&self.exe, hosts, &self.sizes()) {
+    /// The topology of `hosts` member hosts (each size of group up to
+    /// `hosts`), made anew when the current one has another number of hosts;
+    /// `None` when the machine cannot make namespaces (noted once).
+    fn topology(&mut self, out: &mut Output, hosts: usize) -> Result<Option<&mut Topology>> {
+        if self.skipped.is_some() {
+            return Ok(None);
+        }
+        if self.topo.as_ref().is_some_and(|t| t.hosts() != hosts) {
+            self.topo = None; // removes its namespaces before the next are made
+        }
+        if self.topo.is_none() {
+            let sizes: Vec<usize> = self.sizes().into_iter().filter(|&s| s <= hosts).collect();
+            match Topology::create(&self.exe, hosts, &sizes) {
                 Ok(t) => self.topo = Some(t),
                 Err(Setup::Unavailable(why)) => {
                     eprintln!("bench: groups skipped: {why}");
                     out.note(format!("groups: skipped ({why})"));
                     self.skipped = Some(why);
+                    return Ok(None);
                 }
                 Err(Setup::Failed(e)) => return Err(format!("setting up the namespaces: {e}").into()),
             }
         }
+        Ok(self.topo.as_mut())
+    }
+
+    /// Runs one item; a machine without network namespaces skips it with a note.
+    pub fn run_item(&mut self, out: &mut Output, item: &str) -> Result<()> {
         let all = self.sizes();
-        let Some(topo) = self.topo.as_mut() else { return Ok(()) };
+        let most = *all.last().unwrap_or(&2);
+        let quick = self.quick;
         match item {
-            "sizes" => sizes(topo, out, &all, self.quick),
-            "soak" => soak(topo, out, if self.quick { 3.0 } else { 600.0 }),
-            "detect" => detect(topo, out),
+            "sizes" => {
+                // As in 004 Table 2, a group of R members on R hosts (and the
+                // client's); then the largest topology with the smallest
+                // group: what the hosts without members cost (ACK 0).
+                let mut runs = Runs::default();
+                for &s in &all {
+                    let Some(topo) = self.topology(out, s)? else { return Ok(()) };
+                    let idle = if s == most && most > all[0] { Some(all[0]) } else { None };
+                    measure_size(topo, &mut runs, s, idle, quick)?;
+                }
+                for r in records(&runs, &all) {
+                    out.record(r);
+                }
+                Ok(())
+            }
+            "soak" => match self.topology(out, most)? {
+                Some(topo) => soak(topo, out, if quick { 3.0 } else { 600.0 }),
+                None => Ok(()),
+            },
+            "detect" => {
+                let r = match self.topology(out, most)? {
+                    Some(topo) => detect(topo, out),
+                    None => Ok(()),
+                };
+                self.topo = None; // one host fewer: not reused
+                r
+            }
             other => Err(format!("unknown item groups/{other}").into()),
         }
     }
@@ -171,44 +210,46 @@ fn with_received(topo: &mut Topology, runs: &mut Runs, name: &str, cmd: &str, si
     runs.keep(name, &f)
 }
 
-/// Round-robin rounds of every figure beside its baselines.
-fn sizes(topo: &mut Topology, out: &mut Output, sizes: &[usize], quick: bool) -> Result<()> {
+/// Rounds of every figure of the group of `s` members on the `s` hosts of
+/// `topo`, each round measuring the unicast exchange beside them; with
+/// `idle`, also ALL_REPLY to the group of that size among all the hosts.
+fn measure_size(topo: &mut Topology, runs: &mut Runs, s: usize, idle: Option<usize>, quick: bool) -> Result<()> {
     let (rounds, n) = if quick { (1, 40) } else { (5, 300) };
-    let mut runs = Runs::default();
     for _ in 0..rounds {
-        runs.keep("unicast", &topo.ask(&format!("UNICAST host=1 n={n}"))?)?;
-        for &s in sizes {
-            runs.keep(&format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
-            runs.keep(&format!("kall_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={s} size={s} n={n}"))?)?;
-            runs.keep(&format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
-            runs.keep(&format!("one_{s}"), &topo.ask(&format!("ONE size={s} n={n}"))?)?;
-            let cmd = format!("DATAGRAM size={s} n={n}");
-            with_received(topo, &mut runs, &format!("datagram_{s}"), &cmd, s, n)?;
-            let cmd = format!("RELIABLE mode=k-deliver={s} size={s} n={n}");
-            with_received(topo, &mut runs, &format!("kdeliver_{s}"), &cmd, s, n)?;
-            let cmd = format!("RELIABLE mode=all-deliver size={s} n={n}");
-            with_received(topo, &mut runs, &format!("deliver_{s}"), &cmd, s, n)?;
-            runs.keep(&format!("series_{s}"), &topo.ask(&format!("SERIES hosts={s} n={}", n / 4))?)?;
-            runs.keep(&format!("retry_{s}"), &topo.ask(&format!("RETRY size={s} n={n}"))?)?;
+        runs.keep(&format!("unicast_{s}"), &topo.ask(&format!("UNICAST host=1 n={n}"))?)?;
+        runs.keep(&format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
+        runs.keep(&format!("kall_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={s} size={s} n={n}"))?)?;
+        runs.keep(&format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
+        runs.keep(&format!("one_{s}"), &topo.ask(&format!("ONE size={s} n={n}"))?)?;
+        let cmd = format!("DATAGRAM size={s} n={n}");
+        with_received(topo, runs, &format!("datagram_{s}"), &cmd, s, n)?;
+        let cmd = format!("RELIABLE mode=k-deliver={s} size={s} n={n}");
+        with_received(topo, runs, &format!("kdeliver_{s}"), &cmd, s, n)?;
+        let cmd = format!("RELIABLE mode=all-deliver size={s} n={n}");
+        with_received(topo, runs, &format!("deliver_{s}"), &cmd, s, n)?;
+        runs.keep(&format!("series_{s}"), &topo.ask(&format!("SERIES hosts={s} n={}", n / 4))?)?;
+        runs.keep(&format!("retry_{s}"), &topo.ask(&format!("RETRY size={s} n={n}"))?)?;
+        if let Some(g) = idle {
+            let cmd = format!("RELIABLE mode=all-reply size={g} n={n}");
+            runs.keep(&format!("idle_all_{g}_{s}"), &topo.ask(&cmd)?)?;
         }
-    }
-    for r in records(&runs, sizes, topo.hosts()) {
-        out.record(r);
     }
     Ok(())
 }
 
-/// The suite's records of item `sizes` from the medians of its rounds, on
-/// `hosts` member hosts.
-fn records(runs: &Runs, sizes: &[usize], hosts: usize) -> Vec<Record> {
+/// The suite's records of item `sizes` from the medians of its rounds (the
+/// group of `s` members measured on `s` hosts).
+fn records(runs: &Runs, sizes: &[usize]) -> Vec<Record> {
     let mut v = Vec::new();
     let mut rec = |name: String, value: f64, unit: &str, base: String, bv: f64| {
         v.push(Record::new(SUITE, &name, value, unit, &base, bv));
     };
     let m = |k: String| runs.time(&k);
-    let unicast = runs.time("unicast");
-    let uc = || "unicast_exchange".to_string();
     for &s in sizes {
+        let unicast = m(format!("unicast_{s}"));
+        let uc = || format!("unicast_exchange_{s}");
+        rec(format!("unicast_exchange_{s}"), unicast, "us", uc(), unicast);
+        rec(format!("unicast_packets_{s}"), runs.packets(&format!("unicast_{s}")), "packets", "formula_2".into(), 2.0);
         let (k1, all) = (m(format!("k1_{s}")), m(format!("all_{s}")));
         // 004 Table 2.
         rec(format!("k_reply1_{s}"), k1, "us", uc(), unicast);
@@ -246,7 +287,7 @@ fn records(runs: &Runs, sizes: &[usize], hosts: usize) -> Vec<Record> {
         rec(format!("all_reply_vs_retry_{s}"), all, "us", format!("retry_multicast_{s}"), retry);
         // 004 Fig. 17.
         let p = |k: &str| runs.packets(&format!("{k}_{s}"));
-        let h = hosts.saturating_sub(s);
+        let h = 0; // the topology of s hosts has no host without a member
         rec(
             format!("packets_all_reply_{s}"),
             p("all"),
@@ -270,11 +311,23 @@ fn records(runs: &Runs, sizes: &[usize], hosts: usize) -> Vec<Record> {
     if let (Some(&small), Some(&big)) = (sizes.first(), sizes.last()) {
         if big > small {
             let further = (m(format!("all_{big}")) - m(format!("all_{small}"))) / (big - small) as f64;
-            rec("further_reply_cost".into(), further, "us", uc(), unicast);
+            let unicast = m(format!("unicast_{big}"));
+            rec("further_reply_cost".into(), further, "us", format!("unicast_exchange_{big}"), unicast);
+            // 004 §5.3: hosts without members (ACK 0) should cost little.
+            let idle = m(format!("idle_all_{small}_{big}"));
+            let name = format!("all_reply_{small}_among_{big}_hosts");
+            rec(name, idle, "us", format!("all_reply_{small}"), m(format!("all_{small}")));
+            let p = runs.packets(&format!("idle_all_{small}_{big}"));
+            let f = formula_reliable(small, big - small);
+            rec(
+                format!("packets_all_reply_{small}_among_{big}_hosts"),
+                p,
+                "packets",
+                format!("formula_1+R+H_{small}"),
+                f,
+            );
         }
     }
-    rec("unicast_exchange".into(), unicast, "us", "unicast_exchange".into(), unicast);
-    rec("unicast_packets".into(), runs.packets("unicast"), "packets", "formula_2".into(), formula_unisend(1));
     v
 }
 
@@ -347,18 +400,18 @@ mod tests {
     #[test]
     fn records_carry_their_baselines_and_ratios() {
         let mut runs = Runs::default();
-        runs.keep("unicast", &fields(100.0, 2.0)).unwrap();
-        runs.keep("unicast", &fields(120.0, 2.0)).unwrap();
-        runs.keep("unicast", &fields(110.0, 2.0)).unwrap();
+        runs.keep("unicast_4", &fields(100.0, 2.0)).unwrap();
+        runs.keep("unicast_4", &fields(120.0, 2.0)).unwrap();
+        runs.keep("unicast_4", &fields(110.0, 2.0)).unwrap();
         for (k, t, p) in [("k1", 150.0, 5.0), ("all", 160.0, 5.0), ("series", 440.0, 8.0), ("datagram", 10.0, 1.0)] {
             runs.keep(&format!("{k}_4"), &fields(t, p)).unwrap();
         }
         runs.received.insert("datagram_4".into(), vec![0.5]);
         runs.received.insert("deliver_4".into(), vec![0.9]);
-        let rs = records(&runs, &[4], 4);
+        let rs = records(&runs, &[4]);
         let get = |n: &str| rs.iter().find(|r| r.name == n).unwrap_or_else(|| panic!("no {n}"));
         let all = get("all_reply_4");
-        assert_eq!((all.value, all.baseline.as_str(), all.baseline_value), (160.0, "unicast_exchange", 110.0));
+        assert_eq!((all.value, all.baseline.as_str(), all.baseline_value), (160.0, "unicast_exchange_4", 110.0));
         assert!((all.ratio - 160.0 / 110.0).abs() < 1e-9);
         assert!((get("all_reply_vs_k1_4").ratio - 160.0 / 150.0).abs() < 1e-9);
         assert!((get("all_reply_vs_series_4").ratio - 160.0 / 440.0).abs() < 1e-9);
@@ -372,7 +425,7 @@ mod tests {
         assert_eq!(j["suite"], "groups");
         assert_eq!(j["name"], "all_reply_4");
         assert_eq!(j["unit"], "us");
-        assert_eq!(j["baseline"], "unicast_exchange");
+        assert_eq!(j["baseline"], "unicast_exchange_4");
         assert_eq!(j["baseline_value"], 110.0);
         assert!(j["ratio"].as_f64().is_some());
     }
