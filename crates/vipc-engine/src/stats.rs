@@ -61,6 +61,10 @@ pub struct Stats {
     pub group_dropped: u64,
     /// Reliable group Sends whose condition was not met.
     pub group_failures: u64,
+    /// Unicast copies sent in place of one multicast datagram where the node
+    /// has no multicast (a broadcast or group Send fanned out to n hosts
+    /// counts n). Counted by the runtime; the engine leaves it 0.
+    pub unicast_fanout: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -139,6 +143,7 @@ impl Stats {
             ("group_replies_dropped", self.group_replies_dropped),
             ("group_dropped", self.group_dropped),
             ("group_failures", self.group_failures),
+            ("unicast_fanout", self.unicast_fanout),
             ("memberships", self.memberships),
             ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),

@@ -237,6 +237,8 @@ pub(crate) struct State {
     /// Group multicast addresses the multicast socket has joined, with the
     /// number of local groups mapped to each (distinct groups may share one).
     joined: HashMap<Ipv4Addr, u32>,
+    /// Unicast copies sent in place of multicast ([`Stats::unicast_fanout`]).
+    fanout: u64,
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -323,6 +325,7 @@ impl Shared {
                 kicked: false,
                 rxbuf: vec![0; net::RECV_BUFFER],
                 joined: HashMap::new(),
+                fanout: 0,
             }),
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
@@ -375,7 +378,7 @@ impl Shared {
                 }
                 continue;
             }
-            let State { faults, outq, engine, .. } = st;
+            let State { faults, outq, engine, fanout, .. } = st;
             let mut push = |to: SocketAddr, bytes: Vec<u8>| match faults {
                 Some(f) => f.apply(now, to, bytes, outq),
                 None => outq.push_back((to, bytes)),
@@ -397,6 +400,7 @@ impl Shared {
                 (Destination::Broadcast | Destination::Group(_), None) => {
                     let alive = engine.alive_addrs().filter(|a| !self.peers.contains(a) && !self.own.contains(a));
                     for a in self.peers.iter().copied().chain(alive) {
+                        *fanout += 1;
                         push(a, t.bytes.clone());
                     }
                 }
@@ -962,7 +966,8 @@ impl Shared {
 
     /// The engine's counters.
     pub(crate) fn stats(&self) -> Stats {
-        self.lock().engine.stats()
+        let st = self.lock();
+        Stats { unicast_fanout: st.fanout, ..st.engine.stats() }
     }
 
     /// Stops the node: threads exit, blocked calls return `NodeStopped`.

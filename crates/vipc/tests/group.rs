@@ -154,8 +154,14 @@ fn without_multicast_group_sends_fan_out_to_the_alive_hosts() {
         assert!(std::time::Instant::now() < deadline, "node 0 never heard node 2's I-Am-Here");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let before = nodes[0].stats();
     let mut m = [5u8; 32];
     let first = me.send_group(&mut m, group, ReplyMode::One, SendOptions::default()).unwrap();
     assert_eq!(first, far, "the member on the host known only as alive replied");
     assert_eq!(replier_of(&m), far);
+    // One copy to the peer (node 1) and one to the alive host (node 2), counted as fan-out.
+    let after = nodes[0].stats();
+    let sends = after.sent(vipc::PacketType::Send) - before.sent(vipc::PacketType::Send);
+    assert!(sends >= 1, "the group Send went out");
+    assert!(after.unicast_fanout - before.unicast_fanout >= 2 * sends, "{before:?} {after:?}");
 }

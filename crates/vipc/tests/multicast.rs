@@ -80,4 +80,5 @@ fn group_sends_go_to_the_group_address_and_only_member_nodes_hear_them() {
     assert_eq!(m, [7u8; 32]);
     assert!(sends_in(&nodes[1]) >= 1);
     assert_eq!(sends_in(&nodes[2]), 0, "a node without members heard the group's Send");
+    assert_eq!(nodes[0].stats().unicast_fanout, 0, "with multicast nothing is fanned out");
 }
