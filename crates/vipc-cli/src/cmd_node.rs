@@ -6,8 +6,8 @@ use std::io::Write;
 use vipc::{services, Node};
 
 /// Runs a node (serving pipes `pipes` and directories `exports`, and with a
-/// member of each of `members`, if any) until SIGINT or SIGTERM.
-pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vipc::Pid]) -> CliResult<()> {
+/// member of each of `members`, and a team server if `team`) until SIGINT or SIGTERM.
+pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vipc::Pid], team: bool) -> CliResult<()> {
     let cfg = args.build()?;
     let exports = exports.iter().map(|e| crate::fsremote::parse_export(e)).collect::<CliResult<Vec<_>>>()?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -19,6 +19,9 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
     services::spawn_echo(&node, Some("echo"))?;
     for g in members {
         services::spawn_group_member(&node, *g)?;
+    }
+    if team {
+        vipc_exec::serve(&node).map_err(|e| CliError(e.to_string()))?;
     }
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
     let files = exports

@@ -17,6 +17,7 @@ macro_rules! say {
 mod cmd_bench;
 mod cmd_cat;
 mod cmd_cp;
+mod cmd_exec;
 mod cmd_group;
 mod cmd_hosts;
 mod cmd_keygen;
@@ -62,6 +63,28 @@ enum Cmd {
         /// Run a member of GROUP that answers every message (a well-known group number or a group id; repeatable).
         #[arg(long = "member", value_name = "GROUP", value_parser = cmd_group::parse_group_id)]
         members: Vec<vipc::Pid>,
+        /// Run a team server: anyone who can reach this node may run commands here as this user
+        /// (`vipc exec`); use it with --key or on a trusted network only.
+        #[arg(long)]
+        team: bool,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Run a command on the least loaded host with a team server (or --on HOST), with its output
+    /// and exit status; Ctrl-C reaches the remote command.
+    Exec {
+        /// Run on this logical host (decimal or 0x hex) instead of the least loaded one.
+        #[arg(long, value_parser = opts::parse_host)]
+        on: Option<u16>,
+        /// How long to collect the team servers' load answers (ms).
+        #[arg(long, default_value_t = 50)]
+        deadline_ms: u64,
+        /// How long to listen for the alive hosts first (ms).
+        #[arg(long, default_value_t = 200)]
+        listen_ms: u64,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        command: Vec<String>,
         #[command(flatten)]
         node: NodeArgs,
     },
@@ -207,7 +230,14 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let r = match &cli.cmd {
-        Cmd::Node { node, pipes, exports, members } => cmd_node::run(node, pipes, exports, members),
+        Cmd::Node { node, pipes, exports, members, team } => cmd_node::run(node, pipes, exports, members, *team),
+        Cmd::Exec { on, deadline_ms, listen_ms, command, node } => {
+            let ms = std::time::Duration::from_millis;
+            match cmd_exec::run(command, *on, ms(*deadline_ms), ms(*listen_ms), node) {
+                Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+                Err(e) => Err(e),
+            }
+        }
         Cmd::Gsend { to, mode, count, listen_ms, interval_ms, node } => {
             let ms = std::time::Duration::from_millis;
             cmd_group::run(*to, *mode, *count, ms(*listen_ms), ms(*interval_ms), node)

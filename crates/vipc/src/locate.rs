@@ -12,7 +12,7 @@
 //! | number | group |
 //! |---|---|
 //! | 1 | [`KERNEL_SERVER_GROUP`]: every node's kernel server; answers [`OP_LOCATE`] |
-//! | 2 | [`TEAM_SERVER_GROUP`]: reserved for remote execution's team servers |
+//! | 2 | [`TEAM_SERVER_GROUP`]: the team servers of remote execution (crate `vipc-exec`) |
 //!
 //! The query is a 32-byte message: byte 0 = [`OP_LOCATE`], byte 1 = the
 //! name's length L (1..=[`MAX_LOCATE_NAME`]), bytes 2..2+L = the name. The
@@ -26,7 +26,7 @@ use vipc_engine::{well_known_group, Message, Pid, ReplyMode, Scope, SendOptions}
 
 /// The group of every node's kernel server.
 pub const KERNEL_SERVER_GROUP: Pid = well_known_group(1);
-/// Reserved: the group of the team servers of remote execution.
+/// The group of the team servers of remote execution (crate `vipc-exec`).
 pub const TEAM_SERVER_GROUP: Pid = well_known_group(2);
 /// Operation byte of a location query.
 pub const OP_LOCATE: u8 = 6;

@@ -1,0 +1,80 @@
+//! `vipc node --team` and `vipc exec` as separate processes on loopback:
+//! output, exit status, Ctrl-C, and the error without a team server.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
+
+/// A child process killed when dropped (also on panic).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A multicast group and port of this run's own.
+fn own_group() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let r = h.finish();
+    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r % 40_000) as u16)
+}
+
+fn exec(args: &[&str]) -> Command {
+    let mut c = Command::new(VIPC);
+    c.arg("exec").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+#[test]
+fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
+    let g = own_group();
+    // Without a team server: one clear line, non-zero, soon.
+    let t = Instant::now();
+    let o = exec(&["--group", &g, "--", "true"]).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.starts_with("vipc: error: exec: no team server answered"), "{err:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    let mut node = Command::new(VIPC)
+        .args(["node", "--team", "--group", &g])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(node.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _node = Guard(node);
+    assert!(line.starts_with("vipc node: host "), "{line:?}");
+
+    let o = exec(&["--group", &g, "--", "sh", "-c", "echo out; echo err >&2; exit 3"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{:?}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+
+    // Ctrl-C on the client reaches the remote command: `sleep 30` ends at once.
+    let client = exec(&["--group", &g, "--", "sh", "-c", "echo started; exec sleep 30"]).spawn().unwrap();
+    let pid = client.id();
+    let mut client = Guard(client);
+    let mut line = String::new();
+    BufReader::new(client.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    let t = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let status = loop {
+        if let Some(s) = client.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "vipc exec did not end after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130), "128 + SIGINT");
+}

@@ -1,0 +1,181 @@
+//! The team server: answers load queries, hands each Exec to a worker
+//! process of its own, and signals running commands.
+
+use crate::*;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid as OsPid;
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use vipc::locate::TEAM_SERVER_GROUP;
+use vipc::{Error, Message, Node, Pid, Process, SegmentRef, SendOptions};
+
+/// Running commands: the pid that sent the Exec → the command's OS pid.
+type Jobs = Arc<Mutex<HashMap<Pid, u32>>>;
+
+fn lock(jobs: &Jobs) -> std::sync::MutexGuard<'_, HashMap<Pid, u32>> {
+    jobs.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the team server on `node`: a process that joins the team servers'
+/// group and serves until the node stops. Returns its pid.
+pub fn serve(node: &Node) -> Result<Pid> {
+    let n = node.clone();
+    let (pid, _) = node.spawn(move |p| {
+        if let Err(e) = p.join_group(TEAM_SERVER_GROUP) {
+            tracing::warn!("team server: cannot join the team servers' group: {e}");
+            return;
+        }
+        team_server(&n, &p, &Jobs::default());
+    })?;
+    Ok(pid)
+}
+
+fn load_average() -> u32 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+        .map(|l| (l * 100.0) as u32)
+        .unwrap_or(0)
+}
+
+fn team_server(node: &Node, p: &Process, jobs: &Jobs) {
+    let mut argv = vec![0u8; MAX_ARGV];
+    loop {
+        let mut m: Message = [0; 32];
+        let info = match p.receive_with_segment(&mut m, &mut argv) {
+            Ok(i) => i,
+            Err(_) => return, // the node stopped
+        };
+        let mut reply: Message = [0; 32];
+        match m[0] {
+            OP_LOAD => {
+                put32(&mut reply, 4, lock(jobs).len() as u32);
+                put32(&mut reply, 8, load_average());
+            }
+            OP_EXEC => match exec_request(p, &m, &info, &mut argv) {
+                Ok(args) => {
+                    let sink = Pid(le32(&m, 4));
+                    let (jobs2, client, n) = (jobs.clone(), info.from, node.clone());
+                    let spawned = node.spawn(move |w| worker(w, &n, args, sink, client, &jobs2));
+                    match spawned.map_err(ExecError::from).and_then(|(wp, _)| Ok(p.forward(&m, info.from, wp)?)) {
+                        Ok(()) => continue, // the worker replies
+                        Err(e) => {
+                            tracing::debug!("team server: cannot start a worker: {e}");
+                            reply[0] = STATUS_SPAWN_FAILED;
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::debug!("team server: bad request from {}: {why}", info.from);
+                    reply[0] = STATUS_BAD_REQUEST;
+                }
+            },
+            OP_SIGNAL => {
+                let (job, sig) = (Pid(le32(&m, 4)), le32(&m, 8) as i32);
+                reply[0] = match (lock(jobs).get(&job), Signal::try_from(sig)) {
+                    (Some(&os), Ok(s)) => {
+                        let _ = killpg(OsPid::from_raw(os as i32), s);
+                        0
+                    }
+                    _ => STATUS_NO_JOB,
+                };
+            }
+            _ => reply[0] = STATUS_BAD_REQUEST,
+        }
+        let _ = p.reply(&reply, info.from);
+    }
+}
+
+/// The argument vector of an Exec: appended, or moved from the client.
+fn exec_request(p: &Process, m: &Message, info: &vipc::ReceiveInfo, buf: &mut [u8]) -> Result<Vec<String>> {
+    let size = info.segment_size as usize;
+    if !info.access.read || size == 0 || size > buf.len() || Pid(le32(m, 4)).is_none() {
+        return Err(ExecError::BadCommand("no argument vector or sink".into()));
+    }
+    if info.len < size {
+        p.move_from(info.from, 0, &mut buf[..size])?;
+    }
+    let args: Vec<String> = buf[..size].split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if args.first().is_none_or(|a| a.is_empty()) {
+        return Err(ExecError::BadCommand("empty command".into()));
+    }
+    Ok(args)
+}
+
+/// One job: receives the forwarded Exec, runs the command, pumps its output
+/// to the sink, and replies with how it ended.
+fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jobs: &Jobs) {
+    let mut m: Message = [0; 32];
+    let Ok(from) = w.receive(&mut m) else { return };
+    debug_assert_eq!(from, client);
+    let mut reply: Message = [0; 32];
+    let child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            reply[0] = STATUS_SPAWN_FAILED;
+            put32(&mut reply, 4, e.raw_os_error().unwrap_or(0) as u32);
+            let _ = w.reply(&reply, from);
+            return;
+        }
+    };
+    lock(jobs).insert(client, child.id());
+    let os = child.id();
+    let streams: [(u8, Option<Box<dyn Read + Send>>); 2] = [
+        (1, child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
+        (2, child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
+    ];
+    let pumps: Vec<_> = streams
+        .into_iter()
+        .filter_map(|(fd, r)| r.map(|r| (fd, r)))
+        .filter_map(|(fd, r)| node.spawn(move |p| pump(&p, fd, r, sink, os)).ok().map(|(_, h)| h))
+        .collect();
+    let status = child.wait();
+    for h in pumps {
+        let _ = h.join();
+    }
+    lock(jobs).remove(&client);
+    match status {
+        Ok(s) => {
+            put32(&mut reply, 8, s.code().unwrap_or(0) as u32);
+            put32(&mut reply, 12, s.signal().unwrap_or(0) as u32);
+        }
+        Err(e) => {
+            reply[0] = STATUS_SPAWN_FAILED;
+            put32(&mut reply, 4, e.raw_os_error().unwrap_or(0) as u32);
+        }
+    }
+    let _ = w.reply(&reply, from);
+}
+
+/// Copies one output stream to the sink; kills the command if the sink is gone.
+fn pump(p: &Process, fd: u8, mut r: Box<dyn Read + Send>, sink: Pid, os_pid: u32) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut m: Message = [0; 32];
+        m[0] = OP_OUTPUT;
+        m[1] = fd;
+        put32(&mut m, 4, n as u32);
+        let sent = p.send_with(&mut m, sink, Some(SegmentRef::Read(&buf[..n])), SendOptions::default());
+        if let Err(e) = sent {
+            if !matches!(e, Error::NodeStopped) {
+                tracing::debug!("team server: output to {sink} failed ({e}): killing the command");
+            }
+            let _ = killpg(OsPid::from_raw(os_pid as i32), Signal::SIGKILL);
+            return;
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Remote execution between in-process nodes on loopback.
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vipc::{Node, NodeConfig};
+use vipc_exec::{least_loaded, query_loads, serve, start, ExecError, ExitStatus};
+
+/// Two nodes on loopback (static peers, short T_t), hosts `first` and `first + 1`.
+fn pair(first: u16) -> (Node, Node) {
+    let socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
+    let addrs: Vec<_> = socks.iter().map(|s| s.local_addr().unwrap()).collect();
+    drop(socks);
+    let start = |i: usize| {
+        let mut cfg = NodeConfig::fixed(first + i as u16, addrs[i], addrs.clone());
+        cfg.engine.timeout = Duration::from_millis(500);
+        Node::start(cfg).unwrap()
+    };
+    (start(0), start(1))
+}
+
+fn wait_alive(node: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.alive_hosts().unwrap().hosts().count() < 1 {
+        assert!(Instant::now() < deadline, "the other node never became alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+type Captured = Arc<Mutex<(Vec<u8>, Vec<u8>)>>;
+
+fn run(node: &Node, team: vipc::Pid, argv: &[&str]) -> (Result<ExitStatus, ExecError>, Captured) {
+    let out: Captured = Arc::default();
+    let o = out.clone();
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let job = start(node, team, &argv, move |fd, bytes| {
+        let mut g = o.lock().unwrap();
+        if fd == 1 { &mut g.0 } else { &mut g.1 }.extend_from_slice(bytes);
+    });
+    match job {
+        Ok(j) => (j.wait(), out),
+        Err(e) => (Err(e), out),
+    }
+}
+
+#[test]
+fn a_command_runs_on_the_team_server_with_its_output_and_status() {
+    let (a, b) = pair(61);
+    let team = serve(&b).unwrap();
+    wait_alive(&a);
+    let p = a.attach().unwrap();
+    let loads = query_loads(&p, Duration::from_millis(100)).unwrap();
+    assert_eq!(loads.iter().map(|l| l.server).collect::<Vec<_>>(), vec![team]);
+    assert_eq!(least_loaded(&loads), Some(team));
+
+    let (st, out) = run(&a, team, &["sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(st.unwrap(), ExitStatus { code: 3, signal: None });
+    let g = out.lock().unwrap();
+    assert_eq!((g.0.as_slice(), g.1.as_slice()), (&b"out\n"[..], &b"err\n"[..]));
+    drop(g);
+
+    // Much more output than one message carries arrives whole and in order.
+    let (st, out) = run(&a, team, &["sh", "-c", "seq 1 20000"]);
+    assert_eq!(st.unwrap().code, 0);
+    let want: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&out.lock().unwrap().0), want);
+
+    let (st, _) = run(&a, team, &["/no/such/program"]);
+    assert!(matches!(st, Err(ExecError::Spawn { .. })), "{st:?}");
+    let (st, _) = run(&a, team, &[]);
+    assert!(matches!(st, Err(ExecError::BadCommand(_))), "{st:?}");
+}
+
+#[test]
+fn the_least_loaded_host_is_picked_and_a_signal_reaches_the_command() {
+    let (a, b) = pair(63);
+    let (ta, tb) = (serve(&a).unwrap(), serve(&b).unwrap());
+    wait_alive(&a);
+    let argv = vec!["sleep".to_string(), "30".to_string()];
+    let busy = start(&a, tb, &argv, |_, _| {}).unwrap();
+    std::thread::sleep(Duration::from_millis(100)); // the job is running on b
+    let p = a.attach().unwrap();
+    let loads = query_loads(&p, Duration::from_millis(200)).unwrap();
+    assert_eq!(loads.len(), 2, "{loads:?}");
+    assert_eq!(least_loaded(&loads), Some(ta), "b runs a job: a is less loaded ({loads:?})");
+
+    let t = Instant::now();
+    assert!(busy.signal(2).unwrap(), "the job is known");
+    let st = busy.wait().unwrap();
+    assert_eq!(st.signal, Some(2));
+    assert_eq!(st.shell_code(), 130);
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn a_dead_team_server_node_is_an_error_not_a_hang() {
+    let (a, b) = pair(65);
+    let team = serve(&b).unwrap();
+    wait_alive(&a);
+    let argv = vec!["sleep".to_string(), "30".to_string()];
+    let job = start(&a, team, &argv, |_, _| {}).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    b.shutdown();
+    let r = job.wait();
+    assert!(matches!(r, Err(ExecError::Vipc(_))), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
