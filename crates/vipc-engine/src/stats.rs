@@ -59,6 +59,9 @@ pub struct Stats {
     pub group_replies_dropped: u64,
     /// Group messages not queued for a member: too many copies held.
     pub group_dropped: u64,
+    /// Segments of replies to a group Send not written: not the first reply,
+    /// or the segment was not write-granted or out of range.
+    pub group_segment_dropped: u64,
     /// Reliable group Sends whose condition was not met.
     pub group_failures: u64,
     /// Unicast copies sent in place of one multicast datagram where the node
@@ -142,6 +145,7 @@ impl Stats {
             ("group_replies", self.group_replies),
             ("group_replies_dropped", self.group_replies_dropped),
             ("group_dropped", self.group_dropped),
+            ("group_segment_dropped", self.group_segment_dropped),
             ("group_failures", self.group_failures),
             ("unicast_fanout", self.unicast_fanout),
             ("memberships", self.memberships),

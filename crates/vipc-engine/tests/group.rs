@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use vipc_engine::*;
-use vipc_wire::PacketType;
+use vipc_wire::{Flags, Header, PacketType};
 
 fn take_get_reply(net: &mut Net, i: usize, pid: Pid) -> Option<(Pid, Message)> {
     match net.take(i, pid) {
@@ -272,7 +272,7 @@ fn group_send_misuse_is_a_typed_error() {
         net.nodes[0].send_group(now, outsider, g, msg(1), ReplyMode::One, SendOptions::default()),
         Err(Error::NotLocalProcess(outsider))
     );
-    // A group Send packet with a segment is not accepted.
+    // A group Send packet with a read segment is delivered with its appended part.
     let mut h = vipc_wire::Header::new(PacketType::Send);
     h.src = Pid::new(2, 5);
     h.dst = g;
@@ -284,8 +284,12 @@ fn group_send_misuse_is_a_typed_error() {
     net.nodes[0].join_group(m, g).unwrap();
     let bytes = vipc_wire::to_vec(&h, &[1, 2, 3, 4], None);
     net.nodes[0].handle_datagram(now, addr(1), &bytes);
-    assert_eq!(net.stats(0).malformed, 1);
-    assert_eq!(net.stats(0).group_deliveries, 0);
+    assert_eq!(net.stats(0).malformed, 0);
+    assert_eq!(net.stats(0).group_deliveries, 1);
+    net.nodes[0].receive(now, m, None, 16).unwrap();
+    net.settle();
+    let r = net.take_received(0, m);
+    assert_eq!((r.segment, r.segment_size), (vec![1, 2, 3, 4], 4));
 }
 
 /// The node listens on a group's multicast address exactly while it has a
@@ -354,4 +358,175 @@ fn group_addresses_are_deterministic_and_well_known_ones_are_readable() {
     let other = std::net::Ipv4Addr::new(239, 200, 0, 0);
     assert_eq!(group_multicast_addr(other, well_known_group(9)), std::net::Ipv4Addr::new(239, 200, 0, 9));
     assert!(group_multicast_addr(base, g).is_multicast());
+}
+
+/// A segment of `n` bytes: byte i is `(i * 7 + seed) % 251`.
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| ((i * 7 + seed as usize) % 251) as u8).collect()
+}
+
+/// Like [`setup`], but members take up to `capacity` bytes of an appended segment.
+fn setup_with_capacity(capacity: usize) -> (Net, Pid, Pid, Vec<(usize, Pid)>) {
+    let mut net = Net::new(3);
+    let group = net.nodes[1].allocate_group_id().unwrap();
+    let sender = net.proc(0);
+    let mut members = Vec::new();
+    for i in [0, 1, 2, 2] {
+        let m = net.proc(i);
+        net.nodes[i].join_group(m, group).unwrap();
+        net.nodes[i].receive(Time::ZERO, m, None, capacity).unwrap();
+        members.push((i, m));
+    }
+    (net, group, sender, members)
+}
+
+#[test]
+fn members_on_every_node_read_a_group_sends_segment_until_it_completes() {
+    let (mut net, group, sender, members) = setup_with_capacity(1024);
+    let size = 200_000;
+    let data = pattern(size, 3);
+    let segment = Segment { data: data.clone(), access: Access::READ };
+    let now = net.now;
+    net.nodes[0]
+        .send_group_with_segment(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default(), segment)
+        .unwrap();
+    net.settle();
+    // Each member got the message with the first part of the segment and its size.
+    for &(i, m) in &members {
+        let r = net.take_received(i, m);
+        assert_eq!((r.from, r.segment_size, r.access), (sender, size as u32, Access::READ));
+        assert_eq!(r.segment, data[..1024], "the appended part, cut to the receiver's capacity");
+    }
+    // All of them MoveFrom different ranges at once (local and remote members alike).
+    for (k, &(i, m)) in members.iter().enumerate() {
+        let now = net.now;
+        net.nodes[i].move_from(now, m, sender, (k * 40_000) as u32, 60_000).unwrap();
+    }
+    net.settle();
+    for (k, &(i, m)) in members.iter().enumerate() {
+        assert!(net.take_move(i, m).unwrap() == data[k * 40_000..k * 40_000 + 60_000], "member {k} read its range");
+    }
+    // MoveTo is refused: the segment grants no write, and a group never gets one by MoveTo.
+    let (i, m) = members[1];
+    let now = net.now;
+    assert_eq!(net.nodes[i].move_to(now, m, sender, 0, vec![1; 10]), Err(Error::NoAccess("write")));
+    assert_eq!(
+        net.nodes[i].move_from(now, m, sender, 190_000, 20_000).unwrap_err(),
+        Error::OutOfSegment { offset: 190_000, len: 20_000, size: size as u64 }
+    );
+    // The first reply completes the Send and returns the segment, unchanged.
+    net.nodes[i].reply(now, m, sender, msg(2), None).unwrap();
+    net.settle();
+    let out = net.take_send(0, sender).unwrap();
+    assert_eq!(out.replier, m);
+    assert!(out.segment.expect("the segment comes back").data == data);
+    // After that, reading is no longer allowed: locally refused, remotely refused by the sender's node.
+    let (j, late) = members[2];
+    let now = net.now;
+    net.nodes[j].move_from(now, late, sender, 0, 100).unwrap();
+    net.settle();
+    assert_eq!(net.take_move(j, late), Err(Error::NotAwaitingReply(sender)));
+    let (l, local) = members[0];
+    assert_eq!(net.nodes[l].move_from(now, local, sender, 0, 100), Err(Error::NotAwaitingReply(sender)));
+}
+
+#[test]
+fn only_the_first_replys_segment_is_written() {
+    let (mut net, group, sender, members) = setup_with_capacity(0);
+    let segment = Segment { data: vec![0; 64], access: Access::WRITE };
+    let now = net.now;
+    net.nodes[0]
+        .send_group_with_segment(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default(), segment)
+        .unwrap();
+    net.settle();
+    let remote = &members[1..];
+    for &(i, m) in remote {
+        let r = net.take_received(i, m);
+        assert_eq!(
+            (r.segment_size, r.access, r.segment.len()),
+            (64, Access::WRITE, 0),
+            "nothing appended to a write-only segment"
+        );
+    }
+    // Replies bigger than the segment, or from a copy without write access, are refused at once.
+    let (i, m) = remote[0];
+    let now = net.now;
+    assert!(matches!(
+        net.nodes[i].reply(now, m, sender, msg(5), Some((60, vec![1; 10]))),
+        Err(Error::OutOfSegment { .. })
+    ));
+    // Remote members reply, each with a segment; the first one's lands, the others' are dropped and counted.
+    for (k, &(i, m)) in remote.iter().enumerate() {
+        let now = net.now;
+        net.nodes[i].reply(now, m, sender, msg(10 + k as u8), Some((8, vec![0xA0 + k as u8; 16]))).unwrap();
+        net.settle();
+    }
+    let out = net.take_send(0, sender).unwrap();
+    assert_eq!(out.replier, remote[0].1);
+    let seg = out.segment.expect("the segment comes back").data;
+    assert_eq!(seg[8..24], [0xA0; 16]);
+    assert!(seg[..8].iter().chain(&seg[24..]).all(|&b| b == 0), "nothing outside the reply's range");
+    assert_eq!(net.stats(0).group_segment_dropped, 2);
+    // The local member's late reply with a segment is dropped too (the Send is over).
+    let (l, local) = members[0];
+    net.take_received(l, local);
+    let now = net.now;
+    net.nodes[l].reply(now, local, sender, msg(9), Some((0, vec![7; 4]))).unwrap();
+    assert_eq!(net.stats(0).group_segment_dropped, 3);
+}
+
+#[test]
+fn a_local_first_replier_writes_the_segment() {
+    let (mut net, group, sender, members) = setup_with_capacity(0);
+    let segment = Segment { data: vec![0; 32], access: Access::READ_WRITE };
+    let now = net.now;
+    net.nodes[0]
+        .send_group_with_segment(now, sender, group, msg(1), ReplyMode::One, SendOptions::default(), segment)
+        .unwrap();
+    net.settle();
+    let (l, local) = members[0];
+    net.take_received(l, local);
+    let now = net.now;
+    net.nodes[l].move_from(now, local, sender, 0, 32).unwrap();
+    net.settle();
+    assert_eq!(net.take_move(l, local).unwrap(), vec![0; 32]);
+    net.nodes[l].reply(now, local, sender, msg(3), Some((30, vec![9, 9]))).unwrap();
+    net.settle();
+    let out = net.take_send(0, sender).unwrap();
+    assert_eq!(out.segment.unwrap().data[28..], [0, 0, 9, 9]);
+}
+
+#[test]
+fn a_group_segment_needs_a_waiting_sender_and_wellformed_packets() {
+    let (mut net, group, sender, _) = setup_with_capacity(0);
+    let now = net.now;
+    let segment = Segment { data: vec![0; 8], access: Access::READ };
+    assert!(matches!(
+        net.nodes[0].send_group_with_segment(
+            now,
+            sender,
+            group,
+            msg(1),
+            ReplyMode::None,
+            SendOptions::default(),
+            segment
+        ),
+        Err(Error::Unsupported(_))
+    ));
+    // A group Send carrying data without read access, or more data than its segment, is dropped and counted.
+    for (flags, total, data) in [(Flags(0), 0u32, vec![1u8; 4]), (Flags(0).with(Flags::SEG_READ, true), 2, vec![1; 4])]
+    {
+        let mut h = Header::new(PacketType::Send);
+        h.flags = flags;
+        h.seq = 77;
+        h.src = Pid::new(9, 1);
+        h.dst = group;
+        h.fwd = h.src;
+        h.total_len = total;
+        let before = net.stats(1).malformed;
+        let bytes = vipc_wire::to_vec(&h, &data, None);
+        let now = net.now;
+        net.nodes[1].handle_datagram(now, addr(0), &bytes);
+        assert_eq!(net.stats(1).malformed, before + 1);
+    }
 }

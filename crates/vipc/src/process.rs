@@ -167,26 +167,30 @@ impl Process {
                 self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, seg))?
             }
             segment => {
-                let (seg, back) = match segment {
-                    None => (None, None),
-                    Some(SegmentRef::Read(b)) => (Some(Segment { data: self.copy_in(b), access: Access::READ }), None),
-                    Some(SegmentRef::Write(b)) => {
-                        (Some(Segment { data: self.copy_in(b), access: Access::WRITE }), Some(b))
-                    }
-                    Some(SegmentRef::ReadWrite(b)) => {
-                        (Some(Segment { data: self.copy_in(b), access: Access::READ_WRITE }), Some(b))
-                    }
-                };
+                let (seg, back) = self.segment_in(segment);
                 let c = self.shared.block(me, lead, Lend::None, |e, now| e.send(now, me, to, m, opts, seg))?;
-                if let (Completion::Send(Ok(o)), Some(buf)) = (&c, back) {
-                    if let Some(s) = &o.segment {
-                        let n = buf.len().min(s.data.len());
-                        buf[..n].copy_from_slice(&s.data[..n]);
-                    }
-                }
+                copy_back(&c, back);
                 c
             }
         };
+        self.send_outcome(msg, completion, "send")
+    }
+
+    /// The node's copy of a segment the caller grants, and the buffer its
+    /// written bytes go back to when the Send completes (if write-granted).
+    fn segment_in<'a>(&self, segment: Option<SegmentRef<'a>>) -> (Option<Segment>, Option<&'a mut [u8]>) {
+        match segment {
+            None => (None, None),
+            Some(SegmentRef::Read(b)) => (Some(Segment { data: self.copy_in(b), access: Access::READ }), None),
+            Some(SegmentRef::Write(b)) => (Some(Segment { data: self.copy_in(b), access: Access::WRITE }), Some(b)),
+            Some(SegmentRef::ReadWrite(b)) => {
+                (Some(Segment { data: self.copy_in(b), access: Access::READ_WRITE }), Some(b))
+            }
+        }
+    }
+
+    /// The reply of a completed Send: overwrites `msg`, returns the replier.
+    fn send_outcome(&self, msg: &mut Message, completion: Completion, what: &'static str) -> Result<Pid> {
         match completion {
             Completion::Send(Ok(o)) => {
                 *msg = o.reply;
@@ -196,7 +200,7 @@ impl Process {
                 Ok(o.replier)
             }
             Completion::Send(Err(e)) => Err(e.into()),
-            c => Err(mismatch("send", &c)),
+            c => Err(mismatch(what, &c)),
         }
     }
 
@@ -342,14 +346,32 @@ impl Process {
     /// process's next Send.
     pub fn send_group(&self, msg: &mut Message, group: Pid, mode: ReplyMode, opts: SendOptions) -> Result<Pid> {
         let (me, m) = (self.pid, *msg);
-        match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.send_group(now, me, group, m, mode, opts))? {
-            Completion::Send(Ok(o)) => {
-                *msg = o.reply;
-                Ok(o.replier)
-            }
-            Completion::Send(Err(e)) => Err(e.into()),
-            c => Err(mismatch("send_group", &c)),
-        }
+        let c = self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.send_group(now, me, group, m, mode, opts))?;
+        self.send_outcome(msg, c, "send_group")
+    }
+
+    /// Send to a group with a segment (000 §6.8): every member may read a
+    /// read-granted segment (its first part comes with the message) until
+    /// the first reply; a write-granted segment is written only by the
+    /// first reply's segment ([`Process::reply_with_segment`]) — later
+    /// replies' segments are dropped, and MoveTo by a member is refused.
+    /// Reply mode `One` or `Many` (with `None` nothing could read it).
+    pub fn send_group_with(
+        &self,
+        msg: &mut Message,
+        group: Pid,
+        mode: ReplyMode,
+        segment: SegmentRef<'_>,
+        opts: SendOptions,
+    ) -> Result<Pid> {
+        let (me, m) = (self.pid, *msg);
+        let (seg, back) = self.segment_in(Some(segment));
+        let seg = seg.expect("a segment was given");
+        let c = self
+            .shared
+            .block(me, Lead::Yes, Lend::None, |e, now| e.send_group_with_segment(now, me, group, m, mode, opts, seg))?;
+        copy_back(&c, back);
+        self.send_outcome(msg, c, "send_group_with")
     }
 
     /// A reliable Send to a group (004): blocks until the mode's condition is
@@ -371,6 +393,16 @@ impl Process {
         match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.get_reply(now, me, limit))? {
             Completion::GetReply(r) => Ok(r),
             c => Err(mismatch("get_reply", &c)),
+        }
+    }
+}
+
+/// Copies a completed Send's write-granted segment back into the caller's buffer.
+fn copy_back(c: &Completion, back: Option<&mut [u8]>) {
+    if let (Completion::Send(Ok(o)), Some(buf)) = (c, back) {
+        if let Some(s) = &o.segment {
+            let n = buf.len().min(s.data.len());
+            buf[..n].copy_from_slice(&s.data[..n]);
         }
     }
 }

@@ -165,3 +165,61 @@ fn without_multicast_group_sends_fan_out_to_the_alive_hosts() {
     assert!(sends >= 1, "the group Send went out");
     assert!(after.unicast_fanout - before.unicast_fanout >= 2 * sends, "{before:?} {after:?}");
 }
+
+/// 000 §6.8 over real sockets: every member, on every node, reads the group
+/// Send's segment with MoveFrom at the same time; only the first reply's
+/// segment is written into it.
+#[test]
+fn members_share_a_read_segment_and_only_the_first_replier_writes() {
+    use std::sync::{Arc, Barrier};
+    use vipc::SegmentRef;
+    let nodes = cluster(3);
+    let group = nodes[0].allocate_group_id().unwrap();
+    let homes = [0, 1, 2, 2];
+    let all_read = Arc::new(Barrier::new(homes.len()));
+    let size = 300_000;
+    let expected: u64 = (0..size).map(|i| (i % 251) as u64).sum();
+    for i in homes {
+        let all_read = all_read.clone();
+        nodes[i]
+            .spawn(move |p| {
+                p.join_group(group).unwrap();
+                let mut m = [0u8; 32];
+                let mut first_part = vec![0u8; 1000];
+                let info = p.receive_with_segment(&mut m, &mut first_part).unwrap();
+                assert_eq!((info.segment_size, info.len), (size as u32, 1000));
+                let mut whole = vec![0u8; size];
+                p.move_from(info.from, 0, &mut whole).unwrap();
+                assert_eq!(whole[..1000], first_part[..], "the appended part is the segment's start");
+                let refused = p.move_to(info.from, 0, &[1]).unwrap_err();
+                assert!(matches!(refused.protocol(), Some(vipc_engine::Error::NoAccess(_))), "{refused}");
+                all_read.wait(); // nobody replies before every member has read
+                let sum: u64 = whole.iter().map(|&b| b as u64).sum();
+                m[..8].copy_from_slice(&sum.to_le_bytes());
+                p.reply_with_segment(&m, info.from, 0, &p.pid().0.to_le_bytes()).unwrap();
+            })
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50)); // let every member join
+    let me = nodes[0].attach().unwrap();
+    let mut segment: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let mut m = [0u8; 32];
+    let first = me
+        .send_group_with(&mut m, group, ReplyMode::Many, SegmentRef::ReadWrite(&mut segment), SendOptions::default())
+        .unwrap();
+    assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), expected, "the first replier read it all");
+    assert_eq!(segment[..4], first.0.to_le_bytes(), "the first replier's segment landed");
+    assert!(segment[4..].iter().enumerate().all(|(i, &b)| b == ((i + 4) % 251) as u8), "nothing else changed");
+    let mut others = 0;
+    while let Some((_, r)) = me.get_reply(Duration::from_millis(1000)).unwrap() {
+        assert_eq!(u64::from_le_bytes(r[..8].try_into().unwrap()), expected);
+        others += 1;
+        if others == homes.len() - 1 {
+            break;
+        }
+    }
+    assert_eq!(others, homes.len() - 1, "every member read the whole segment and replied");
+    assert_eq!(segment[..4], first.0.to_le_bytes(), "later replies' segments were dropped");
+    let dropped = nodes[0].stats().group_segment_dropped;
+    assert_eq!(dropped, 3);
+}

@@ -107,11 +107,11 @@ pub(crate) struct StreamIn {
 }
 
 /// What the mover may do with a client's segment.
-struct Grant {
-    access: Access,
-    size: u64,
+pub(super) struct Grant {
+    pub access: Access,
+    pub size: u64,
     /// The client's node and its exchange's seq, or `None` if the client is local.
-    remote: Option<(SocketAddr, u32)>,
+    pub remote: Option<(SocketAddr, u32)>,
 }
 
 /// Where data packets and MoveFrom requests carry the client's exchange seq
@@ -138,7 +138,7 @@ impl Engine {
             Some(a) if a.state == (AlienState::Received { by: mover }) => {
                 Ok(Grant { access: a.access, size: a.segment_size as u64, remote: Some((a.addr, a.seq)) })
             }
-            _ => Err(Error::NotAwaitingReply(client)),
+            _ => self.group_grant(client, mover).ok_or(Error::NotAwaitingReply(client)),
         }
     }
 
@@ -474,10 +474,15 @@ impl Engine {
                 if self.procs.contains_key(&client) { nack::NOT_AWAITING_REPLY } else { nack::NO_SUCH_PROCESS };
             return Err((reason, [0; 3]));
         };
-        if !matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == exchange) || ex.to.host() != mover.host() {
+        // Any member of a group may read a group Send's segment; none may
+        // MoveTo it (the first reply writes it).
+        let group = ex.to.is_group();
+        if !matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == exchange)
+            || (!group && ex.to.host() != mover.host())
+        {
             return Err((nack::NOT_AWAITING_REPLY, [0; 3]));
         }
-        let access = ex.access();
+        let access = if group { Access { read: ex.access().read, write: false } } else { ex.access() };
         if write && !access.write {
             return Err((nack::NO_WRITE_ACCESS, [0; 3]));
         }

@@ -17,6 +17,8 @@
 //! replied resends the cached replies. A copy is forgotten 2·T_t after the
 //! sender's last packet, like an alien.
 
+use super::bulk::Grant;
+use super::primitives::check_range;
 use super::reliable::{Reliable, ReliableSend};
 use super::*;
 use std::net::Ipv4Addr;
@@ -76,6 +78,13 @@ pub(crate) struct GroupCopy {
     /// Some member of this node got no copy of this Send (no room): the
     /// acknowledgement on the last reply is a NACK.
     short: bool,
+    /// The sender's segment: its size and the access granted (write only to
+    /// the first replier, decided on the sender's node).
+    segment_size: u32,
+    access: Access,
+    /// The first part of a read-granted segment that came with the message,
+    /// counted in the node's buffered bytes until received or forgotten.
+    appended: Vec<u8>,
     pub state: CopyState,
     last_heard: Time,
     timer_at: Option<Time>,
@@ -99,10 +108,19 @@ impl GroupCopy {
             reliable,
             addr,
             short: false,
+            segment_size: 0,
+            access: Access::default(),
+            appended: Vec::new(),
             state: CopyState::Queued,
             last_heard: now,
             timer_at: None,
         }
+    }
+
+    /// The copy grants `access` to a segment of `size` bytes whose first part is `appended`.
+    fn with_segment(mut self, size: u32, access: Access, appended: Vec<u8>) -> GroupCopy {
+        (self.segment_size, self.access, self.appended) = (size, access, appended);
+        self
     }
 
     /// True if this copy is of the Send `seq` of incarnation `incarnation`.
@@ -210,7 +228,7 @@ impl Engine {
 
     /// Send to a group: `from` blocks until the first reply
     /// ([`Completion::Send`]), or — with [`ReplyMode::None`] — completes at
-    /// once. A segment cannot go with a group Send (yet).
+    /// once.
     pub fn send_group(
         &mut self,
         now: Time,
@@ -220,15 +238,68 @@ impl Engine {
         mode: ReplyMode,
         opts: SendOptions,
     ) -> Result<(), Error> {
+        self.send_group_inner(now, from, group, msg, mode, opts, None)
+    }
+
+    /// Send to a group with a segment (000 §6.8): every member may MoveFrom
+    /// a read-granted segment (its first part comes with the message, as
+    /// with a Send to one process) until the Send completes; a
+    /// write-granted one is written only by the first reply, whose segment
+    /// lands in it — later replies' segments are dropped and counted
+    /// (`group_segment_dropped`), and MoveTo by a member is refused. The
+    /// segment comes back in the [`SendOutcome`]. Not with
+    /// [`ReplyMode::None`]: the sender does not wait, so nothing could read it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_group_with_segment(
+        &mut self,
+        now: Time,
+        from: Pid,
+        group: Pid,
+        msg: Message,
+        mode: ReplyMode,
+        opts: SendOptions,
+        segment: Segment,
+    ) -> Result<(), Error> {
+        if mode == ReplyMode::None {
+            return Err(Error::Unsupported("a segment with a group Send that waits for no reply"));
+        }
+        if segment.data.len() > u32::MAX as usize {
+            let len = segment.data.len() as u64;
+            return Err(Error::TooLarge { what: "segment", len, limit: u32::MAX as u64 });
+        }
+        self.send_group_inner(now, from, group, msg, mode, opts, Some(segment))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_group_inner(
+        &mut self,
+        now: Time,
+        from: Pid,
+        group: Pid,
+        msg: Message,
+        mode: ReplyMode,
+        opts: SendOptions,
+        segment: Option<Segment>,
+    ) -> Result<(), Error> {
         self.check_caller(from)?;
         check_group(group)?;
         let seq = self.fresh_seq();
         let members: Vec<Pid> = self.group_members(group).into_iter().filter(|m| *m != from).collect();
+        let (size, access) = segment.as_ref().map_or((0, Access::default()), |s| (s.data.len() as u32, s.access));
         for m in members {
-            let copy = GroupCopy::new(self.incarnation, seq, msg, opts.idempotent, None, now, false);
+            let appended = match &segment {
+                Some(s) if access.read => s.data[..s.data.len().min(self.cfg.local_data())].to_vec(),
+                _ => Vec::new(),
+            };
+            self.buffered += appended.len();
+            let copy = GroupCopy::new(self.incarnation, seq, msg, opts.idempotent, None, now, false)
+                .with_segment(size, access, appended);
             self.queue_copy(now, from, m, copy);
         }
         self.start_group_exchange(now, from, group, msg, opts, seq, mode, None);
+        if let Some(ex) = self.exchanges.get_mut(&from) {
+            ex.segment = segment;
+        }
         let retransmit = now + self.cfg.retransmit;
         self.transmit_send(from);
         self.stats.group_sends += 1;
@@ -291,16 +362,27 @@ impl Engine {
         let reliable = self.reliable_targets(sender, first);
         let Some(ex) = self.exchanges.get(&sender) else { return };
         let ExchangeState::Remote { seq, .. } = ex.state else { return };
+        let access = ex.access();
         let mut h = self.header(PacketType::Send);
-        h.flags = Flags(0).with(Flags::IDEMPOTENT, ex.opts.idempotent).with(Flags::RELIABLE, reliable.is_some());
+        h.flags = Flags(0)
+            .with(Flags::IDEMPOTENT, ex.opts.idempotent)
+            .with(Flags::RELIABLE, reliable.is_some())
+            .with(Flags::SEG_READ, access.read)
+            .with(Flags::SEG_WRITE, access.write);
         h.seq = seq;
         h.src = sender;
         h.dst = ex.to;
         h.fwd = sender;
+        h.total_len = ex.segment_size() as u32;
         h.message = ex.msg;
         match reliable {
             None => {
-                self.emit(Destination::Group(ex.to), &h, &[]);
+                let appended = match &ex.segment {
+                    Some(s) if access.read => &s.data[..s.data.len().min(self.cfg.max_data())],
+                    _ => &[][..],
+                };
+                let bytes = vipc_wire::to_vec(&h, appended, self.cfg.key.as_ref());
+                self.emit_raw(Destination::Group(ex.to), PacketType::Send, bytes);
             }
             Some((code, _)) if first => {
                 h.local_addr = code;
@@ -344,7 +426,12 @@ impl Engine {
 
     /// A Send to a group from another node.
     pub(super) fn on_group_send(&mut self, now: Time, from: SocketAddr, h: &Header, data: &[u8]) {
-        if !data.is_empty() || h.flags.has(Flags::SEG_READ) || h.flags.has(Flags::SEG_WRITE) {
+        let access = Access { read: h.flags.has(Flags::SEG_READ), write: h.flags.has(Flags::SEG_WRITE) };
+        let has_segment = access.read || access.write;
+        if data.len() > h.total_len as usize
+            || (!access.read && !data.is_empty())
+            || (has_segment && h.flags.has(Flags::RELIABLE))
+        {
             return self.malformed();
         }
         let reliable = if h.flags.has(Flags::RELIABLE) {
@@ -389,6 +476,14 @@ impl Engine {
                         continue;
                     }
                     let idempotent = h.flags.has(Flags::IDEMPOTENT);
+                    // The appended part is kept only while the buffer limit allows
+                    // (as for one-to-one Sends); without it the member can still MoveFrom.
+                    let appended = if self.buffered + data.len() <= self.cfg.buffer_limit {
+                        self.buffered += data.len();
+                        data.to_vec()
+                    } else {
+                        Vec::new()
+                    };
                     let copy = GroupCopy::new(
                         h.incarnation,
                         h.seq,
@@ -397,7 +492,8 @@ impl Engine {
                         Some(from),
                         now,
                         reliable.is_some(),
-                    );
+                    )
+                    .with_segment(h.total_len, access, appended);
                     self.queue_copy(now, h.src, m, copy);
                 }
             }
@@ -419,6 +515,7 @@ impl Engine {
     /// Queues `copy` of `sender`'s message for member `m` (replacing an older one).
     pub(super) fn queue_copy(&mut self, now: Time, sender: Pid, m: Pid, mut copy: GroupCopy) {
         if let Some(old) = self.groups.copies.remove(&(sender, m)) {
+            self.buffered -= old.appended.len();
             if old.state == CopyState::Queued {
                 self.unqueue(m, Incoming::Group(sender));
             }
@@ -435,17 +532,35 @@ impl Engine {
     }
 
     /// Receive takes member `m`'s copy of `sender`'s group message.
-    pub(super) fn take_copy(&mut self, sender: Pid, m: Pid) -> Option<Received> {
+    /// Up to `capacity` bytes of the appended segment go with it.
+    pub(super) fn take_copy(&mut self, sender: Pid, m: Pid, capacity: usize) -> Option<Received> {
         let c = self.groups.copies.get_mut(&(sender, m))?;
         c.state = CopyState::Received;
+        let mut segment = std::mem::take(&mut c.appended);
+        self.buffered -= segment.len();
+        segment.truncate(capacity);
         Some(Received {
             from: sender,
             forwarder: sender,
             msg: c.msg,
-            segment: Vec::new(),
-            segment_size: 0,
-            access: Access::default(),
+            segment,
+            segment_size: c.segment_size,
+            access: c.access,
         })
+    }
+
+    /// What member `m` may do with the segment of `sender`'s group Send it
+    /// received: read if granted, never MoveTo (a write-granted segment is
+    /// written by the first reply only). `None` if `m` holds no such copy or,
+    /// for a local sender, the Send is over.
+    pub(super) fn group_grant(&self, sender: Pid, m: Pid) -> Option<Grant> {
+        let c = self.groups.copies.get(&(sender, m)).filter(|c| c.state == CopyState::Received)?;
+        let access = Access { read: c.access.read, write: false };
+        let size = c.segment_size as u64;
+        match c.addr {
+            Some(a) => Some(Grant { access, size, remote: Some((a, c.seq)) }),
+            None => self.group_exchange_pending(sender, c.seq).then_some(Grant { access, size, remote: None }),
+        }
     }
 
     /// Reply from member `from` to `to`'s group message, if `from` holds one
@@ -462,14 +577,26 @@ impl Engine {
         if c.state != CopyState::Received {
             return None;
         }
-        if segment.as_ref().is_some_and(|(_, d)| !d.is_empty()) {
-            return Some(Err(Error::NoAccess("write")));
+        let (offset, data) = segment.as_ref().map_or((0, &[][..]), |(o, d)| (*o, d.as_slice()));
+        if !data.is_empty() {
+            if !c.access.write {
+                return Some(Err(Error::NoAccess("write")));
+            }
+            if let Err(e) = check_range(offset as u64, data.len() as u64, c.segment_size as u64) {
+                return Some(Err(e));
+            }
+            let limit = c.addr.map_or(self.cfg.local_data(), |a| self.cfg.data_to(a));
+            if data.len() > limit {
+                let (len, limit) = (data.len() as u64, limit as u64);
+                return Some(Err(Error::TooLarge { what: "reply segment", len, limit }));
+            }
         }
         let (seq, incarnation, addr, keep, reliable) = (c.seq, c.incarnation, c.addr, !c.idempotent, c.reliable);
+        let segment_size = c.segment_size;
         // Replied before the packet is built: the last reply of this node acknowledges a reliable Send.
         self.groups.copies.get_mut(&(to, from)).expect("looked up").state = CopyState::Replied { packet: None };
         let Some(addr) = addr else {
-            self.collect_reply(now, to, seq, from, msg);
+            self.collect_reply(now, to, seq, from, msg, (offset, data));
             return Some(Ok(()));
         };
         let mut h = self.header(PacketType::Reply);
@@ -477,6 +604,8 @@ impl Engine {
         h.src = from;
         h.dst = to;
         h.fwd = from;
+        h.total_len = segment_size;
+        h.remote_addr = offset;
         h.message = msg;
         if reliable {
             let copies: Vec<&GroupCopy> = self
@@ -492,7 +621,7 @@ impl Engine {
                 h.local_addr = copies.len() as u32;
             }
         }
-        let packet = self.emit(Destination::Addr(addr), &h, &[]);
+        let packet = self.emit(Destination::Addr(addr), &h, data);
         if keep || reliable {
             let c = self.groups.copies.get_mut(&(to, from)).expect("looked up");
             c.state = CopyState::Replied { packet: Some(packet) };
@@ -502,8 +631,22 @@ impl Engine {
 
     /// A reply from `replier` to `sender`'s group Send with sequence number
     /// `seq`: the first completes the Send, later ones wait for GetReply.
-    pub(super) fn collect_reply(&mut self, _now: Time, sender: Pid, seq: u32, replier: Pid, msg: Message) {
+    /// The first reply's segment `(offset, data)` lands in the sender's
+    /// write-granted segment; any other reply's is dropped and counted.
+    pub(super) fn collect_reply(
+        &mut self,
+        _now: Time,
+        sender: Pid,
+        seq: u32,
+        replier: Pid,
+        msg: Message,
+        (offset, data): (u32, &[u8]),
+    ) {
         let first = self.group_exchange_pending(sender, seq);
+        let written = data.is_empty() || (first && self.write_first_reply_segment(sender, offset, data));
+        if !written {
+            self.stats.group_segment_dropped += 1;
+        }
         let Some(c) = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq) else {
             self.stats.duplicates += 1;
             return;
@@ -528,9 +671,9 @@ impl Engine {
             return;
         }
         if first {
-            self.exchanges.remove(&sender);
+            let segment = self.exchanges.remove(&sender).and_then(|ex| ex.segment);
             self.stats.group_replies += 1;
-            let outcome = SendOutcome { reply: msg, replier, segment: None };
+            let outcome = SendOutcome { reply: msg, replier, segment };
             self.wake(sender, Completion::Send(Ok(outcome)));
         } else if c.mode == ReplyMode::One {
             self.stats.group_replies_dropped += 1;
@@ -541,6 +684,19 @@ impl Engine {
             self.stats.group_replies += 1;
             c.queue.push_back((replier, msg));
         }
+    }
+
+    /// Writes the first reply's segment into `sender`'s pending group Send's
+    /// segment, if write-granted and in range. False if it was refused.
+    fn write_first_reply_segment(&mut self, sender: Pid, offset: u32, data: &[u8]) -> bool {
+        let Some(ex) = self.exchanges.get_mut(&sender) else { return false };
+        let size = ex.segment_size() as u64;
+        if !ex.access().write || check_range(offset as u64, data.len() as u64, size).is_err() {
+            return false;
+        }
+        let Some(seg) = ex.segment.as_mut() else { return false };
+        seg.data[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        true
     }
 
     pub(super) fn get_reply_timer(&mut self, pid: Pid, at: Time) {
@@ -560,6 +716,7 @@ impl Engine {
         let expiry = c.last_heard + lifetime;
         if now >= expiry {
             let c = self.groups.copies.remove(&key).expect("present");
+            self.buffered -= c.appended.len();
             if c.state == CopyState::Queued {
                 self.unqueue(key.1, Incoming::Group(key.0));
             }
@@ -579,7 +736,15 @@ impl Engine {
             }
             !list.is_empty()
         });
-        self.groups.copies.retain(|(_, m), _| *m != pid);
+        let mut released = 0;
+        self.groups.copies.retain(|(_, m), c| {
+            let keep = *m != pid;
+            if !keep {
+                released += c.appended.len();
+            }
+            keep
+        });
+        self.buffered -= released;
         self.groups.collected.remove(&pid);
     }
 

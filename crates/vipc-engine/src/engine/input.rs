@@ -183,10 +183,7 @@ impl Engine {
             None => true, // a later reply to a group Send, or a duplicate
         };
         if group {
-            if !data.is_empty() {
-                return self.malformed();
-            }
-            self.collect_reply(now, h.dst, h.seq, h.src, h.message);
+            self.collect_reply(now, h.dst, h.seq, h.src, h.message, (h.remote_addr, data));
             if h.flags.has(Flags::GROUP_ACK) {
                 self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
             }

@@ -219,7 +219,7 @@ impl Engine {
                 }
             }
             Incoming::Group(sender) => {
-                let Some(r) = self.take_copy(sender, receiver) else { return };
+                let Some(r) = self.take_copy(sender, receiver, capacity) else { return };
                 r
             }
             Incoming::Remote(sender) => {
