@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_engine::{
     well_known_group, Completion, Destination, Engine, Error, Event, GroupOutcome, HostId, HostIdConfig, Pid, Reliable,
-    ReplyMode, SendOptions, SendOutcome, Time, Transmit,
+    ReplyMode, Segment, SendOptions, SendOutcome, Time, Transmit,
 };
 
 /// The alive-host period of every engine.
@@ -33,6 +33,19 @@ const WARMUP: Duration = Duration::from_millis(400);
 const QUIET: Duration = Duration::from_millis(3000);
 const MAX_DRAIN: Duration = Duration::from_secs(30);
 const WATCHDOG: Duration = Duration::from_millis(50);
+/// Fraction of plain sends in mode One or Many that lend a segment (000 §6.8).
+const SEGMENT_SHARE: f64 = 0.3;
+/// Bytes of an appended segment a member takes with the message.
+const SEGMENT_CAPACITY: usize = 256;
+
+/// Byte `i` of the segment of send `sid`.
+fn segment_byte(sid: u64, i: usize) -> u8 {
+    ((sid as usize).wrapping_mul(31).wrapping_add(i * 7) % 251) as u8
+}
+
+fn segment_of(sid: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| segment_byte(sid, i)).collect()
+}
 
 fn mix(a: u64, b: u64) -> u64 {
     let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -47,8 +60,9 @@ fn mix(a: u64, b: u64) -> u64 {
 enum Role {
     /// Sends to the group; `current`: the sid of its last send; `gets`: GetReplys left.
     Sender { current: Option<u64>, gets: u32 },
-    /// A member (or former member) blocked in Receive, or holding `sid` from `from` until it replies.
-    Member { holding: Option<(u64, Pid)>, membership: Option<usize> },
+    /// A member (or former member) blocked in Receive, or holding `sid` from `from` until it replies;
+    /// `reading`: the (offset, length) of the send's segment it is MoveFrom-ing.
+    Member { holding: Option<(u64, Pid)>, membership: Option<usize>, reading: Option<(usize, usize)> },
 }
 
 struct Proc {
@@ -107,6 +121,10 @@ pub struct GroupStats {
     pub long_sends: u64,
     /// Plain sends in mode One/Many that failed.
     pub plain_failed: u64,
+    /// Plain sends that lent a segment to the members.
+    pub segment_sends: u64,
+    /// Members' MoveFroms of a group send's segment that returned its bytes.
+    pub segment_reads: u64,
 }
 
 /// One group run.
@@ -125,6 +143,8 @@ pub struct GroupSim {
     hist: History,
     calls: Calls,
     sends: BTreeMap<u64, GroupSend>,
+    /// The segment length of each send that lent one.
+    segments: BTreeMap<u64, usize>,
     members: Vec<Membership>,
     group: Pid,
     next_sid: u64,
@@ -192,6 +212,7 @@ impl GroupSim {
             hist: History::default(),
             calls: Calls::default(),
             sends: BTreeMap::new(),
+            segments: BTreeMap::new(),
             members: Vec::new(),
             group: well_known_group(7),
             next_sid: 1,
@@ -614,7 +635,8 @@ impl GroupSim {
         }
         self.members.push(Membership { proc: id, pid, node, from: self.now, to: None });
         let m = self.members.len() - 1;
-        self.procs.insert(id, Proc { node, pid, role: Role::Member { holding: None, membership: Some(m) } });
+        self.procs
+            .insert(id, Proc { node, pid, role: Role::Member { holding: None, membership: Some(m), reading: None } });
         if self.load.leaves && self.rng.gen_bool(0.2) {
             let at = self.now + Duration::from_millis(self.rng.gen_range(100..2000));
             self.queue.push(at, Ev::Leave { proc: id });
@@ -648,7 +670,7 @@ impl GroupSim {
 
     fn member_receive(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
-        match self.with_engine(node, |e, now| e.receive(now, pid, None, 0)) {
+        match self.with_engine(node, |e, now| e.receive(now, pid, None, SEGMENT_CAPACITY)) {
             Ok(()) => self.begin(id, CallKind::Receive, false),
             Err(e) => {
                 let v = self.violation_at(Invariant::Success, format!("receive by member {pid} refused: {e}"));
@@ -683,6 +705,80 @@ impl GroupSim {
         if let Some(Proc { role: Role::Member { holding, .. }, .. }) = self.procs.get_mut(&id) {
             *holding = Some((sid, sender));
         }
+        if let Some(&len) = self.segments.get(&sid) {
+            return self.member_got_segment(id, sid, &m, len);
+        }
+        self.schedule_reply(id);
+    }
+
+    /// A member checks the segment that came with send `sid` (its size,
+    /// access and appended part) and MoveFroms part of it, or replies.
+    fn member_got_segment(&mut self, id: ProcId, sid: u64, m: &vipc_engine::Received, len: usize) {
+        let pid = self.procs[&id].pid;
+        let appended_ok = m.segment.is_empty() || m.segment.len() == len.min(SEGMENT_CAPACITY);
+        if m.segment_size as usize != len
+            || m.access != vipc_engine::Access::READ_WRITE
+            || !appended_ok
+            || m.segment != segment_of(sid, m.segment.len())
+        {
+            let detail = format!(
+                "member {pid} got send #{sid}'s segment of {len} bytes as size {} access {:?} with {} bytes appended, \
+                 or not its bytes",
+                m.segment_size,
+                m.access,
+                m.segment.len()
+            );
+            return self.fail(self.violation_at(Invariant::DataIntact, detail));
+        }
+        if !self.rng.gen_bool(0.5) {
+            return self.schedule_reply(id);
+        }
+        let node = self.procs[&id].node;
+        let off = self.rng.gen_range(0..len);
+        let n = self.rng.gen_range(1..=len - off);
+        let from = m.from;
+        match self.with_engine(node, |e, now| e.move_from(now, pid, from, off as u32, n as u32)) {
+            Ok(()) => {
+                if let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) {
+                    *reading = Some((off, n));
+                }
+                self.begin(id, CallKind::Move(sid), true);
+            }
+            // The send completed already (its sender is on this node).
+            Err(Error::NotAwaitingReply(_)) => self.schedule_reply(id),
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}"));
+                self.fail(v)
+            }
+        }
+    }
+
+    /// The member's MoveFrom of send `sid`'s segment completed.
+    fn member_moved(&mut self, id: ProcId, sid: u64, r: Result<Vec<u8>, Error>) {
+        let pid = self.procs[&id].pid;
+        let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) else { return };
+        let Some((off, n)) = reading.take() else { return };
+        match r {
+            Ok(data) if data.len() == n && data.iter().enumerate().all(|(i, &b)| b == segment_byte(sid, off + i)) => {
+                self.report.group.segment_reads += 1;
+            }
+            Ok(data) => {
+                let detail =
+                    format!("member {pid} read {} bytes at {off} of #{sid}'s segment, not its {n} bytes", data.len());
+                return self.fail(self.violation_at(Invariant::DataIntact, detail));
+            }
+            // Refused once the send completed, or failed with its sender's node.
+            Err(Error::NotAwaitingReply(_) | Error::Timeout(_) | Error::NoSuchProcess(_)) => {}
+            Err(e) => {
+                let v = self.violation_at(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}"));
+                return self.fail(v);
+            }
+        }
+        self.schedule_reply(id);
+    }
+
+    /// The member replies now, soon, or (slow) after T_t.
+    fn schedule_reply(&mut self, id: ProcId) {
         let delay = if self.rng.gen_bool(self.load.slow) {
             Duration::from_millis(self.rng.gen_range(1200..2500))
         } else if self.rng.gen_bool(0.4) {
@@ -698,7 +794,9 @@ impl GroupSim {
         let Role::Member { holding, .. } = &mut self.procs.get_mut(&id).expect("live").role else { return };
         let Some((sid, to)) = holding.take() else { return };
         let msg = gcheck::reply_msg(sid, pid);
-        let r = self.with_engine(node, |e, now| e.reply(now, pid, to, msg, None));
+        // Every member writes its pid into a lent segment: only the first reply's lands.
+        let segment = self.segments.contains_key(&sid).then(|| (0, pid.0.to_le_bytes().to_vec()));
+        let r = self.with_engine(node, |e, now| e.reply(now, pid, to, msg, segment));
         self.trace(|| format!("n{node} {pid} replies to #{sid} of {to}: {r:?}"));
         if r.is_ok() {
             let now = self.now;
@@ -777,10 +875,20 @@ impl GroupSim {
         }
         let group = self.group;
         let opts = SendOptions { idempotent: false };
-        self.trace(|| format!("n{node} {pid} sends #{sid} to the group, {mode:?}"));
-        let r = self.with_engine(node, |e, now| match mode {
-            Mode::Plain(m) => e.send_group(now, pid, group, msg, m, opts),
-            Mode::Reliable(m) => e.send_reliable(now, pid, group, msg, m, opts),
+        let lend = matches!(mode, Mode::Plain(ReplyMode::One | ReplyMode::Many)) && self.rng.gen_bool(SEGMENT_SHARE);
+        let segment = lend.then(|| {
+            let len = self.rng.gen_range(4..6000);
+            self.segments.insert(sid, len);
+            self.report.group.segment_sends += 1;
+            Segment { data: segment_of(sid, len), access: vipc_engine::Access::READ_WRITE }
+        });
+        self.trace(|| {
+            format!("n{node} {pid} sends #{sid} to the group, {mode:?}, segment {:?}", self.segments.get(&sid))
+        });
+        let r = self.with_engine(node, |e, now| match (mode, segment) {
+            (Mode::Plain(m), Some(seg)) => e.send_group_with_segment(now, pid, group, msg, m, opts, seg),
+            (Mode::Plain(m), None) => e.send_group(now, pid, group, msg, m, opts),
+            (Mode::Reliable(m), _) => e.send_reliable(now, pid, group, msg, m, opts),
         });
         self.report.group.sends += 1;
         self.report.sends += 1;
@@ -799,6 +907,7 @@ impl GroupSim {
             (CallKind::Group(sid), Completion::Send(r)) => self.plain_done(id, sid, r),
             (CallKind::Group(sid), Completion::Group(o)) => self.reliable_done(id, sid, o),
             (CallKind::GetReply(sid), Completion::GetReply(r)) => self.got_reply(id, sid, r),
+            (CallKind::Move(sid), Completion::Move(r)) => self.member_moved(id, sid, r),
             (kind, c) => {
                 let v = self.violation_at(Invariant::OneCompletion, format!("{kind:?} completed with {c:?}"));
                 self.fail(v)
@@ -845,6 +954,17 @@ impl GroupSim {
             (_, Ok(o)) => {
                 if let Err(v) = gcheck::check_reply(self.now, s, o.replier, &o.reply, "first reply") {
                     return self.fail(v);
+                }
+                if let Some(&len) = self.segments.get(&sid) {
+                    let mut want = segment_of(sid, len);
+                    want[..4].copy_from_slice(&o.replier.0.to_le_bytes());
+                    if o.segment.as_ref().map(|s| &s.data) != Some(&want) {
+                        let detail = format!(
+                            "send #{sid}'s segment came back without exactly the first replier {}'s write",
+                            o.replier
+                        );
+                        return self.fail(self.violation_at(Invariant::DataIntact, detail));
+                    }
                 }
                 self.report.replies += 1;
                 self.sends.get_mut(&sid).expect("known").repliers.insert(o.replier);

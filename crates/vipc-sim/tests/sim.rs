@@ -207,6 +207,8 @@ fn group_suite(name: &str) {
                 total.receipts += g.receipts;
                 total.long_sends += g.long_sends;
                 total.plain_failed += g.plain_failed;
+                total.segment_sends += g.segment_sends;
+                total.segment_reads += g.segment_reads;
             }
             Err(f) => {
                 eprintln!("{f}");
@@ -221,6 +223,10 @@ fn group_suite(name: &str) {
     assert!(failures.is_empty(), "{} {name} seeds failed; first: {}", failures.len(), failures[0]);
     let passed = count as usize;
     assert!(passed == 0 || total.met > 0 && total.receipts > 0, "{name}: nothing was ever met: {total:?}");
+    if passed > 20 {
+        // Group segments (000 §6.8) are exercised: members read them while the send is pending.
+        assert!(total.segment_sends > 0 && total.segment_reads > 0, "{name}: no group segment was read: {total:?}");
+    }
     if sc.group.as_ref().is_some_and(|g| g.tight_aliens.is_some()) && passed > 20 {
         // Exhaustion must really happen: ALL modes fail by NACK while K modes still succeed.
         assert!(total.all_failed_acked > 0 && total.k_met_tight > 0, "{name}: no NACK or no K success: {total:?}");
