@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -192,6 +192,17 @@ fn receive_failed(e: std::io::Error) {
     }
 }
 
+/// One datagram, waiting at most [`RECV_POLL`]; `None` on timeout or error.
+pub(crate) fn recv(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    match sock.recv_from(buf) {
+        Ok(x) => Some(x),
+        Err(e) => {
+            receive_failed(e);
+            None
+        }
+    }
+}
+
 /// One datagram scattered over `a`, then `b`. With `spin = (stop, until)`,
 /// polls with non-blocking receives until one arrives, `stop` is set or
 /// `until` passes; without, waits at most [`RECV_POLL`]. `None` on timeout or error.
@@ -201,14 +212,26 @@ pub(crate) fn recv_parts(
     b: &mut [u8],
     spin: Option<(&AtomicBool, Instant)>,
 ) -> Option<(usize, SocketAddr)> {
-    use nix::sys::socket::MsgFlags;
+    use nix::sys::socket::{recvmsg, MsgFlags, SockaddrLike, SockaddrStorage};
+    let fd = sock.as_raw_fd();
     let flags = if spin.is_some() { MsgFlags::MSG_DONTWAIT } else { MsgFlags::empty() };
     let mut pacing = Spin::syscalls();
     let mut rounds = 0u32;
     loop {
-        match try_recv(sock, a, b, flags) {
-            Ok(Some(got)) => return Some(got),
-            Ok(None) => {
+        let mut iov = [IoSliceMut::new(&mut *a), IoSliceMut::new(&mut *b)];
+        match recvmsg::<SockaddrStorage>(fd, &mut iov, None, flags) {
+            Ok(m) => {
+                let from = m.address.and_then(|a| match a.family() {
+                    Some(nix::sys::socket::AddressFamily::Inet) => a.as_sockaddr_in().map(|a| SocketAddr::from(*a)),
+                    Some(nix::sys::socket::AddressFamily::Inet6) => a.as_sockaddr_in6().map(|a| SocketAddr::from(*a)),
+                    _ => None,
+                });
+                match from {
+                    Some(from) => return Some((m.bytes, from)),
+                    None => continue,
+                }
+            }
+            Err(nix::errno::Errno::EAGAIN) => {
                 let (stop, until) = spin?;
                 rounds = rounds.wrapping_add(1);
                 if stop.load(Ordering::Acquire) || (rounds % 8 == 0 && Instant::now() >= until) {
@@ -217,101 +240,9 @@ pub(crate) fn recv_parts(
                 pacing.pause();
             }
             Err(e) => {
-                receive_failed(e);
+                receive_failed(std::io::Error::from(e));
                 return None;
             }
-        }
-    }
-}
-
-/// One datagram from the unicast socket or, if the node has one, the
-/// multicast socket, scattered over `a`, then `b`: one reader serves both,
-/// so a process blocked in Receive takes a group's datagram itself, with
-/// no hand-off from another thread. `multicast_first` says which socket is
-/// tried first when both have data (callers alternate, so a busy unicast
-/// stream cannot starve the group traffic). Waits as [`recv_parts`] does:
-/// spinning on non-blocking receives, or up to [`RECV_POLL`] in poll(2).
-pub(crate) fn recv_either(
-    unicast: &UdpSocket,
-    multicast: Option<&UdpSocket>,
-    a: &mut [u8],
-    b: &mut [u8],
-    spin: Option<(&AtomicBool, Instant)>,
-    multicast_first: bool,
-) -> Option<(usize, SocketAddr)> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::socket::MsgFlags;
-    let Some(multicast) = multicast else { return recv_parts(unicast, a, b, spin) };
-    let order = if multicast_first { [multicast, unicast] } else { [unicast, multicast] };
-    let mut pacing = Spin::syscalls();
-    let mut rounds = 0u32;
-    loop {
-        for sock in order {
-            match try_recv(sock, a, b, MsgFlags::MSG_DONTWAIT) {
-                Ok(Some(got)) => return Some(got),
-                Ok(None) => {}
-                Err(e) => {
-                    receive_failed(e);
-                    return None;
-                }
-            }
-        }
-        match spin {
-            Some((stop, until)) => {
-                rounds = rounds.wrapping_add(1);
-                if stop.load(Ordering::Acquire) || (rounds % 8 == 0 && Instant::now() >= until) {
-                    return None;
-                }
-                pacing.pause();
-            }
-            None => {
-                let mut fds = [unicast.as_fd(), multicast.as_fd()].map(|fd| PollFd::new(fd, PollFlags::POLLIN));
-                let timeout = PollTimeout::try_from(RECV_POLL.as_millis() as i32).unwrap_or(PollTimeout::MAX);
-                match poll(&mut fds, timeout) {
-                    Ok(0) => return None,
-                    Ok(_) => {}
-                    Err(e) => {
-                        receive_failed(std::io::Error::from(e));
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A datagram already waiting on `sock`, if any (never waits).
-pub(crate) fn recv_now(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
-    try_recv(sock, buf, &mut [], nix::sys::socket::MsgFlags::MSG_DONTWAIT).unwrap_or_else(|e| {
-        receive_failed(e);
-        None
-    })
-}
-
-/// One receive on `sock` with `flags`: `Ok(None)` if nothing was waiting
-/// (EAGAIN, or the read timeout of a blocking socket passed).
-fn try_recv(
-    sock: &UdpSocket,
-    a: &mut [u8],
-    b: &mut [u8],
-    flags: nix::sys::socket::MsgFlags,
-) -> std::io::Result<Option<(usize, SocketAddr)>> {
-    use nix::sys::socket::{recvmsg, AddressFamily, SockaddrLike, SockaddrStorage};
-    loop {
-        let mut iov = [IoSliceMut::new(&mut *a), IoSliceMut::new(&mut *b)];
-        match recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, None, flags) {
-            Ok(m) => {
-                let from = m.address.and_then(|a| match a.family() {
-                    Some(AddressFamily::Inet) => a.as_sockaddr_in().map(|a| SocketAddr::from(*a)),
-                    Some(AddressFamily::Inet6) => a.as_sockaddr_in6().map(|a| SocketAddr::from(*a)),
-                    _ => None,
-                });
-                if let Some(from) = from {
-                    return Ok(Some((m.bytes, from)));
-                }
-            }
-            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
-            Err(e) => return Err(std::io::Error::from(e)),
         }
     }
 }

@@ -63,8 +63,7 @@ impl Drop for Handle {
 ///   their slot. A completion for a reader blocked in `recv` that arrives
 ///   another way (a local call, a timer) is signalled with an empty datagram
 ///   to our own socket.
-/// - The reader reads the multicast socket too, if the node has one.
-/// - The **background network thread** reads the sockets while no process
+/// - The **background network thread** reads the socket while no process
 ///   does: when the token has been free for 2 ms. After each datagram it
 ///   hands the token to a process that asks for it (waking itself with a
 ///   datagram if it is blocked in `recv` when one asks).
@@ -73,6 +72,7 @@ impl Drop for Handle {
 ///   (or the release of a datagram held back by fault injection) is due, at
 ///   most once a millisecond; whoever drains the engine notifies it of an
 ///   earlier deadline.
+/// - The **multicast thread** (if enabled) feeds what the group hears.
 /// - With [`NodeConfig::poll_spin`], a blocked process first spins: the
 ///   reader on non-blocking receives, the others on their slot's flag.
 ///
@@ -117,6 +117,7 @@ impl Node {
             ecfg.seed = rand::random::<u64>() | 1;
         }
         let engine = Engine::new(ecfg.clone(), Time::ZERO);
+        let has_multicast = multicast.is_some();
         let shared = Arc::new(Shared::new(
             engine,
             Parts {
@@ -148,6 +149,10 @@ impl Node {
         threads.push(spawn("vipc-timer", Box::new(move || runtime::timer_loop(s)))?);
         let s = shared.clone();
         threads.push(spawn("vipc-net", Box::new(move || runtime::net_loop(s)))?);
+        if has_multicast {
+            let s = shared.clone();
+            threads.push(spawn("vipc-mcast", Box::new(move || runtime::multicast_loop(s)))?);
+        }
         let mut handle = Handle { shared: shared.clone(), host: 0, threads: Mutex::new(threads) };
 
         // Wait for the logical host id.

@@ -249,10 +249,7 @@ pub(crate) struct Shared {
     /// The background network thread sleeps on it.
     pub(crate) bg_cv: Condvar,
     pub(crate) unicast: UdpSocket,
-    /// Read by the reader-token holder together with `unicast` (see [`net::recv_either`]).
     pub(crate) multicast: Option<UdpSocket>,
-    /// Flips at each read of both sockets: which one is tried first.
-    multicast_turn: AtomicBool,
     targets: Vec<SocketAddr>,
     peers: Vec<SocketAddr>,
     groups: Option<GroupAddrs>,
@@ -336,7 +333,6 @@ impl Shared {
             self_addr: net::self_addr(p.local),
             unicast: p.unicast,
             multicast: p.multicast,
-            multicast_turn: AtomicBool::new(false),
             targets: p.targets,
             peers: p.peers,
             groups: p.groups,
@@ -615,17 +611,6 @@ impl Shared {
         drop(self.flush_locked(st));
     }
 
-    /// The next datagram on either socket, for the reader-token holder.
-    fn recv_any(
-        &self,
-        a: &mut [u8],
-        b: &mut [u8],
-        spin: Option<(&AtomicBool, Instant)>,
-    ) -> Option<(usize, SocketAddr)> {
-        let multicast_first = self.multicast.is_some() && !self.multicast_turn.fetch_xor(true, Ordering::Relaxed);
-        net::recv_either(&self.unicast, self.multicast.as_ref(), a, b, spin, multicast_first)
-    }
-
     /// An empty datagram to our own socket: ends the blocked reader's receive.
     fn send_wake(&self) {
         if let Err(e) = self.unicast.send_to(&[], self.self_addr) {
@@ -776,7 +761,7 @@ impl Shared {
                 if let (Some((at, len)), Lend::Write(dest)) = (in_place, &mut lend) {
                     st = self.read_in_place(pid, dest, at, len, &mut buf, spin);
                 } else {
-                    let got = self.recv_any(&mut buf, &mut [], spin);
+                    let got = net::recv_parts(&self.unicast, &mut buf, &mut [], spin);
                     st = self.lock();
                     st.reader_blocked = false;
                     if let Some((n, from)) = got {
@@ -849,19 +834,6 @@ impl Shared {
         buf: &mut [u8],
         spin: Option<(&AtomicBool, Instant)>,
     ) -> MutexGuard<'s, State> {
-        // Group traffic first (it is light), so that a long stream read in
-        // place delays a multicast datagram by one unicast one at most (or
-        // by RECV_POLL while the stream stalls).
-        if let Some(got) = self.multicast.as_ref().and_then(|m| net::recv_now(m, buf)) {
-            let mut st = self.lock();
-            st.reader_blocked = false;
-            if let Some((offset, range)) = self.feed(&mut st, got.1, &buf[..got.0], Origin::Net(Some(pid))) {
-                drop(st);
-                place_into(dest, offset, &buf[range]);
-                st = self.lock();
-            }
-            return st;
-        }
         let start = at - HEADER_LEN;
         let first = HEADER_LEN + len;
         let mut saved = [0u8; HEADER_LEN];
@@ -1150,7 +1122,7 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                     st.reader_blocked = true;
                     let mut buf = std::mem::take(&mut st.rxbuf);
                     drop(st);
-                    let got = shared.recv_any(&mut buf, &mut [], None);
+                    let got = net::recv(&shared.unicast, &mut buf);
                     st = shared.lock();
                     st.reader_blocked = false;
                     if let Some((n, from)) = got {
@@ -1180,6 +1152,23 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                     st = shared.bg_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
                 }
             }
+        }
+    }
+}
+
+/// The multicast thread: feeds every datagram heard on the group to the engine.
+pub(crate) fn multicast_loop(shared: Arc<Shared>) {
+    let Some(sock) = shared.multicast.as_ref() else { return };
+    let mut buf = vec![0u8; net::RECV_BUFFER];
+    loop {
+        let got = net::recv(sock, &mut buf);
+        let mut st = shared.lock();
+        if st.stopped {
+            return;
+        }
+        if let Some((n, from)) = got {
+            shared.feed(&mut st, from, &buf[..n], Origin::Net(None));
+            shared.flush(st);
         }
     }
 }
