@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 use vipc::Node;
 use vipc_fs::{FileKind, FsClient, Handle};
@@ -138,7 +138,10 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     for s in [&src, &dst] {
         if let Spec::Remote { export, .. } = s {
             if !clients.contains_key(export) {
-                clients.insert(export.clone(), connect(&node, export)?);
+                // Whole chunks in one MoveTo/MoveFrom each: fewer, longer streams.
+                let mut client = connect(&node, export)?;
+                client.set_unit(CHUNK);
+                clients.insert(export.clone(), client);
             }
         }
     }
@@ -206,17 +209,21 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
     let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Vec<u8>)>>(READERS);
     let next = AtomicU64::new(start);
     let stop = AtomicBool::new(false);
+    // Chunk buffers go round (reader → writer → reader): fresh 4 MiB
+    // buffers would cost page faults on every chunk.
+    let pool = Mutex::new(Vec::<Vec<u8>>::new());
     std::thread::scope(|s| {
         for _ in 0..READERS {
             let tx = tx.clone();
-            let (next, stop) = (&next, &stop);
+            let (next, stop, pool) = (&next, &stop, &pool);
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let off = next.fetch_add(CHUNK as u64, Ordering::Relaxed);
                     if off >= size {
                         return;
                     }
-                    let mut buf = vec![0u8; CHUNK.min((size - off) as usize)];
+                    let mut buf = pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+                    buf.resize(CHUNK.min((size - off) as usize), 0);
                     let r = from.read_at(off, &mut buf).and_then(|n| {
                         if n < buf.len() {
                             Err(CliError("the source shrank during the copy".into()))
@@ -235,10 +242,11 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
         let mut done = 0u64;
         let mut result = Ok(());
         for r in rx {
-            match r.and_then(|(off, buf)| to.write_at(off, &buf).map(|()| buf.len() as u64)) {
-                Ok(n) => {
-                    done += n;
-                    bar.inc(n);
+            match r.and_then(|(off, buf)| to.write_at(off, &buf).map(|()| buf)) {
+                Ok(buf) => {
+                    done += buf.len() as u64;
+                    bar.inc(buf.len() as u64);
+                    pool.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
                 }
                 Err(e) => {
                     stop.store(true, Ordering::Relaxed);
