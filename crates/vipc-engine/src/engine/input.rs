@@ -57,6 +57,13 @@ impl Engine {
             PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
             PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
             PacketType::GroupAck => self.on_group_ack(&h),
+            PacketType::MemWrite
+            | PacketType::MemRead
+            | PacketType::MemCas
+            | PacketType::MemWritev
+            | PacketType::MemNack
+            | PacketType::MemImport
+            | PacketType::MemImportReply => self.stray(),
             PacketType::HostRequest | PacketType::HostComplaint | PacketType::IAmHere => {
                 unreachable!("handled above")
             }
