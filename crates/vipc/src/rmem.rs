@@ -32,11 +32,12 @@ use vipc_engine::{
 };
 
 impl Node {
-    /// Exports `size` zeroed bytes under a fresh 128-bit name drawn from the
-    /// operating system's cryptographic random source (unguessable: 003
+    /// Exports `size` zeroed bytes under a fresh 128-bit name read from the
+    /// operating system's random source (getrandom): unguessable (003
     /// §3.4.2). The segment is unexported when the handle is dropped.
     pub fn export_segment(&self, size: usize, opts: SegmentOptions) -> Result<ExportedSegment> {
-        let name: SegmentName = rand::random();
+        let mut name: SegmentName = [0; 16];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut name);
         let shared = self.shared().clone();
         let id = shared.call(None, |e, _| e.export_segment(Some(name), size, opts))?;
         Ok(ExportedSegment { seg: Local { shared, id, size: size as u32 }, name })
