@@ -7,15 +7,17 @@
 //! - answers to the engine's own recent packets (same sequence number, swapped
 //!   source and destination, fuzzed type and fields), which reach the deep
 //!   states: replies, replyPending, bulk-transfer data and acknowledgements,
-//! - API calls of the local processes (send, receive, reply, forward, moves,
-//!   names, destruction and creation),
+//! - API calls of local processes (send, receive, reply, forward, moves,
+//!   names, destruction and creation) and remote-memory calls (export,
+//!   write, writev, read, CAS-II, import, inhibition, channels, unexport),
 //! - the passage of time (timers fire as the runtime would fire them).
 //!
 //! Checked: no panic; every packet the engine emits parses and fits in
 //! `max_packet`; every Wake belongs to a blocked process and each blocking call
-//! is woken at most once; timers make progress; the stats gauges stay within
-//! the configured limits; once traffic stops and every process is destroyed, no
-//! exchange, alien or transfer state is left.
+//! is woken at most once, every remote-memory operation finishes at most once;
+//! timers make progress; the stats gauges stay within the configured limits;
+//! once traffic stops and every process is destroyed, no exchange, alien,
+//! transfer or pending remote-memory operation is left.
 
 #![no_main]
 
@@ -24,8 +26,9 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 use vipc_engine::{
-    well_known_group, Access, AuthKey, Completion, Config, Destination, Engine, Event, HostIdConfig, Message, Pid,
-    Reliable, ReplyMode, Scope, Segment, SendOptions, Time,
+    well_known_group, Access, AuthKey, Cas, Completion, Config, Descriptor, Destination, Engine, Event, HostIdConfig,
+    Imported, MemOpId, Message, Notify, Pid, ProtectionGroup, Reliable, ReplyMode, Scope, Segment, SegmentId,
+    SegmentOptions, SendOptions, Strided, Time,
 };
 use vipc_wire::{parse, to_vec, Flags, Header, PacketType, MAX_DATA};
 
@@ -111,6 +114,10 @@ struct Harness {
     sent: VecDeque<(Header, Destination)>,
     /// The last datagram injected, for duplication.
     last_in: Option<(SocketAddr, Vec<u8>)>,
+    /// Remote memory: local segments (exported or anonymous, maybe freed since).
+    segments: Vec<SegmentId>,
+    /// Remote memory: operations started and not finished or forgotten.
+    mem_ops: HashSet<MemOpId>,
 }
 
 impl Harness {
@@ -128,6 +135,11 @@ impl Harness {
             seed: 1,
             alive_period: Some(Duration::from_millis(100)),
             max_memberships: 8,
+            rmem_max_segments: 4,
+            rmem_max_bytes: 64 << 10,
+            rmem_max_ops: 8,
+            rmem_control_queue: 4,
+            rmem_data_queue: 4096,
             ..Config::default()
         };
         let mut h = Harness {
@@ -140,6 +152,8 @@ impl Harness {
             senders: VecDeque::new(),
             sent: VecDeque::new(),
             last_in: None,
+            segments: Vec::new(),
+            mem_ops: HashSet::new(),
         };
         h.drain();
         // Two servers waiting in Receive, two clients in remote Sends, one GetPid.
@@ -152,6 +166,21 @@ impl Harness {
         h.blocking(c2, |e, now| e.send(now, c2, PEERS[2], [2; 32], SendOptions { idempotent: true }, Some(seg)));
         h.blocking(g, |e, now| e.get_pid(now, g, b"echo", Scope::Remote));
         let _ = h.e.set_pid(b"svc", s1, Scope::Any);
+        h.drain();
+        // Remote memory: a named segment peers may use, an anonymous one, and a read, a CAS-II and an import pending.
+        let opts = SegmentOptions { access: Access::READ_WRITE, notify: Notify::Conditional, ..Default::default() };
+        let named = h.e.export_segment(Some([0x11; 16]), 4096, opts).expect("room for a segment");
+        let anon = h.e.export_segment(None, 1024, SegmentOptions::default()).expect("room for a segment");
+        h.segments = vec![named, anon];
+        let _ = h.e.segment_set_inhibit(named, 1024, 512, true);
+        let peer = Imported { host: 2, desc: Descriptor { index: 0, generation: 1 }, size: 4096, access: Access::READ_WRITE };
+        let now = h.now;
+        let ops = [
+            h.e.mem_read(now, &peer, 0, 1000, (anon, 0), false),
+            h.e.mem_cas(now, &peer, 8, Cas { expect: 0, new: 1, nonce: 7 }, (anon, 1016), true),
+            h.e.mem_import(now, [0x22; 16], Access::READ),
+        ];
+        h.mem_ops.extend(ops.into_iter().map(|r| r.expect("room for operations")));
         h.drain();
         h
     }
@@ -198,6 +227,11 @@ impl Harness {
         while let Some(ev) = self.e.poll_event() {
             n += 1;
             assert!(n < 100_000, "poll_event does not run dry");
+            if let Event::MemDone(op) = ev {
+                assert!(self.mem_ops.remove(&op), "MemDone for {op:?}, not pending");
+                assert!(self.e.mem_poll(op).is_some(), "{op:?} announced but not finished");
+                continue;
+            }
             if let Event::Wake { pid, completion } = ev {
                 assert!(self.blocked.remove(&pid), "wake of {pid}, which is not in a blocking call: {completion:?}");
                 if let Completion::Receive(Ok(m)) = completion {
@@ -316,7 +350,10 @@ impl Harness {
                 h.fwd = h.src;
                 h.flags = Flags(if sel & 32 == 0 { orig.flags.0 & !Flags::MAC } else { input.u16() });
                 h.message = if sel & 64 == 0 { orig.message } else { input.message() };
-                let (total, local, remote) = (orig.total_len, orig.local_addr, orig.remote_addr);
+                let (total, local, remote) = natural_fields(&orig);
+                if ptype == PacketType::MemWrite && sel & 128 == 0 {
+                    h.flags = Flags(h.flags.0 | Flags::ANSWER);
+                }
                 match input.u8() % 4 {
                     0 => (h.total_len, h.local_addr, h.remote_addr) = (total, local, remote),
                     1 => (h.total_len, h.local_addr, h.remote_addr) = (total, remote, local),
@@ -432,6 +469,7 @@ impl Harness {
                 self.drain();
             }
             10 => self.destroy(me),
+            11 => self.rmem(input),
             12 => {
                 let g = well_known_group(1 + u16::from(b % 3));
                 let _ = if b & 0x40 != 0 { self.e.leave_group(me, g) } else { self.e.join_group(me, g) };
@@ -463,6 +501,94 @@ impl Harness {
         }
     }
 
+    /// A remote-memory call (none blocks).
+    fn rmem(&mut self, input: &mut Input) {
+        let now = self.now;
+        let b = input.u8();
+        let seg = self.segments.get(b as usize / 16 % self.segments.len().max(1)).copied().unwrap_or_default();
+        let target = Imported {
+            host: [1, 2, 3][input.u8() as usize % 3],
+            desc: if b & 1 == 0 { seg } else { Descriptor::from_u32(input.u32()) },
+            size: input.u16() as u32 * 4,
+            access: Access { read: b & 2 == 0, write: b & 4 == 0 },
+        };
+        let (offset, len) = (input.u16() as u32, input.u16() as u32 % 5000);
+        let notify = b & 8 != 0;
+        let started = match input.u8() % 12 {
+            0 => {
+                let data = input.filled(len as usize);
+                let _ = self.e.mem_write(&target, offset, &data, notify);
+                None
+            }
+            1 => {
+                let shape = Strided { stride: input.u8() as u32, elem: input.u8() as u32 % 64 };
+                let data = input.filled(len as usize);
+                let _ = self.e.mem_writev(&target, offset, shape, &data, notify);
+                None
+            }
+            2 => Some(self.e.mem_read(now, &target, offset, len, (seg, input.u16() as u32), notify)),
+            3 => {
+                let cas = Cas { expect: input.u8() as u32, new: input.u8() as u32, nonce: input.u32() };
+                Some(self.e.mem_cas(now, &target, offset & !7, cas, (seg, input.u16() as u32), notify))
+            }
+            4 => {
+                let mut name = [0x11; 16];
+                name[0] = input.u8() % 3;
+                Some(self.e.mem_import(now, name, target.access))
+            }
+            5 => {
+                if let Some(&op) = self.mem_ops.iter().next() {
+                    self.e.mem_forget(op);
+                    self.mem_ops.remove(&op);
+                }
+                None
+            }
+            6 => {
+                let _ = self.e.segment_set_inhibit(seg, offset, len, b & 16 != 0);
+                None
+            }
+            7 => {
+                while let Ok(Some(_)) = self.e.segment_poll_control(seg) {}
+                while let Ok(Some(_)) = self.e.segment_poll_data(seg) {}
+                None
+            }
+            8 => {
+                let _ = self.e.unexport_segment(seg);
+                None
+            }
+            9 => {
+                let name = (b & 16 != 0).then(|| [input.u8() % 3; 16]);
+                let protection = match input.u8() % 3 {
+                    0 => ProtectionGroup::Any,
+                    1 => ProtectionGroup::Hosts(vec![2]),
+                    _ => ProtectionGroup::Hosts(vec![1, 3]),
+                };
+                let notify = [Notify::Never, Notify::Always, Notify::Conditional][input.u8() as usize % 3];
+                let opts = SegmentOptions { access: target.access, notify, protection };
+                if let Ok(id) = self.e.export_segment(name, 1 + len as usize * 4, opts) {
+                    self.segments.push(id);
+                }
+                None
+            }
+            10 => {
+                let mut buf = vec![0; len as usize];
+                let _ = self.e.segment_read(seg, offset, &mut buf);
+                let _ = self.e.segment_write(seg, offset, &buf);
+                None
+            }
+            _ => {
+                for op in self.mem_ops.clone() {
+                    assert!(self.e.mem_pending(op), "{op:?} finished without MemDone");
+                }
+                None
+            }
+        };
+        if let Some(Ok(op)) = started {
+            assert!(self.mem_ops.insert(op), "{op:?} handed out twice");
+        }
+        self.drain();
+    }
+
     fn destroy(&mut self, pid: Pid) {
         let r = self.e.destroy_process(self.now, pid);
         assert!(r.is_ok(), "destroying live process {pid}: {r:?}");
@@ -490,6 +616,9 @@ impl Harness {
         for p in &self.locals {
             assert!(self.e.is_alive(*p), "{p} died on its own");
         }
+        assert!(s.rmem_segments <= c.rmem_max_segments as u64 && s.rmem_bytes <= c.rmem_max_bytes as u64);
+        assert!(s.rmem_ops_pending <= c.rmem_max_ops as u64);
+        assert_eq!(s.rmem_ops_pending, self.mem_ops.len() as u64, "pending remote-memory operations");
     }
 
     /// Traffic stops: timers run out, every process is destroyed, and no
@@ -508,6 +637,7 @@ impl Harness {
         assert_eq!(s.active_transfers, 0, "transfers left after quiescence");
         assert_eq!(s.group_copies, 0, "copies of group messages left after quiescence");
         assert_eq!(s.memberships, 0, "memberships of destroyed processes left");
+        assert_eq!(s.rmem_ops_pending, 0, "remote-memory operations never finished");
         assert!(self.blocked.is_empty());
     }
 }
@@ -540,5 +670,19 @@ fn answer_type(t: PacketType) -> PacketType {
         MoveToAck | MoveFromAck => MoveToData,
         IAmHere => IAmHere,
         Reply | NAck | ReplyPending | GetPidReply | HostComplaint | Cancel | GroupAck => Send,
+        MemRead | MemCas => MemWrite,
+        MemImport => MemImportReply,
+        MemWrite | MemWritev | MemNack | MemImportReply => MemNack,
+    }
+}
+
+/// The (total_len, local_addr, remote_addr) a peer's natural answer to
+/// `orig` carries: a read or CAS-II is answered into its destination.
+fn natural_fields(orig: &Header) -> (u32, u32, u32) {
+    let m = |i: usize| u32::from_be_bytes([orig.message[i], orig.message[i + 1], orig.message[i + 2], orig.message[i + 3]]);
+    match orig.ptype {
+        PacketType::MemRead => (orig.total_len, m(0), m(4)),
+        PacketType::MemCas => (8, m(12), m(16)),
+        _ => (orig.total_len, orig.local_addr, orig.remote_addr),
     }
 }

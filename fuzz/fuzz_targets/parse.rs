@@ -1,11 +1,15 @@
 //! Fuzz target `parse`: `vipc_wire::parse` on arbitrary bytes, without and with
 //! a key. Whatever parses must re-encode to exactly the same bytes and parse
 //! again to the same packet; the input is also read as a header plus data,
-//! encoded, and must parse back to itself.
+//! encoded, and must parse back to itself. The remote-memory field layouts
+//! (`vipc_wire::rmem`) read from any header must write back the same fields.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use vipc_wire::rmem::{
+    CasAnswer, CasFields, ImportFields, ImportReplyFields, NackFields, ReadFields, WriteFields, WritevFields,
+};
 use vipc_wire::{encoded_len, parse, to_vec, AuthKey, Flags, Header, PacketType, Pid, HEADER_LEN, MAX_DATA};
 
 fuzz_target!(|data: &[u8]| {
@@ -14,7 +18,32 @@ fuzz_target!(|data: &[u8]| {
         check_round_trip(data, k);
     }
     check_encode_parse(data, &key);
+    if let Ok(p) = parse(data, None) {
+        check_rmem_fields(&p.header, p.data);
+    }
 });
+
+/// Each remote-memory layout: get, put into a fresh header, get again: the same fields.
+fn check_rmem_fields(h: &Header, data: &[u8]) {
+    macro_rules! same {
+        ($t:ty) => {{
+            let f = <$t>::get(h);
+            let mut fresh = Header::new(h.ptype);
+            f.put(&mut fresh);
+            assert_eq!(<$t>::get(&fresh), f, "{} does not round-trip", stringify!($t));
+        }};
+    }
+    same!(WriteFields);
+    same!(ReadFields);
+    same!(CasFields);
+    same!(WritevFields);
+    same!(NackFields);
+    same!(ImportFields);
+    same!(ImportReplyFields);
+    if let Some(a) = CasAnswer::from_bytes(data) {
+        assert_eq!(a.to_bytes(), data);
+    }
+}
 
 /// Anything that parses re-encodes to the identical datagram.
 fn check_round_trip(bytes: &[u8], key: Option<&AuthKey>) {

@@ -62,6 +62,12 @@ def move_to(length_byte, off=0):
     return api(6, bytes([SENDER]) + u16(off) + bytes([length_byte]))
 
 
+def rmem(sub, b=0, host=0, size=0x400, off=0x10, length=0x20, rest=b""):
+    """op 11, action 11: a remote-memory call. b: bits 4.. segment, bit 0 forged descriptor,
+    bits 1-2 deny read/write; host: 0 = this node (local path), 1 = host 2, 2 = host 3."""
+    return api(11, bytes([b, host]) + u16(size) + u16(off) + u16(length) + bytes([sub]) + rest)
+
+
 def receive():
     return api(0, bytes([0x10, 0x00]))  # capacity 4096
 
@@ -84,6 +90,14 @@ seeds = {
     + wait(1) + answer(1),
     # Receive again after a reply, with an idempotent Send in between.
     "idempotent": crafted(SEND, IDEMPOTENT) + reply() + receive() + crafted(SEND, IDEMPOTENT) + bytes([8]),
+    # Remote memory on the local path: write, CAS-II, inhibit, write again (queued), drain the channels.
+    "rmem-local": rmem(0, rest=bytes(range(32))) + rmem(3, rest=bytes([0, 1]) + b"NONC" + u16(8))
+    + rmem(6, b=0x10 & 0, off=0x10, length=8) + rmem(0, rest=bytes(32)) + rmem(7),
+    # Remote memory to host 2: a read and a CAS-II into the anonymous segment, answered
+    # naturally (MemWrite with ANSWER into the destination), an import, time passing.
+    "rmem-remote": rmem(2, b=0x10, host=1, rest=u16(0)) + answer(0xff, n_sel=1) + answer(0xfe, n_sel=1)
+    + rmem(3, b=0x10, host=1, rest=bytes([0, 1]) + b"NONC" + u16(16)) + answer(0xff, n_sel=1)
+    + rmem(4, rest=bytes([1])) + answer(0xff) + wait(1) + wait(2),
 }
 
 os.makedirs(OUT, exist_ok=True)

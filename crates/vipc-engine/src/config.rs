@@ -63,6 +63,19 @@ pub struct Config {
     /// A host is declared down after this many `alive_period`s without a
     /// packet from it (detection within `(alive_down_after + 1.05) × alive_period`).
     pub alive_down_after: u32,
+    /// Remote memory: slots of the descriptor table (at most 65,535).
+    pub rmem_max_segments: usize,
+    /// Remote memory: bytes of all segments this node holds.
+    pub rmem_max_bytes: usize,
+    /// Remote memory: reads, CAS-IIs and imports pending or not yet collected.
+    pub rmem_max_ops: usize,
+    /// Remote memory: a read or CAS-II fails with `Timeout` (an import with
+    /// `Refused(UnknownName)`) after this long without its answer.
+    pub rmem_timeout: Duration,
+    /// Remote memory: notification records a segment's control channel holds.
+    pub rmem_control_queue: usize,
+    /// Remote memory: data bytes a segment's data channel holds.
+    pub rmem_data_queue: usize,
     /// Seed for the engine's random choices (host id candidates, first sequence number).
     pub seed: u64,
 }
@@ -89,6 +102,12 @@ impl Default for Config {
             key: None,
             alive_period: None,
             alive_down_after: 3,
+            rmem_max_segments: 1024,
+            rmem_max_bytes: 256 << 20,
+            rmem_max_ops: 4096,
+            rmem_timeout: Duration::from_millis(1000),
+            rmem_control_queue: 1024,
+            rmem_data_queue: 1 << 20,
             seed: 0,
         }
     }

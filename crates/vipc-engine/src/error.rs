@@ -92,6 +92,13 @@ pub enum Error {
     /// No host in that row of the alive-host table.
     #[error("no host in row {0} of the alive-host table")]
     NoSuchRow(usize),
+    /// Remote memory: the segment's owner refused the request (a MemNack), or
+    /// this node did for a request to its own segment.
+    #[error("remote memory request refused: {0}")]
+    Refused(crate::Refusal),
+    /// Remote memory: no local segment with that descriptor (unexported, or never was).
+    #[error("no such local segment")]
+    NoSuchSegment,
     /// The call is not possible in this situation (e.g. a lent move to a
     /// process on this node); the ordinary variant of the call is.
     #[error("unsupported: {0}")]

@@ -146,6 +146,12 @@ pub enum Event {
     },
     /// I-Am-Here: a host fell silent for `alive_down_after` periods (or restarted).
     HostDown(HostId),
+    /// Remote memory: an operation of this node finished; collect it with
+    /// [`crate::Engine::mem_poll`].
+    MemDone(crate::MemOpId),
+    /// Remote memory: a segment's control or data channel, empty until now,
+    /// has a record.
+    MemNotify(crate::SegmentId),
     /// A peer speaks another protocol version; reported once per address.
     VersionMismatch {
         /// The peer.

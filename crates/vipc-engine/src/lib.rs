@@ -3,7 +3,8 @@
 //!
 //! The engine owns all protocol state — local processes and their exchanges,
 //! aliens (remote senders' exchanges), the reply cache, the host-location
-//! cache, logical-host allocation, the name registry and bulk transfers — and
+//! cache, logical-host allocation, the name registry, bulk transfers and
+//! remote-memory segments with their bytes — and
 //! nothing else: no sockets, threads or clocks. A runtime feeds it
 //! - API calls ([`Engine::send`], [`Engine::receive`], …),
 //! - datagrams ([`Engine::handle_datagram`]) and
@@ -41,8 +42,9 @@ mod time;
 
 pub use config::{Config, HostIdConfig};
 pub use engine::{
-    group_multicast_addr, well_known_group, AliveHost, AliveHosts, Engine, GroupOutcome, Reliable, GROUP_ADDR_BASE,
-    MAX_K, WELL_KNOWN_GROUP_HOST,
+    group_multicast_addr, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer, ControlRecord, DataRecord,
+    Descriptor, Engine, GroupOutcome, Imported, MemOp, MemOpId, MemOutcome, Notify, ProtectionGroup, Refusal, Reliable,
+    SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE, MAX_K, WELL_KNOWN_GROUP_HOST,
 };
 pub use error::Error;
 pub use io::{

@@ -1,9 +1,12 @@
 //! Counters, in the spirit of AeronStat: everything a node did, for `vipc stat`.
 
+use vipc_wire::rmem::Refusal;
 use vipc_wire::PacketType;
 
 /// Number of packet types (per-type counters).
 pub const TYPES: usize = PacketType::ALL.len();
+/// Number of remote-memory refusal reasons (per-reason counters).
+pub const REFUSALS: usize = Refusal::ALL.len();
 
 /// Host allocation and I-Am-Here: packets that belong to no exchange.
 fn is_housekeeping(t: PacketType) -> bool {
@@ -68,6 +71,32 @@ pub struct Stats {
     /// has no multicast (a broadcast or group Send fanned out to n hosts
     /// counts n). Counted by the runtime; the engine leaves it 0.
     pub unicast_fanout: u64,
+    /// Remote memory: writes and writevs issued by this node (operations, not packets).
+    pub rmem_writes: u64,
+    /// Remote memory: write and writev packets applied to this node's segments.
+    pub rmem_writes_applied: u64,
+    /// Remote memory: reads served from this node's segments.
+    pub rmem_reads_served: u64,
+    /// Remote memory: CAS-IIs performed on this node's segments.
+    pub rmem_cas_served: u64,
+    /// Remote memory: imports of this node's segments answered.
+    pub rmem_imports_served: u64,
+    /// Remote memory: writes that hit a write-inhibited range (queued on the data channel).
+    pub rmem_queued: u64,
+    /// Remote memory: of those, dropped because the data channel was full.
+    pub rmem_data_dropped: u64,
+    /// Remote memory: notification records put on control channels.
+    pub rmem_notifications: u64,
+    /// Remote memory: notifications dropped because the control channel was full.
+    pub rmem_notify_dropped: u64,
+    /// Remote memory: requests refused and dropped, by reason ([`crate::Refusal::index`]).
+    pub rmem_refused: [u64; REFUSALS],
+    /// Remote memory: this node's reads, CAS-IIs and imports that succeeded.
+    pub rmem_ops_done: u64,
+    /// Remote memory: this node's reads, CAS-IIs and imports that failed (refused or timed out).
+    pub rmem_ops_failed: u64,
+    /// Remote memory: of those, the ones that timed out.
+    pub rmem_timeouts: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -82,6 +111,12 @@ pub struct Stats {
     pub memberships: u64,
     /// Gauge: copies of group messages held for members here.
     pub group_copies: u64,
+    /// Gauge: remote-memory segments held (exported and anonymous).
+    pub rmem_segments: u64,
+    /// Gauge: bytes of those segments.
+    pub rmem_bytes: u64,
+    /// Gauge: remote-memory operations of this node still pending.
+    pub rmem_ops_pending: u64,
 }
 
 impl Stats {
@@ -153,8 +188,26 @@ impl Stats {
             ("hosts_up", self.hosts_up),
             ("hosts_down", self.hosts_down),
             ("alive_hosts", self.alive_hosts),
+            ("rmem_writes", self.rmem_writes),
+            ("rmem_writes_applied", self.rmem_writes_applied),
+            ("rmem_reads_served", self.rmem_reads_served),
+            ("rmem_cas_served", self.rmem_cas_served),
+            ("rmem_imports_served", self.rmem_imports_served),
+            ("rmem_queued", self.rmem_queued),
+            ("rmem_data_dropped", self.rmem_data_dropped),
+            ("rmem_notifications", self.rmem_notifications),
+            ("rmem_notify_dropped", self.rmem_notify_dropped),
+            ("rmem_ops_done", self.rmem_ops_done),
+            ("rmem_ops_failed", self.rmem_ops_failed),
+            ("rmem_timeouts", self.rmem_timeouts),
+            ("rmem_segments", self.rmem_segments),
+            ("rmem_bytes", self.rmem_bytes),
+            ("rmem_ops_pending", self.rmem_ops_pending),
         ];
         v.extend(named.iter().map(|(k, n)| (k.to_string(), *n)));
+        for r in Refusal::ALL {
+            v.push((format!("rmem_refused.{}", r.name()), self.rmem_refused[r.index()]));
+        }
         v
     }
 }

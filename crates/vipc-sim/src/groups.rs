@@ -528,6 +528,7 @@ impl GroupSim {
                 }
             }
             Event::HostUp { host, .. } => self.trace(|| format!("n{node} sees host {host:#x} up")),
+            Event::MemDone(_) | Event::MemNotify(_) => {}
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
                 let v = self.violation_at(Invariant::HostIds, format!("node {node}: conflict for {host:#x} at {addr}"));

@@ -1,6 +1,7 @@
 //! The vipc wire format: the fixed 72-byte header (the V interkernel header of
 //! 000 §5.5 widened for UDP: magic, version, 32-bit sequence numbers, flags),
-//! its 17 packet types, and the optional MAC trailer.
+//! its 24 packet types (the last seven are remote memory, [`rmem`]), and the
+//! optional MAC trailer.
 //!
 //! Parsing borrows from the receive buffer and never allocates or panics;
 //! every way a datagram can be wrong is a [`ParseError`].
@@ -23,6 +24,7 @@
 mod auth;
 mod packet;
 mod pid;
+pub mod rmem;
 
 pub use auth::{AuthKey, BadKey, MAC_LEN};
 pub use packet::{

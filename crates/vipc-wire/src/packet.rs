@@ -25,8 +25,9 @@ pub const MAX_DATA: usize = MAX_DATAGRAM - HEADER_LEN - MAC_LEN;
 pub type Message = [u8; MESSAGE_LEN];
 
 /// The packet types: the 13 of 000 §5.5 plus the selective-retransmission
-/// acknowledgement for MoveFrom, an exchange cancellation, and the I-Am-Here
-/// heartbeat and group acknowledgement of the reliable multicast (004).
+/// acknowledgement for MoveFrom, an exchange cancellation, the I-Am-Here
+/// heartbeat and group acknowledgement of the reliable multicast (004), and
+/// the remote-memory operations of 003 (their fields: [`crate::rmem`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -64,11 +65,27 @@ pub enum PacketType {
     IAmHere = 16,
     /// A host's acknowledgement of a reliable group Send, with its member count (004 §4.3).
     GroupAck = 17,
+    /// Remote memory: data for (descriptor, offset) of a segment (003 `WRITE`),
+    /// also the answer to a MemRead or MemCas (flag `ANSWER`).
+    MemWrite = 18,
+    /// Remote memory: asks for a range of a segment, to be written into the
+    /// requester's destination segment by MemWrite answers (003 `READ`).
+    MemRead = 19,
+    /// Remote memory: CAS-II on a {value, nonce} cell (003 §4.2.3).
+    MemCas = 20,
+    /// Remote memory: a strided write of equal elements (003 `WRITEV`, 2-D).
+    MemWritev = 21,
+    /// Remote memory: a MemRead, MemCas or MemImport was refused (reason code).
+    MemNack = 22,
+    /// Remote memory: broadcast lookup of an exported segment's 128-bit name.
+    MemImport = 23,
+    /// Remote memory: the owner's answer to a MemImport.
+    MemImportReply = 24,
 }
 
 impl PacketType {
     /// Every packet type, in wire-code order.
-    pub const ALL: [PacketType; 17] = [
+    pub const ALL: [PacketType; 24] = [
         PacketType::HostRequest,
         PacketType::HostComplaint,
         PacketType::Send,
@@ -86,6 +103,13 @@ impl PacketType {
         PacketType::Cancel,
         PacketType::IAmHere,
         PacketType::GroupAck,
+        PacketType::MemWrite,
+        PacketType::MemRead,
+        PacketType::MemCas,
+        PacketType::MemWritev,
+        PacketType::MemNack,
+        PacketType::MemImport,
+        PacketType::MemImportReply,
     ];
 
     /// Decodes a wire code.
@@ -93,7 +117,7 @@ impl PacketType {
         PacketType::ALL.get((v as usize).wrapping_sub(1)).copied()
     }
 
-    /// Index 0..17 for per-type counters.
+    /// Index 0..24 for per-type counters.
     pub fn index(self) -> usize {
         self as usize - 1
     }
@@ -118,6 +142,13 @@ impl PacketType {
             PacketType::Cancel => "cancel",
             PacketType::IAmHere => "i-am-here",
             PacketType::GroupAck => "group-ack",
+            PacketType::MemWrite => "mem-write",
+            PacketType::MemRead => "mem-read",
+            PacketType::MemCas => "mem-cas",
+            PacketType::MemWritev => "mem-writev",
+            PacketType::MemNack => "mem-nack",
+            PacketType::MemImport => "mem-import",
+            PacketType::MemImportReply => "mem-import-reply",
         }
     }
 }
@@ -146,6 +177,11 @@ impl Flags {
     /// GroupAck (or a Reply with `GROUP_ACK`): the host lacked resources
     /// for some members (a NACK).
     pub const NACK: u16 = 1 << 7;
+    /// Remote memory request: notify the owner if the segment's policy is
+    /// Conditional (003 §3.4.5).
+    pub const NOTIFY: u16 = 1 << 8;
+    /// MemWrite: the answer to the requester's MemRead or MemCas of the same seq.
+    pub const ANSWER: u16 = 1 << 9;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
@@ -157,6 +193,8 @@ impl Flags {
         | Self::RELIABLE
         | Self::GROUP_ACK
         | Self::NACK
+        | Self::NOTIFY
+        | Self::ANSWER
         | Self::MAC;
 
     /// True when every bit of `bits` is set.

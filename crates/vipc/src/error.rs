@@ -31,6 +31,10 @@ pub enum Error {
         /// The node holding it.
         addr: SocketAddr,
     },
+    /// Remote memory: the operation had not finished when the caller's wait
+    /// ended (it may still finish; the engine fails it after `rmem_timeout`).
+    #[error("the remote-memory operation is still pending")]
+    StillPending,
     /// The engine answered a call with a completion of another kind (a bug).
     #[error("internal error: {0}")]
     Internal(String),

@@ -54,6 +54,7 @@ pub mod locate;
 mod net;
 mod node;
 mod process;
+mod rmem;
 mod runtime;
 pub mod services;
 
@@ -61,8 +62,10 @@ pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};
 pub use error::{Error, Result};
 pub use node::Node;
 pub use process::{Process, ReceiveInfo, SegmentRef};
+pub use rmem::{AnonSegment, ExportedSegment, PendingOp, RemoteSegment};
 pub use vipc_engine::{
-    well_known_group, Access, AliveHost, AliveHosts, AuthKey, Config as EngineConfig, Error as ProtocolError,
-    GroupOutcome, HostId, HostIdConfig, Message, Pid, Reliable, ReplyMode, Scope, SendOptions, Stats,
+    well_known_group, Access, AliveHost, AliveHosts, AuthKey, CasAnswer, Config as EngineConfig, ControlRecord,
+    DataRecord, Error as ProtocolError, GroupOutcome, HostId, HostIdConfig, MemOp, MemOutcome, Message, Notify, Pid,
+    ProtectionGroup, Refusal, Reliable, ReplyMode, Scope, SegmentName, SegmentOptions, SendOptions, Stats, CAS_CELL,
 };
 pub use vipc_wire::PacketType;

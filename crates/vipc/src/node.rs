@@ -208,6 +208,11 @@ impl Node {
         Ok(node)
     }
 
+    /// The runtime state shared with processes and segments.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
     /// The node's logical host id.
     pub fn host_id(&self) -> HostId {
         self.handle.host

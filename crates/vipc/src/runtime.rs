@@ -248,6 +248,9 @@ pub(crate) struct Shared {
     pub(crate) ready_cv: Condvar,
     /// The background network thread sleeps on it.
     pub(crate) bg_cv: Condvar,
+    /// Remote memory: notified whenever an operation finishes or a segment's
+    /// channel gets a record (waiters look again under the lock).
+    pub(crate) rmem_cv: Condvar,
     pub(crate) unicast: UdpSocket,
     pub(crate) multicast: Option<UdpSocket>,
     targets: Vec<SocketAddr>,
@@ -330,6 +333,7 @@ impl Shared {
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
             bg_cv: Condvar::new(),
+            rmem_cv: Condvar::new(),
             self_addr: net::self_addr(p.local),
             unicast: p.unicast,
             multicast: p.multicast,
@@ -423,6 +427,7 @@ impl Shared {
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
+                Event::MemDone(_) | Event::MemNotify(_) => self.rmem_cv.notify_all(),
                 Event::GroupJoined(g) => self.listen_to_group(st, g, true),
                 Event::GroupLeft(g) => self.listen_to_group(st, g, false),
                 Event::HostUp { host, addr } => tracing::debug!(host, %addr, "host up"),
@@ -983,6 +988,7 @@ impl Shared {
         self.timer_cv.notify_all();
         self.ready_cv.notify_all();
         self.bg_cv.notify_all();
+        self.rmem_cv.notify_all();
         drop(st);
         // Wake the reader at once rather than after its read timeout.
         self.send_wake();

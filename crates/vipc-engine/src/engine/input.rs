@@ -40,8 +40,9 @@ impl Engine {
         if h.ptype == PacketType::Send && h.dst.is_group() {
             return self.on_group_send(now, from, &h, pkt.data);
         }
-        // Every remaining type is addressed to a process of ours, except a broadcast GetPid.
-        if h.ptype != PacketType::GetPid && h.dst.host() != host {
+        // Every remaining type is addressed to a process of ours (or to this
+        // node), except the broadcast GetPid and MemImport.
+        if !matches!(h.ptype, PacketType::GetPid | PacketType::MemImport) && h.dst.host() != host {
             return self.stray();
         }
         match h.ptype {
@@ -57,6 +58,13 @@ impl Engine {
             PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
             PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
             PacketType::GroupAck => self.on_group_ack(&h),
+            PacketType::MemWrite
+            | PacketType::MemRead
+            | PacketType::MemCas
+            | PacketType::MemWritev
+            | PacketType::MemNack
+            | PacketType::MemImport
+            | PacketType::MemImportReply => self.on_mem_packet(from, &h, pkt.data),
             PacketType::HostRequest | PacketType::HostComplaint | PacketType::IAmHere => {
                 unreachable!("handled above")
             }

@@ -5,7 +5,7 @@
 //! (MoveTo/MoveFrom streams), `group` (process groups), `reliable` (004's
 //! K/ALL sends), `input` (datagram dispatch), `host_alloc`
 //! (announcement–complaint), `alive` (I-Am-Here), `timers` (retransmission
-//! and expiry).
+//! and expiry), `rmem` (remote memory, 003).
 
 mod alive;
 mod bulk;
@@ -15,6 +15,7 @@ mod input;
 mod location;
 mod primitives;
 mod reliable;
+mod rmem;
 mod state;
 mod timers;
 
@@ -28,6 +29,10 @@ use location::LocationCache;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 pub use reliable::{GroupOutcome, Reliable, MAX_K};
+pub use rmem::{
+    Cas, CasAnswer, ControlRecord, DataRecord, Descriptor, Imported, MemOp, MemOpId, MemOutcome, Notify,
+    ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL,
+};
 use state::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -66,6 +71,7 @@ pub struct Engine {
     location: LocationCache,
     alive: AliveTable,
     groups: Groups,
+    rmem: rmem::Rmem,
     timers: BinaryHeap<Reverse<(Time, TimerKey)>>,
     /// The earliest heap entry of each exchange and alien timer (see `arm`).
     pending_timers: HashMap<TimerKey, Time>,
@@ -92,6 +98,7 @@ impl Engine {
             location: LocationCache::new(config.location_cache),
             alive: AliveTable::default(),
             groups: Groups::default(),
+            rmem: rmem::Rmem::default(),
             cfg: config,
             rng,
             incarnation,
@@ -140,6 +147,9 @@ impl Engine {
         s.processes = self.procs.len() as u64;
         s.alive_hosts = self.alive_hosts().hosts().count() as u64;
         (s.memberships, s.group_copies) = self.group_gauges();
+        s.rmem_segments = self.rmem.table.len() as u64;
+        s.rmem_bytes = self.rmem.table.bytes as u64;
+        s.rmem_ops_pending = self.rmem.pending() as u64;
         s
     }
 

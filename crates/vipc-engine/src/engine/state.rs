@@ -152,6 +152,8 @@ pub(crate) enum TimerKey {
     Alive,
     /// Our I-Am-Here to a newcomer, after a random delay.
     AliveReply(crate::HostId),
+    /// Retransmission (imports) and deadline of a remote-memory operation, by seq.
+    MemOp(u32),
 }
 
 /// True if sequence number `a` is newer than `b` (serial arithmetic).

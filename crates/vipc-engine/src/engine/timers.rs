@@ -31,6 +31,7 @@ impl Engine {
                 TimerKey::GetReply(pid) => self.get_reply_timer(pid, at),
                 TimerKey::Alive => self.alive_timer(now, at),
                 TimerKey::AliveReply(host) => self.alive_reply_timer(host),
+                TimerKey::MemOp(seq) => self.mem_op_timer(now, seq, at),
             }
         }
     }

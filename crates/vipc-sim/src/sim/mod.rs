@@ -597,7 +597,7 @@ impl Sim {
             }
             Event::HostReady(h) => self.host_ready(node, h),
             Event::HostUp { host, addr } => self.trace(|| format!("n{node} sees host {host:#x} up at {addr}")),
-            Event::GroupJoined(_) | Event::GroupLeft(_) => {}
+            Event::GroupJoined(_) | Event::GroupLeft(_) | Event::MemDone(_) | Event::MemNotify(_) => {}
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
                 let v = self.violation_at(

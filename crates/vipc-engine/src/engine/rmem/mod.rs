@@ -1,0 +1,110 @@
+//! Remote memory (003, PROTOCOL §4.15): segments exported by this node and
+//! operated on by other hosts with no thread of the exporter running — the
+//! engine plays the trusted kernel — and this node's own reads, writes,
+//! CAS-IIs and imports of other hosts' segments.
+//!
+//! `table` holds the segments and the checks, `ops` the calls of local
+//! processes, `serve` the packets that arrive and the operations' timers.
+
+mod ops;
+mod serve;
+mod table;
+mod types;
+
+pub use ops::{Cas, Strided};
+pub(crate) use table::Table;
+pub use types::*;
+
+use super::HashMap;
+use crate::{Error, HostId, Time};
+
+/// Remote-memory state of one node.
+#[derive(Debug, Default)]
+pub(crate) struct Rmem {
+    pub table: Table,
+    /// Reads, CAS-IIs and imports of this node, pending or finished and not
+    /// yet collected, by the sequence number of their request.
+    pub ops: HashMap<u32, PendingOp>,
+}
+
+impl Rmem {
+    /// Gauge: operations not yet finished.
+    pub fn pending(&self) -> usize {
+        self.ops.values().filter(|o| o.done.is_none()).count()
+    }
+}
+
+/// What a pending operation waits for.
+#[derive(Debug)]
+pub(crate) enum OpKind {
+    /// MemWrite answers from `host` covering `len` bytes at `dest_offset` of `dest`.
+    Read { host: HostId, dest: SegmentId, dest_offset: u32, len: u32, got: Coverage },
+    /// One MemWrite answer from `host`: the 8 bytes at `dest_offset` of `dest`.
+    Cas { host: HostId, dest: SegmentId, dest_offset: u32 },
+    /// A MemImportReply (or MemNack) from any host; rebroadcast every T_r.
+    Import { name: SegmentName, access: u8, next_retransmit: Time },
+}
+
+/// An operation of this node (see [`Rmem::ops`]).
+#[derive(Debug)]
+pub(crate) struct PendingOp {
+    pub kind: OpKind,
+    pub deadline: Time,
+    /// Expected timer heap entry (see `timers`).
+    pub timer_at: Option<Time>,
+    /// Set once finished; kept until collected with `mem_poll` or `mem_forget`.
+    pub done: Option<Result<MemOutcome, Error>>,
+}
+
+/// The byte ranges of a read that have arrived: duplicates are not counted twice.
+#[derive(Debug, Default)]
+pub(crate) struct Coverage {
+    /// Sorted, disjoint, non-adjacent `[start, end)`.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Coverage {
+    /// Records `[start, end)`.
+    pub fn add(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let at = self.ranges.partition_point(|&(_, e)| e < start);
+        let mut s = start;
+        let mut e = end;
+        let mut j = at;
+        while j < self.ranges.len() && self.ranges[j].0 <= e {
+            s = s.min(self.ranges[j].0);
+            e = e.max(self.ranges[j].1);
+            j += 1;
+        }
+        self.ranges.splice(at..j, [(s, e)]);
+    }
+
+    /// True if `[start, end)` has wholly arrived.
+    pub fn covers(&self, start: u64, end: u64) -> bool {
+        self.ranges.iter().any(|&(s, e)| s <= start && end <= e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Coverage;
+
+    #[test]
+    fn coverage_merges_in_any_order() {
+        let mut c = Coverage::default();
+        c.add(10, 20);
+        c.add(30, 40);
+        assert!(!c.covers(10, 40));
+        c.add(15, 25);
+        c.add(25, 30);
+        c.add(10, 20);
+        assert!(c.covers(10, 40) && !c.covers(9, 40));
+        assert_eq!(c.ranges, vec![(10, 40)]);
+        c.add(0, 5);
+        c.add(50, 60);
+        c.add(4, 51);
+        assert_eq!(c.ranges, vec![(0, 60)]);
+    }
+}

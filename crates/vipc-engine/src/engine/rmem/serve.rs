@@ -1,0 +1,350 @@
+//! What arrives: requests served for other hosts (the owner's side, done by
+//! the engine alone — no process of the exporter runs), the answers to this
+//! node's own operations, and the operations' timers. Every refused request
+//! is dropped and counted by reason; a refused read, CAS-II or import is
+//! also answered with a MemNack so that its requester fails fast.
+
+use super::super::*;
+use super::ops::{import_check, Cas, Strided};
+use super::*;
+use crate::Access;
+use vipc_wire::rmem::{CasFields, ImportFields, ImportReplyFields, NackFields, ReadFields, WriteFields, WritevFields};
+use vipc_wire::Flags;
+
+impl Engine {
+    /// Dispatches a remote-memory packet (already authenticated, addressed to us).
+    pub(in super::super) fn on_mem_packet(&mut self, from: SocketAddr, h: &Header, data: &[u8]) {
+        let (host, notify) = (h.src.host(), h.flags.has(Flags::NOTIFY));
+        match h.ptype {
+            PacketType::MemWrite if h.flags.has(Flags::ANSWER) => self.on_mem_answer(h, data),
+            PacketType::MemWrite => {
+                let f = WriteFields::get(h);
+                let _ = self.serve_write(host, f.dest, f.offset, None, data, notify);
+            }
+            PacketType::MemWritev => {
+                let f = WritevFields::get(h);
+                if f.count as u64 * f.elem as u64 != data.len() as u64 {
+                    return self.refuse(Refusal::Malformed);
+                }
+                let shape = Strided { stride: f.stride, elem: f.elem };
+                let _ = self.serve_write(host, f.dest, f.base, Some(shape), data, notify);
+            }
+            PacketType::MemRead => {
+                let f = ReadFields::get(h);
+                match self.serve_read(host, f.source, f.offset, f.len, notify) {
+                    Ok(bytes) => self.answer_read(from, h, &f, &bytes),
+                    Err(r) => self.mem_nack(from, h, r),
+                }
+            }
+            PacketType::MemCas => {
+                let f = CasFields::get(h);
+                let cas = Cas { expect: f.expect, new: f.new, nonce: f.nonce };
+                match self.serve_cas(host, f.target, f.offset, cas, notify) {
+                    Ok(a) => {
+                        let mut w = self.mem_header(PacketType::MemWrite, h.seq, host, false);
+                        w.flags = w.flags.with(Flags::ANSWER, true);
+                        WriteFields { dest: f.dest, offset: f.dest_offset, total: CAS_CELL as u32 }.put(&mut w);
+                        self.emit(Destination::Addr(from), &w, &a.to_bytes());
+                    }
+                    Err(r) => self.mem_nack(from, h, r),
+                }
+            }
+            PacketType::MemNack => self.on_mem_nack(h),
+            PacketType::MemImport => self.on_mem_import(from, h),
+            PacketType::MemImportReply => self.on_mem_import_reply(h),
+            _ => self.stray(),
+        }
+    }
+
+    fn refuse(&mut self, r: Refusal) {
+        self.stats.rmem_refused[r.index()] += 1;
+    }
+
+    fn refused<T>(&mut self, r: Refusal) -> Result<T, Refusal> {
+        self.refuse(r);
+        Err(r)
+    }
+
+    /// Applies a write (`shape` None) or writev from `from` — or queues it on
+    /// the data channel if it touches a write-inhibited byte — and notifies
+    /// as the segment's policy says. Refusals are counted.
+    pub(super) fn serve_write(
+        &mut self,
+        from: HostId,
+        desc: Descriptor,
+        offset: u32,
+        shape: Option<Strided>,
+        data: &[u8],
+        notify: bool,
+    ) -> Result<(), Refusal> {
+        let (op, span, stride, elem) = match shape {
+            None => (MemOp::Write, data.len() as u64, data.len() as u64, data.len() as u64),
+            Some(s) => {
+                let (stride, elem) = (s.stride as u64, s.elem as u64);
+                if elem == 0 || stride < elem || data.len() as u64 % elem != 0 {
+                    return self.refused(Refusal::Malformed);
+                }
+                let count = data.len() as u64 / elem;
+                (MemOp::Writev, (count.max(1) - 1) * stride + elem, stride, elem)
+            }
+        };
+        if data.is_empty() {
+            return self.refused(Refusal::Malformed);
+        }
+        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
+        if let Err(r) = seg.check(from, Access::WRITE, offset as u64, span) {
+            return self.refused(r);
+        }
+        let start = offset as u64;
+        if seg.inhibited(start, start + span) {
+            self.stats.rmem_queued += 1;
+            if seg.data_bytes + data.len() > self.cfg.rmem_data_queue {
+                self.stats.rmem_data_dropped += 1;
+                return Ok(());
+            }
+            let was_empty = seg.data.is_empty();
+            let record = DataRecord { from, offset, stride: stride as u32, elem: elem as u32, data: data.to_vec() };
+            seg.data_bytes += data.len();
+            seg.data.push_back(record);
+            if was_empty {
+                self.events.push_back(Event::MemNotify(desc));
+            }
+            return Ok(());
+        }
+        for (i, piece) in data.chunks(elem as usize).enumerate() {
+            let at = (start + i as u64 * stride) as usize;
+            seg.bytes[at..at + piece.len()].copy_from_slice(piece);
+        }
+        self.stats.rmem_writes_applied += 1;
+        self.notify_owner(desc, notify, ControlRecord { op, from, offset, len: span as u32 });
+        Ok(())
+    }
+
+    /// The bytes a read from `from` asks for (a copy: they leave in packets).
+    pub(super) fn serve_read(
+        &mut self,
+        from: HostId,
+        desc: Descriptor,
+        offset: u32,
+        len: u32,
+        notify: bool,
+    ) -> Result<Vec<u8>, Refusal> {
+        if len == 0 {
+            return self.refused(Refusal::Malformed);
+        }
+        let Some(seg) = self.rmem.table.get(desc) else { return self.refused(Refusal::UnknownSegment) };
+        if let Err(r) = seg.check(from, Access::READ, offset as u64, len as u64) {
+            return self.refused(r);
+        }
+        let bytes = seg.bytes[offset as usize..offset as usize + len as usize].to_vec();
+        self.stats.rmem_reads_served += 1;
+        self.notify_owner(desc, notify, ControlRecord { op: MemOp::Read, from, offset, len });
+        Ok(bytes)
+    }
+
+    /// CAS-II from `from`: atomic, since the engine does every operation on
+    /// the segment (the owner's own CAS-IIs included) under one lock.
+    pub(super) fn serve_cas(
+        &mut self,
+        from: HostId,
+        desc: Descriptor,
+        offset: u32,
+        cas: Cas,
+        notify: bool,
+    ) -> Result<CasAnswer, Refusal> {
+        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
+        let (start, end) = (offset as u64, offset as u64 + CAS_CELL as u64);
+        let check = seg.check(from, Access::READ_WRITE, start, CAS_CELL as u64).and_then(|_| {
+            if offset % CAS_CELL as u32 != 0 {
+                Err(Refusal::Misaligned)
+            } else if seg.inhibited(start, end) {
+                Err(Refusal::WriteInhibited)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(r) = check {
+            return self.refused(r);
+        }
+        let cell = &mut seg.bytes[start as usize..end as usize];
+        let found = CasAnswer::from_bytes(cell).unwrap_or_default();
+        let answer = if found.value == cas.expect {
+            cell.copy_from_slice(&CasAnswer { value: cas.new, nonce: cas.nonce }.to_bytes());
+            CasAnswer { value: found.value, nonce: cas.nonce }
+        } else {
+            found
+        };
+        self.stats.rmem_cas_served += 1;
+        self.notify_owner(desc, notify, ControlRecord { op: MemOp::Cas, from, offset, len: CAS_CELL as u32 });
+        Ok(answer)
+    }
+
+    /// Adds a record to the control channel if the policy asks for one.
+    fn notify_owner(&mut self, desc: Descriptor, asked: bool, record: ControlRecord) {
+        let Some(seg) = self.rmem.table.get_mut(desc) else { return };
+        if !seg.notifies(asked) {
+            return;
+        }
+        if seg.control.len() >= self.cfg.rmem_control_queue {
+            self.stats.rmem_notify_dropped += 1;
+            return;
+        }
+        self.stats.rmem_notifications += 1;
+        seg.control.push_back(record);
+        if seg.control.len() == 1 {
+            self.events.push_back(Event::MemNotify(desc));
+        }
+    }
+
+    /// Answers a served read with MemWrite packets (flag ANSWER) into the
+    /// requester's destination, as large as the path to it allows.
+    fn answer_read(&mut self, to: SocketAddr, h: &Header, f: &ReadFields, bytes: &[u8]) {
+        let chunk = self.cfg.data_to(to);
+        for (i, part) in bytes.chunks(chunk).enumerate() {
+            let mut w = self.mem_header(PacketType::MemWrite, h.seq, h.src.host(), false);
+            w.flags = w.flags.with(Flags::ANSWER, true);
+            let offset = f.dest_offset.wrapping_add((i * chunk) as u32);
+            WriteFields { dest: f.dest, offset, total: f.len }.put(&mut w);
+            self.emit(Destination::Addr(to), &w, part);
+        }
+    }
+
+    fn mem_nack(&mut self, to: SocketAddr, h: &Header, r: Refusal) {
+        let mut n = self.mem_header(PacketType::MemNack, h.seq, h.src.host(), false);
+        NackFields {
+            reason: r as u8,
+            refused: h.ptype as u8,
+            desc: Descriptor::from_u32(h.local_addr),
+            offset: h.remote_addr,
+            len: h.total_len,
+        }
+        .put(&mut n);
+        self.emit(Destination::Addr(to), &n, &[]);
+    }
+
+    /// An answer to one of our reads or CAS-IIs: written into its
+    /// destination only if it matches the operation exactly (host, seq,
+    /// destination, range) — so an anonymous segment is writable by nobody else.
+    fn on_mem_answer(&mut self, h: &Header, data: &[u8]) {
+        let f = WriteFields::get(h);
+        let (start, end) = (f.offset as u64, f.offset as u64 + data.len() as u64);
+        let Some(op) = self.rmem.ops.get_mut(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        let (dest, complete) = match &mut op.kind {
+            OpKind::Read { host, dest, dest_offset, len, got } => {
+                let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
+                if *host != h.src.host() || *dest != f.dest || data.is_empty() || start < lo || end > hi {
+                    return self.stray();
+                }
+                got.add(start, end);
+                (*dest, got.covers(lo, hi).then_some(MemOutcome::Read))
+            }
+            OpKind::Cas { host, dest, dest_offset } => {
+                let answer = CasAnswer::from_bytes(data);
+                if *host != h.src.host() || *dest != f.dest || f.offset != *dest_offset || answer.is_none() {
+                    return self.stray();
+                }
+                (*dest, answer.map(MemOutcome::Cas))
+            }
+            OpKind::Import { .. } => return self.stray(),
+        };
+        let Some(seg) = self.rmem.table.get_mut(dest) else {
+            return self.finish_op(h.seq, Err(Error::NoSuchSegment));
+        };
+        match seg.bytes.get_mut(start as usize..end as usize) {
+            Some(to) => to.copy_from_slice(data),
+            None => return self.finish_op(h.seq, Err(Error::NoSuchSegment)),
+        }
+        if let Some(outcome) = complete {
+            self.finish_op(h.seq, Ok(outcome));
+        }
+    }
+
+    fn on_mem_nack(&mut self, h: &Header) {
+        let f = NackFields::get(h);
+        let Some(op) = self.rmem.ops.get(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        let matches = match op.kind {
+            OpKind::Read { host, .. } => host == h.src.host() && f.refused == PacketType::MemRead as u8,
+            OpKind::Cas { host, .. } => host == h.src.host() && f.refused == PacketType::MemCas as u8,
+            OpKind::Import { .. } => f.refused == PacketType::MemImport as u8,
+        };
+        if !matches {
+            return self.stray();
+        }
+        let reason = Refusal::from_u8(f.reason).unwrap_or(Refusal::Malformed);
+        self.finish_op(h.seq, Err(Error::Refused(reason)));
+    }
+
+    fn on_mem_import(&mut self, from: SocketAddr, h: &Header) {
+        let f = ImportFields::get(h);
+        let Some((desc, seg)) = self.rmem.table.by_name(&f.name) else {
+            return self.refuse(Refusal::UnknownName);
+        };
+        let (size, access) = (seg.size() as u32, access_bits(seg.opts.access));
+        if let Err(r) = import_check(seg, h.src.host(), access_from_bits(f.access)) {
+            self.refuse(r);
+            return self.mem_nack(from, h, r);
+        }
+        self.stats.rmem_imports_served += 1;
+        let mut r = self.mem_header(PacketType::MemImportReply, h.seq, h.src.host(), false);
+        ImportReplyFields { name: f.name, desc, size, access }.put(&mut r);
+        self.emit(Destination::Addr(from), &r, &[]);
+    }
+
+    fn on_mem_import_reply(&mut self, h: &Header) {
+        let f = ImportReplyFields::get(h);
+        let Some(op) = self.rmem.ops.get(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        match op.kind {
+            OpKind::Import { name, .. } if name == f.name && f.size > 0 && f.desc.generation != 0 => {}
+            _ => return self.stray(),
+        }
+        let imported = Imported { host: h.src.host(), desc: f.desc, size: f.size, access: access_from_bits(f.access) };
+        self.finish_op(h.seq, Ok(MemOutcome::Import(imported)));
+    }
+
+    /// Finishes an operation: the result waits for `mem_poll`; the runtime hears of it.
+    pub(super) fn finish_op(&mut self, seq: u32, r: Result<MemOutcome, Error>) {
+        let Some(op) = self.rmem.ops.get_mut(&seq) else { return };
+        match &r {
+            Ok(_) => self.stats.rmem_ops_done += 1,
+            Err(_) => self.stats.rmem_ops_failed += 1,
+        }
+        op.done = Some(r);
+        op.timer_at = None;
+        self.events.push_back(Event::MemDone(MemOpId(seq)));
+    }
+
+    /// The timer of an operation: an import is rebroadcast every T_r; at
+    /// the deadline the operation fails (`Timeout`; an import `UnknownName`).
+    pub(in super::super) fn mem_op_timer(&mut self, now: Time, seq: u32, at: Time) {
+        let retransmit = self.cfg.retransmit;
+        let Some(op) = self.rmem.ops.get_mut(&seq) else { return };
+        if op.timer_at != Some(at) || op.done.is_some() {
+            return;
+        }
+        if now >= op.deadline {
+            self.stats.rmem_timeouts += 1;
+            let err = match op.kind {
+                OpKind::Import { .. } => Error::Refused(Refusal::UnknownName),
+                OpKind::Read { host, .. } | OpKind::Cas { host, .. } => Error::Timeout(Pid::new(host, 0)),
+            };
+            return self.finish_op(seq, Err(err));
+        }
+        let mut resend = None;
+        if let OpKind::Import { name, access, next_retransmit } = &mut op.kind {
+            if now >= *next_retransmit {
+                *next_retransmit = now + retransmit;
+                resend = Some((*name, *access));
+            }
+        }
+        let next = match op.kind {
+            OpKind::Import { next_retransmit, .. } => next_retransmit.min(op.deadline),
+            _ => op.deadline,
+        };
+        op.timer_at = Some(next);
+        self.arm(next, TimerKey::MemOp(seq));
+        if let Some((name, access)) = resend {
+            self.stats.retransmissions += 1;
+            self.transmit_import(seq, name, access);
+        }
+    }
+}

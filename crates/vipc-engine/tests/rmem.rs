@@ -1,0 +1,594 @@
+//! Remote memory (003, PROTOCOL §4.15) between engines on virtual time:
+//! every operation, every refusal rule, notification, write-inhibition,
+//! timeouts and the local path. Node 0 (host 1) exports; node 1 (host 2)
+//! and node 2 (host 3) import and operate.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use vipc_engine::*;
+use vipc_wire::rmem::{CasFields, ReadFields, WriteFields, WritevFields};
+use vipc_wire::{to_vec, Flags, Header, PacketType, Pid};
+
+const NAME: SegmentName = [0x5a; 16];
+
+fn rw() -> SegmentOptions {
+    SegmentOptions { access: Access::READ_WRITE, ..Default::default() }
+}
+
+/// Exports `size` bytes on node 0 under NAME with `opts`.
+fn export(net: &mut Net, size: usize, opts: SegmentOptions) -> SegmentId {
+    net.nodes[0].export_segment(Some(NAME), size, opts).unwrap()
+}
+
+/// Imports NAME from node `i`.
+fn import(net: &mut Net, i: usize, access: Access) -> Result<Imported, Error> {
+    let now = net.now;
+    let op = net.nodes[i].mem_import(now, NAME, access).unwrap();
+    net.settle();
+    match finish(net, i, op) {
+        Ok(MemOutcome::Import(h)) => Ok(h),
+        Ok(o) => panic!("an import finished with {o:?}"),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits (advancing time if needed) for `op` of node `i`.
+fn finish(net: &mut Net, i: usize, op: MemOpId) -> Result<MemOutcome, Error> {
+    for _ in 0..200 {
+        if let Some(r) = net.nodes[i].mem_poll(op) {
+            assert!(
+                net.events.iter().any(|(n, e)| *n == i && *e == Event::MemDone(op)),
+                "a finished operation is announced"
+            );
+            return r;
+        }
+        net.advance(Duration::from_millis(10));
+    }
+    panic!("operation {op:?} never finished")
+}
+
+fn anon(net: &mut Net, i: usize, size: usize) -> SegmentId {
+    net.nodes[i].export_segment(None, size, SegmentOptions::default()).unwrap()
+}
+
+fn bytes_of(net: &Net, i: usize, id: SegmentId, offset: u32, len: usize) -> Vec<u8> {
+    let mut b = vec![0; len];
+    net.nodes[i].segment_read(id, offset, &mut b).unwrap();
+    b
+}
+
+fn refused(net: &Net, i: usize, r: Refusal) -> u64 {
+    net.stats(i).rmem_refused[r.index()]
+}
+
+/// A raw remote-memory packet from node `from` (host from+1) to host 1.
+fn raw(net: &mut Net, from: usize, ptype: PacketType, fill: impl FnOnce(&mut Header), data: &[u8]) {
+    let mut h = Header::new(ptype);
+    h.incarnation = 77;
+    h.seq = 0xdead;
+    h.src = Pid::new(from as u16 + 1, 0);
+    h.dst = Pid::new(1, 0);
+    fill(&mut h);
+    let bytes = to_vec(&h, data, None);
+    let now = net.now;
+    net.nodes[0].handle_datagram(now, addr(from), &bytes);
+    net.settle();
+}
+
+#[test]
+fn write_read_and_cas_across_nodes_without_any_process() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 64 << 10, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    assert_eq!((h.host, h.desc, h.size, h.access), (1, seg, 64 << 10, Access::READ_WRITE));
+    assert_eq!(net.stats(0).processes, 0, "no process exists on the owner");
+
+    // A write larger than a packet is split; it lands in place.
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    net.nodes[1].mem_write(&h, 100, &data, false).unwrap();
+    net.settle();
+    assert_eq!(bytes_of(&net, 0, seg, 100, data.len()), data);
+    assert!(net.stats(1).sent(PacketType::MemWrite) >= 8, "10,000 bytes take several 1,400-byte packets");
+    assert_eq!(net.stats(0).rmem_writes_applied, net.stats(1).sent(PacketType::MemWrite));
+
+    // A read of 20,000 bytes comes back as several answers into the anonymous segment.
+    net.nodes[0].segment_write(seg, 30_000, &[9; 20_000]).unwrap();
+    let dest = anon(&mut net, 1, 40_000);
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &h, 30_000, 20_000, (dest, 5_000), false).unwrap();
+    assert!(net.nodes[1].mem_pending(op));
+    net.settle();
+    assert_eq!(finish(&mut net, 1, op), Ok(MemOutcome::Read));
+    assert_eq!(bytes_of(&net, 1, dest, 5_000, 20_000), vec![9; 20_000]);
+    assert_eq!(bytes_of(&net, 1, dest, 0, 5_000), vec![0; 5_000], "nothing outside the destination range");
+    assert_eq!(net.nodes[1].mem_poll(op), None, "collected once");
+
+    // CAS-II: success stores the value and the nonce; the answer goes to the destination too.
+    let cas = Cas { expect: 0, new: 41, nonce: 0xabc };
+    let op = net.nodes[1].mem_cas(now, &h, 64, cas, (dest, 8), false).unwrap();
+    net.settle();
+    let a = CasAnswer { value: 0, nonce: 0xabc };
+    assert_eq!(finish(&mut net, 1, op), Ok(MemOutcome::Cas(a)));
+    assert_eq!(bytes_of(&net, 1, dest, 8, 8), a.to_bytes());
+    assert_eq!(bytes_of(&net, 0, seg, 64, 8), CasAnswer { value: 41, nonce: 0xabc }.to_bytes());
+    // Failure changes nothing and reports the value and the last swapper's nonce.
+    let op = net.nodes[1].mem_cas(now, &h, 64, Cas { expect: 0, new: 1, nonce: 0xdef }, (dest, 8), false).unwrap();
+    net.settle();
+    assert_eq!(finish(&mut net, 1, op), Ok(MemOutcome::Cas(CasAnswer { value: 41, nonce: 0xabc })));
+    assert_eq!(bytes_of(&net, 0, seg, 64, 8), CasAnswer { value: 41, nonce: 0xabc }.to_bytes());
+    let s = net.stats(0);
+    assert_eq!((s.rmem_reads_served, s.rmem_cas_served, s.rmem_imports_served), (1, 2, 1));
+    assert_eq!(net.stats(1).rmem_ops_done, 4);
+    assert_eq!(net.stats(1).rmem_ops_pending, 0);
+}
+
+#[test]
+fn cas_retry_with_the_same_nonce_after_a_lost_answer() {
+    let mut net = Net::new(2);
+    export(&mut net, 64, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    let dest = anon(&mut net, 1, 8);
+    // Lose the first answer.
+    let mut dropped = false;
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        let answer = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.flags.has(Flags::ANSWER));
+        if from == 0 && answer && !dropped {
+            dropped = true;
+            return 0;
+        }
+        1
+    }));
+    let cas = Cas { expect: 5, new: 6, nonce: 77 };
+    net.nodes[0].segment_write(Descriptor { index: 0, generation: 1 }, 0, &[0, 0, 0, 5, 0, 0, 0, 0]).unwrap();
+    let now = net.now;
+    let op = net.nodes[1].mem_cas(now, &h, 0, cas, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(finish(&mut net, 1, op), Err(Error::Timeout(Pid::new(1, 0))));
+    assert_eq!(net.stats(1).rmem_timeouts, 1);
+    // The caller retries with the same nonce: the swap already happened, the
+    // answer shows its own nonce and the new value — it succeeded.
+    let now = net.now;
+    let op = net.nodes[1].mem_cas(now, &h, 0, cas, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(finish(&mut net, 1, op), Ok(MemOutcome::Cas(CasAnswer { value: 6, nonce: 77 })));
+}
+
+#[test]
+fn stale_generation_is_refused_after_unexport() {
+    let mut net = Net::with(2, |c| c.rmem_max_segments = 1);
+    let seg = export(&mut net, 64, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    net.nodes[0].unexport_segment(seg).unwrap();
+    assert_eq!(net.nodes[0].unexport_segment(seg), Err(Error::NoSuchSegment));
+    // The slot is reused by the next export, with another generation.
+    let again = net.nodes[0].export_segment(Some([1; 16]), 64, rw()).unwrap();
+    assert_eq!((again.index, again.generation), (seg.index, seg.generation + 1));
+    net.nodes[1].mem_write(&h, 0, &[1; 8], false).unwrap();
+    net.settle();
+    assert_eq!(bytes_of(&net, 0, again, 0, 8), [0; 8], "a stale handle never writes the new segment");
+    assert_eq!(refused(&net, 0, Refusal::UnknownSegment), 1);
+    let dest = anon(&mut net, 1, 64);
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::UnknownSegment))), "MemNack: fails fast");
+    assert_eq!(refused(&net, 0, Refusal::UnknownSegment), 2);
+    assert_eq!(net.stats(0).sent(PacketType::MemNack), 1);
+}
+
+#[test]
+fn out_of_range_and_no_access_are_refused_by_the_owner() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 64, SegmentOptions { access: Access::READ, ..Default::default() });
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    assert_eq!(import(&mut net, 1, Access::READ_WRITE), Err(Error::Refused(Refusal::NoAccess)));
+    // The requester checks what it knows...
+    assert!(matches!(net.nodes[1].mem_write(&h, 0, &[1], false), Err(Error::NoAccess("write"))));
+    let dest = anon(&mut net, 1, 256);
+    let now = net.now;
+    assert!(matches!(net.nodes[1].mem_read(now, &h, 60, 8, (dest, 0), false), Err(Error::OutOfSegment { .. })));
+    // ...and the owner checks again whatever a requester claims.
+    let forged = Imported { size: 1 << 20, access: Access::READ_WRITE, ..h };
+    net.nodes[1].mem_write(&forged, 0, &[1; 4], false).unwrap();
+    net.settle();
+    assert_eq!(refused(&net, 0, Refusal::NoAccess), 2, "the refused import and the write");
+    assert_eq!(bytes_of(&net, 0, seg, 0, 4), [0; 4]);
+    let op = net.nodes[1].mem_read(now, &forged, 60, 8, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::OutOfRange))));
+    raw(
+        &mut net,
+        1,
+        PacketType::MemRead,
+        |h| ReadFields { source: seg, offset: u32::MAX - 3, len: 8, dest, dest_offset: 0 }.put(h),
+        &[],
+    );
+    assert_eq!(refused(&net, 0, Refusal::OutOfRange), 2, "no wrap-around");
+    let op = net.nodes[1].mem_cas(now, &forged, 0, Cas { expect: 0, new: 1, nonce: 1 }, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::NoAccess))), "CAS needs write access");
+    assert_eq!(refused(&net, 0, Refusal::OutOfRange), 2);
+}
+
+#[test]
+fn hosts_outside_the_protection_group_are_refused() {
+    let mut net = Net::new(3);
+    let opts = SegmentOptions { access: Access::READ_WRITE, protection: ProtectionGroup::Hosts(vec![3]), ..rw() };
+    let seg = export(&mut net, 64, opts);
+    assert_eq!(import(&mut net, 1, Access::READ), Err(Error::Refused(Refusal::NotInGroup)));
+    let h = import(&mut net, 2, Access::READ_WRITE).unwrap();
+    // Host 2 uses host 3's handle: refused all the same.
+    net.nodes[1].mem_write(&h, 0, &[7; 8], false).unwrap();
+    let dest = anon(&mut net, 1, 8);
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::NotInGroup))));
+    assert_eq!(bytes_of(&net, 0, seg, 0, 8), [0; 8]);
+    assert_eq!(refused(&net, 0, Refusal::NotInGroup), 3);
+    // Host 3 may.
+    net.nodes[2].mem_write(&h, 0, &[7; 8], false).unwrap();
+    net.settle();
+    assert_eq!(bytes_of(&net, 0, seg, 0, 8), [7; 8]);
+}
+
+#[test]
+fn unknown_names_time_out_and_anonymous_segments_are_never_importable() {
+    let mut net = Net::new(2);
+    let a = anon(&mut net, 0, 64);
+    let now = net.now;
+    let op = net.nodes[1].mem_import(now, [3; 16], Access::READ).unwrap();
+    net.settle();
+    assert_eq!(finish(&mut net, 1, op), Err(Error::Refused(Refusal::UnknownName)));
+    assert!(refused(&net, 0, Refusal::UnknownName) >= 2, "the broadcast is repeated every T_r");
+    assert!(net.stats(1).sent(PacketType::MemImport) >= 2);
+    // An anonymous segment, addressed directly, grants nothing.
+    let forged = Imported { host: 1, desc: a, size: 64, access: Access::READ_WRITE };
+    net.nodes[1].mem_write(&forged, 0, &[1; 8], false).unwrap();
+    let dest = anon(&mut net, 1, 8);
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &forged, 0, 8, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::NoAccess))));
+    assert_eq!(bytes_of(&net, 0, a, 0, 8), [0; 8]);
+}
+
+#[test]
+fn answers_that_match_no_operation_are_not_written() {
+    let mut net = Net::new(2);
+    let a = anon(&mut net, 0, 64);
+    let stray = net.stats(0).stray;
+    // An ANSWER MemWrite with no pending operation of that seq.
+    raw(
+        &mut net,
+        1,
+        PacketType::MemWrite,
+        |h| {
+            h.flags = Flags(Flags::ANSWER);
+            WriteFields { dest: a, offset: 0, total: 8 }.put(h);
+        },
+        &[1; 8],
+    );
+    assert_eq!(bytes_of(&net, 0, a, 0, 8), [0; 8]);
+    assert_eq!(net.stats(0).stray, stray + 1);
+    // A pending read to host 2: an answer from host 3, or outside the range, is not written either.
+    let mut net = Net::new(3);
+    let seg = net.nodes[1].export_segment(Some(NAME), 64, rw()).unwrap();
+    let h = import(&mut net, 0, Access::READ).unwrap();
+    assert_eq!(h.desc, seg);
+    let dest = anon(&mut net, 0, 64);
+    net.filter = Some(Box::new(|_, _, _| 0)); // the real answer is lost
+    let now = net.now;
+    let op = net.nodes[0].mem_read(now, &h, 0, 8, (dest, 16), false).unwrap();
+    net.settle();
+    net.filter = None;
+    let seq = op.0;
+    for (from, offset) in [(2, 16), (1, 20), (1, 8)] {
+        raw(
+            &mut net,
+            from,
+            PacketType::MemWrite,
+            |h| {
+                h.seq = seq;
+                h.flags = Flags(Flags::ANSWER);
+                WriteFields { dest, offset, total: 8 }.put(h);
+            },
+            &[5; 8],
+        );
+    }
+    assert_eq!(bytes_of(&net, 0, dest, 0, 64), vec![0; 64]);
+    assert!(net.nodes[0].mem_pending(op));
+    raw(
+        &mut net,
+        1,
+        PacketType::MemWrite,
+        |h| {
+            h.seq = seq;
+            h.flags = Flags(Flags::ANSWER);
+            WriteFields { dest, offset: 16, total: 8 }.put(h);
+        },
+        &[5; 8],
+    );
+    assert_eq!(net.nodes[0].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    assert_eq!(bytes_of(&net, 0, dest, 16, 8), [5; 8]);
+}
+
+#[test]
+fn misaligned_cas_and_malformed_writev_are_refused() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 64, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    let dest = anon(&mut net, 1, 8);
+    let now = net.now;
+    let cas = Cas { expect: 0, new: 1, nonce: 1 };
+    assert_eq!(net.nodes[1].mem_cas(now, &h, 4, cas, (dest, 0), false), Err(Error::Refused(Refusal::Misaligned)));
+    raw(
+        &mut net,
+        1,
+        PacketType::MemCas,
+        |h| CasFields { target: seg, offset: 4, expect: 0, new: 1, nonce: 1, dest, dest_offset: 0 }.put(h),
+        &[],
+    );
+    assert_eq!(refused(&net, 0, Refusal::Misaligned), 1);
+    assert_eq!(bytes_of(&net, 0, seg, 0, 16), vec![0; 16]);
+    for (stride, count, elem, len) in [(4, 2, 8, 16), (8, 2, 0, 0), (8, 3, 4, 8)] {
+        raw(
+            &mut net,
+            1,
+            PacketType::MemWritev,
+            |h| WritevFields { dest: seg, base: 0, stride, count, elem, total: len }.put(h),
+            &vec![1; len as usize],
+        );
+    }
+    assert_eq!(refused(&net, 0, Refusal::Malformed), 3);
+    assert_eq!(bytes_of(&net, 0, seg, 0, 64), vec![0; 64]);
+    // A zero-length read is malformed too (answered with MemNack).
+    raw(
+        &mut net,
+        1,
+        PacketType::MemRead,
+        |h| ReadFields { source: seg, offset: 0, len: 0, dest, dest_offset: 0 }.put(h),
+        &[],
+    );
+    assert_eq!(refused(&net, 0, Refusal::Malformed), 4);
+    assert_eq!(net.stats(0).sent(PacketType::MemNack), 2);
+}
+
+#[test]
+fn writev_scatters_elements_across_packets() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 1 << 20, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    // A column of a 1000 × 1000-byte matrix... as 1000 elements of 100 bytes, 1000 apart.
+    let data: Vec<u8> = (0..1000u32).flat_map(|i| [i as u8; 100]).collect();
+    net.nodes[1].mem_writev(&h, 7, Strided { stride: 1000, elem: 100 }, &data, false).unwrap();
+    net.settle();
+    assert!(net.stats(1).sent(PacketType::MemWritev) >= 70, "13 elements of 100 bytes per 1,400-byte packet");
+    for i in 0..1000u32 {
+        assert_eq!(bytes_of(&net, 0, seg, 7 + i * 1000, 100), vec![i as u8; 100]);
+        if i < 999 {
+            assert_eq!(bytes_of(&net, 0, seg, 7 + i * 1000 + 100, 900), vec![0; 900], "gaps untouched");
+        }
+    }
+    assert!(matches!(
+        net.nodes[1].mem_writev(&h, 0, Strided { stride: 50, elem: 100 }, &data, false),
+        Err(Error::Refused(Refusal::Malformed))
+    ));
+    assert!(matches!(
+        net.nodes[1].mem_writev(&h, 100, Strided { stride: 1100, elem: 100 }, &data, false),
+        Err(Error::OutOfSegment { .. })
+    ));
+}
+
+#[test]
+fn notification_policies_fill_the_control_channel() {
+    let mut net = Net::new(2);
+    let never = net.nodes[0].export_segment(Some([1; 16]), 64, rw()).unwrap();
+    let always = net.nodes[0].export_segment(Some([2; 16]), 64, SegmentOptions { notify: Notify::Always, ..rw() });
+    let cond = net.nodes[0].export_segment(Some([3; 16]), 64, SegmentOptions { notify: Notify::Conditional, ..rw() });
+    let (always, cond) = (always.unwrap(), cond.unwrap());
+    let dest = anon(&mut net, 1, 8);
+    for (seg, name) in [(never, [1; 16]), (always, [2; 16]), (cond, [3; 16])] {
+        let now = net.now;
+        let op = net.nodes[1].mem_import(now, name, Access::READ_WRITE).unwrap();
+        net.settle();
+        let Ok(MemOutcome::Import(h)) = finish(&mut net, 1, op) else { panic!() };
+        assert_eq!(h.desc, seg);
+        net.nodes[1].mem_write(&h, 8, &[1; 4], false).unwrap();
+        net.nodes[1].mem_write(&h, 16, &[1; 4], true).unwrap();
+        let op = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), true).unwrap();
+        net.settle();
+        finish(&mut net, 1, op).unwrap();
+    }
+    assert_eq!(net.nodes[0].segment_poll_control(never), Ok(None));
+    let mut got = Vec::new();
+    while let Some(r) = net.nodes[0].segment_poll_control(always).unwrap() {
+        got.push((r.op, r.from, r.offset, r.len));
+    }
+    assert_eq!(got, [(MemOp::Write, 2, 8, 4), (MemOp::Write, 2, 16, 4), (MemOp::Read, 2, 0, 8)]);
+    let mut got = Vec::new();
+    while let Some(r) = net.nodes[0].segment_poll_control(cond).unwrap() {
+        got.push((r.op, r.offset));
+    }
+    assert_eq!(got, [(MemOp::Write, 16), (MemOp::Read, 0)], "only requests with the notify bit");
+    let notices = net.events.iter().filter(|(n, e)| *n == 0 && matches!(e, Event::MemNotify(_))).count();
+    assert_eq!(notices, 2, "one notice when each channel turns non-empty");
+    assert_eq!(net.stats(0).rmem_notifications, 5);
+}
+
+#[test]
+fn writes_to_inhibited_ranges_go_to_the_data_channel() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 256, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    net.nodes[0].segment_set_inhibit(seg, 100, 50, true).unwrap();
+    net.nodes[1].mem_write(&h, 0, &[1; 10], false).unwrap(); // applied
+    net.nodes[1].mem_write(&h, 140, &[2; 20], false).unwrap(); // overlaps: queued whole
+    net.nodes[1].mem_writev(&h, 90, Strided { stride: 20, elem: 5 }, &[3; 10], false).unwrap(); // touches 110..115
+    net.settle();
+    assert_eq!(bytes_of(&net, 0, seg, 0, 10), [1; 10]);
+    assert_eq!(bytes_of(&net, 0, seg, 90, 70), vec![0; 70]);
+    let r = net.nodes[0].segment_poll_data(seg).unwrap().unwrap();
+    assert_eq!((r.from, r.offset, r.data.len()), (2, 140, 20));
+    let v = net.nodes[0].segment_poll_data(seg).unwrap().unwrap();
+    assert_eq!(v.pieces().map(|(o, d)| (o, d.to_vec())).collect::<Vec<_>>(), [(90, vec![3; 5]), (110, vec![3; 5])]);
+    assert_eq!(net.nodes[0].segment_poll_data(seg), Ok(None));
+    assert_eq!(net.stats(0).rmem_queued, 2);
+    // A CAS-II there is refused: it cannot wait in a queue.
+    let dest = anon(&mut net, 1, 8);
+    let now = net.now;
+    let op = net.nodes[1].mem_cas(now, &h, 128, Cas { expect: 0, new: 1, nonce: 1 }, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::WriteInhibited))));
+    // Reads are not inhibited; lifting inhibition applies writes again.
+    let op = net.nodes[1].mem_read(now, &h, 100, 8, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    net.nodes[0].segment_set_inhibit(seg, 0, 256, false).unwrap();
+    net.nodes[1].mem_write(&h, 140, &[2; 20], false).unwrap();
+    net.settle();
+    assert_eq!(bytes_of(&net, 0, seg, 140, 20), [2; 20]);
+    // A full data channel drops (and counts) what does not fit.
+    let mut net = Net::with(2, |c| c.rmem_data_queue = 100);
+    let seg = export(&mut net, 256, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    net.nodes[0].segment_set_inhibit(seg, 0, 256, true).unwrap();
+    for _ in 0..3 {
+        net.nodes[1].mem_write(&h, 0, &[1; 40], false).unwrap();
+    }
+    net.settle();
+    assert_eq!((net.stats(0).rmem_queued, net.stats(0).rmem_data_dropped), (3, 1));
+}
+
+#[test]
+fn lost_reads_time_out_and_late_answers_are_dropped() {
+    let mut net = Net::with(2, |c| c.rmem_timeout = Duration::from_millis(50));
+    export(&mut net, 64, rw());
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let dest = anon(&mut net, 1, 64);
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 0)));
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &h, 0, 64, (dest, 0), false).unwrap();
+    net.advance(Duration::from_millis(49));
+    assert!(net.nodes[1].mem_pending(op));
+    net.advance(Duration::from_millis(2));
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Timeout(Pid::new(1, 0)))));
+    // An operation forgotten before it finishes leaves nothing behind.
+    net.filter = None;
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, &h, 0, 64, (dest, 0), false).unwrap();
+    net.nodes[1].mem_forget(op);
+    let stray = net.stats(1).stray;
+    net.settle();
+    assert_eq!(net.stats(1).stray, stray + 1);
+    assert_eq!(net.stats(1).rmem_ops_pending, 0);
+}
+
+#[test]
+fn own_segments_take_the_local_path() {
+    let mut net = Net::new(1);
+    let seg = export(&mut net, 64, SegmentOptions { notify: Notify::Always, ..rw() });
+    let dest = anon(&mut net, 0, 64);
+    let h = import(&mut net, 0, Access::READ_WRITE).unwrap();
+    assert_eq!(h.host, 1);
+    net.nodes[0].mem_write(&h, 0, &[4; 8], false).unwrap();
+    let now = net.now;
+    let op = net.nodes[0].mem_read(now, &h, 0, 8, (dest, 8), false).unwrap();
+    assert_eq!(net.nodes[0].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    assert_eq!(bytes_of(&net, 0, dest, 8, 8), [4; 8]);
+    let op = net.nodes[0].mem_cas(now, &h, 8, Cas { expect: 0, new: 3, nonce: 9 }, (dest, 0), false).unwrap();
+    assert_eq!(net.nodes[0].mem_poll(op), Some(Ok(MemOutcome::Cas(CasAnswer { value: 0, nonce: 9 }))));
+    assert_eq!(net.stats(0).ipc_sent(), 0, "no packet");
+    assert_eq!(net.nodes[0].segment_poll_control(seg).unwrap().map(|r| r.op), Some(MemOp::Write));
+    // Refusals are returned at once.
+    net.nodes[0].segment_set_inhibit(seg, 8, 8, true).unwrap();
+    let op = net.nodes[0].mem_cas(now, &h, 8, Cas { expect: 3, new: 4, nonce: 9 }, (dest, 0), false).unwrap();
+    assert_eq!(net.nodes[0].mem_poll(op), Some(Err(Error::Refused(Refusal::WriteInhibited))));
+    net.nodes[0].unexport_segment(seg).unwrap();
+    assert_eq!(net.nodes[0].mem_write(&h, 0, &[1], false), Err(Error::Refused(Refusal::UnknownSegment)));
+}
+
+#[test]
+fn limits_and_misuse_are_typed_errors() {
+    let mut net = Net::with(2, |c| {
+        c.rmem_max_segments = 2;
+        c.rmem_max_bytes = 1000;
+        c.rmem_max_ops = 1;
+    });
+    let e = &mut net.nodes[0];
+    assert!(matches!(e.export_segment(None, 0, rw()), Err(Error::TooLarge { .. })));
+    assert!(matches!(e.export_segment(None, 1001, rw()), Err(Error::Limit(_))));
+    let a = e.export_segment(Some(NAME), 10, rw()).unwrap();
+    assert!(matches!(e.export_segment(Some(NAME), 10, rw()), Err(Error::Unsupported(_))));
+    let b = e.export_segment(None, 10, rw()).unwrap();
+    assert!(matches!(e.export_segment(None, 10, rw()), Err(Error::Limit(_))));
+    assert!(matches!(e.segment_write(a, 5, &[0; 6]), Err(Error::OutOfSegment { .. })));
+    assert!(matches!(e.segment_read(a, u32::MAX, &mut [0; 2]), Err(Error::OutOfSegment { .. })));
+    assert!(matches!(e.segment_set_inhibit(a, 5, 6, true), Err(Error::OutOfSegment { .. })));
+    e.unexport_segment(b).unwrap();
+    assert_eq!(e.segment_poll_control(b), Err(Error::NoSuchSegment));
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let now = net.now;
+    let dest = anon(&mut net, 1, 8);
+    assert_eq!(net.nodes[1].mem_read(now, &h, 0, 0, (dest, 0), false), Err(Error::Refused(Refusal::Malformed)));
+    assert!(matches!(net.nodes[1].mem_read(now, &h, 0, 8, (dest, 1), false), Err(Error::OutOfSegment { .. })));
+    let gone = Descriptor { index: 9, generation: 1 };
+    assert_eq!(net.nodes[1].mem_read(now, &h, 0, 8, (gone, 0), false), Err(Error::NoSuchSegment));
+    let _op = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+    assert!(matches!(net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false), Err(Error::Limit(_))));
+}
+
+/// Deterministic junk: remote-memory packets with random fields against an
+/// engine holding segments never panic and never write outside a segment.
+#[test]
+fn random_remote_memory_packets_never_panic() {
+    let mut net = Net::new(2);
+    let seg = export(&mut net, 100, SegmentOptions { notify: Notify::Always, ..rw() });
+    let a = anon(&mut net, 0, 50);
+    net.nodes[0].segment_set_inhibit(seg, 40, 10, true).unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let types = &PacketType::ALL[PacketType::MemWrite.index()..];
+    assert_eq!(types.len(), 7);
+    for _ in 0..20_000 {
+        let r = next();
+        let ptype = types[(r % 7) as usize];
+        let small = |v: u64| if v % 3 == 0 { v as u32 } else { (v % 130) as u32 };
+        let desc = match (r >> 8) % 4 {
+            0 => seg.to_u32(),
+            1 => a.to_u32(),
+            2 => Descriptor { index: seg.index, generation: seg.generation + 1 }.to_u32(),
+            _ => next() as u32,
+        };
+        let (ra, rb, rc) = (next(), next(), next());
+        let len = (next() % 200) as usize;
+        raw(
+            &mut net,
+            1,
+            ptype,
+            |h| {
+                h.flags = Flags((r >> 16) as u16 & (Flags::NOTIFY | Flags::ANSWER));
+                h.local_addr = desc;
+                h.remote_addr = small(ra);
+                h.total_len = small(rb);
+                for (i, b) in rc.to_be_bytes().iter().enumerate() {
+                    h.message[i * 2] = *b % 16;
+                }
+                h.message[16] = (r >> 40) as u8;
+            },
+            &vec![0xee; len],
+        );
+    }
+    let mut buf = [0; 100];
+    net.nodes[0].segment_read(seg, 0, &mut buf).unwrap();
+    assert!(buf[40..50].iter().all(|b| *b == 0), "the inhibited range was never written");
+    let s = net.stats(0);
+    assert!(s.rmem_writes_applied > 0 && s.rmem_refused.iter().sum::<u64>() > 1000);
+}

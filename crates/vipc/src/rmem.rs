@@ -1,0 +1,376 @@
+//! Remote memory (003, PROTOCOL §4.15): segments a node exports, handles
+//! to other nodes' segments, and the operations on them.
+//!
+//! The node's runtime serves remote reads, writes and CAS-IIs on the
+//! segments it exports by itself — no thread of the exporting program runs
+//! — and only tells the program about them if the segment's notification
+//! policy says so, on the segment's control channel.
+//!
+//! ```
+//! use vipc::{Access, Node, NodeConfig, SegmentOptions};
+//! use std::time::Duration;
+//! # fn main() -> Result<(), vipc::Error> {
+//! let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![]))?;
+//! let b = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![a.local_addr()]))?;
+//! let seg = a.export_segment(4096, SegmentOptions { access: Access::READ_WRITE, ..Default::default() })?;
+//! let remote = b.import_segment(seg.name(), Access::READ_WRITE, Duration::from_secs(2))?;
+//! remote.write(100, b"hello", false)?;                 // fire-and-forget
+//! let local = b.anonymous_segment(64)?;
+//! let op = remote.read(100, 5, (&local, 0), false)?;   // answered into `local`
+//! op.wait(Duration::from_secs(2))?;
+//! assert_eq!(local.to_vec(0, 5)?, b"hello");
+//! # Ok(()) }
+//! ```
+
+use crate::runtime::Shared;
+use crate::{Error, Node, Result};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vipc_engine::{
+    Access, Cas, CasAnswer, ControlRecord, DataRecord, HostId, Imported, MemOpId, MemOutcome, SegmentId, SegmentName,
+    SegmentOptions, Strided,
+};
+
+impl Node {
+    /// Exports `size` zeroed bytes under a fresh 128-bit name read from the
+    /// operating system's random source (getrandom): unguessable (003
+    /// §3.4.2). The segment is unexported when the handle is dropped.
+    pub fn export_segment(&self, size: usize, opts: SegmentOptions) -> Result<ExportedSegment> {
+        let mut name: SegmentName = [0; 16];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut name);
+        let shared = self.shared().clone();
+        let id = shared.call(None, |e, _| e.export_segment(Some(name), size, opts))?;
+        Ok(ExportedSegment { seg: Local { shared, id, size: size as u32 }, name })
+    }
+
+    /// A segment no other host can import or write except with the answers
+    /// to this node's reads and CAS-IIs: their destination. Freed on drop.
+    pub fn anonymous_segment(&self, size: usize) -> Result<AnonSegment> {
+        let shared = self.shared().clone();
+        let id = shared.call(None, |e, _| e.export_segment(None, size, SegmentOptions::default()))?;
+        Ok(AnonSegment { seg: Local { shared, id, size: size as u32 } })
+    }
+
+    /// Looks `name` up (this node, then a broadcast) and returns a handle to
+    /// the segment if its owner grants `access` to this host. Maps nothing.
+    /// Fails with `Refused(UnknownName)` if nobody answers within the node's
+    /// `rmem_timeout`, [`Error::StillPending`] if `timeout` ends first.
+    pub fn import_segment(&self, name: SegmentName, access: Access, timeout: Duration) -> Result<RemoteSegment> {
+        let shared = self.shared().clone();
+        let op = shared.call(None, |e, now| e.mem_import(now, name, access))?;
+        let op = PendingOp { shared: shared.clone(), op: Some(op) };
+        match op.wait(timeout)? {
+            MemOutcome::Import(target) => Ok(RemoteSegment { shared, target }),
+            other => Err(Error::Internal(format!("an import finished with {other:?}"))),
+        }
+    }
+}
+
+/// A segment of this node's descriptor table, freed when dropped.
+struct Local {
+    shared: Arc<Shared>,
+    id: SegmentId,
+    size: u32,
+}
+
+impl Local {
+    fn read(&self, offset: u32, buf: &mut [u8]) -> Result<()> {
+        self.shared.call(None, |e, _| e.segment_read(self.id, offset, buf))
+    }
+
+    fn to_vec(&self, offset: u32, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("id", &self.id).field("size", &self.size).finish()
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let id = self.id;
+        if let Err(e) = self.shared.call(None, |e, _| e.unexport_segment(id)) {
+            tracing::debug!("freeing segment {id:?}: {e}");
+        }
+    }
+}
+
+/// A segment this node exports: other hosts operate on it through the
+/// node's runtime; the program reads and writes its bytes here, decides
+/// which ranges remote hosts may write (write-inhibition), and drains the
+/// control (notifications) and data (inhibited writes) channels.
+pub struct ExportedSegment {
+    seg: Local,
+    name: SegmentName,
+}
+
+/// Without the name: it is the segment's secret.
+impl std::fmt::Debug for ExportedSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ExportedSegment").field(&self.seg).finish()
+    }
+}
+
+impl ExportedSegment {
+    /// The 128-bit name importers look it up by: hand it only to whoever should import it.
+    pub fn name(&self) -> SegmentName {
+        self.name
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u32 {
+        self.seg.size
+    }
+
+    /// Copies bytes out, atomically with respect to every remote operation.
+    pub fn read(&self, offset: u32, buf: &mut [u8]) -> Result<()> {
+        self.seg.read(offset, buf)
+    }
+
+    /// `len` bytes at `offset`, as a vector.
+    pub fn to_vec(&self, offset: u32, len: usize) -> Result<Vec<u8>> {
+        self.seg.to_vec(offset, len)
+    }
+
+    /// Writes bytes, atomically with respect to every remote operation (no
+    /// access, protection or inhibition applies to the owner).
+    pub fn write(&self, offset: u32, data: &[u8]) -> Result<()> {
+        let id = self.seg.id;
+        self.seg.shared.call(None, |e, _| e.segment_write(id, offset, data))
+    }
+
+    /// The CAS-II cell at `offset`: {value, nonce of the last successful swapper}.
+    pub fn cas_cell(&self, offset: u32) -> Result<CasAnswer> {
+        let mut b = [0; vipc_engine::CAS_CELL];
+        self.read(offset, &mut b)?;
+        Ok(CasAnswer::from_bytes(&b).unwrap_or_default())
+    }
+
+    /// Write-inhibits `[offset, offset + len)` (`inhibit`), or lifts it
+    /// (003 MPROT / MUNPROT): remote writes touching it are queued on the
+    /// data channel instead of applied, CAS-IIs there are refused.
+    pub fn set_protection(&self, offset: u32, len: u32, inhibit: bool) -> Result<()> {
+        let id = self.seg.id;
+        self.seg.shared.call(None, |e, _| e.segment_set_inhibit(id, offset, len, inhibit))
+    }
+
+    /// The next notification, if any.
+    pub fn poll_control(&self) -> Result<Option<ControlRecord>> {
+        let id = self.seg.id;
+        self.seg.shared.call(None, |e, _| e.segment_poll_control(id))
+    }
+
+    /// The next write queued because it hit a write-inhibited range, if any.
+    pub fn poll_data(&self) -> Result<Option<DataRecord>> {
+        let id = self.seg.id;
+        self.seg.shared.call(None, |e, _| e.segment_poll_data(id))
+    }
+
+    /// Applies a queued write to the segment (the exporter decides when).
+    pub fn apply(&self, record: &DataRecord) -> Result<()> {
+        for (offset, piece) in record.pieces() {
+            let offset = u32::try_from(offset).map_err(|_| vipc_engine::Error::NoSuchSegment)?;
+            self.write(offset, piece)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the control or data channel holds a record (true) or
+    /// `timeout` passes (false): the one place the exporter's thread runs
+    /// because of remote operations, and only if it asks to.
+    pub fn wait_record(&self, timeout: Duration) -> Result<bool> {
+        let (shared, id) = (&self.seg.shared, self.seg.id);
+        let deadline = Instant::now() + timeout;
+        let mut st = shared.lock();
+        loop {
+            if st.stopped {
+                return Err(Error::NodeStopped);
+            }
+            let (control, data) = st.engine.segment_has_records(id)?;
+            let now = Instant::now();
+            if control || data || now >= deadline {
+                return Ok(control || data);
+            }
+            st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// A handle to this segment as importers see it (for the owner's own
+    /// CAS-IIs, which must go through the node to stay atomic).
+    pub fn handle(&self) -> RemoteSegment {
+        let shared = self.seg.shared.clone();
+        let host = shared.lock().engine.host().unwrap_or(0);
+        let access = Access::READ_WRITE;
+        RemoteSegment { shared, target: Imported { host, desc: self.seg.id, size: self.seg.size, access } }
+    }
+
+    /// Unexports now (also done on drop): requests naming it are refused from now on.
+    pub fn unexport(self) {}
+}
+
+/// An anonymous segment: the destination of this node's reads and CAS-IIs.
+#[derive(Debug)]
+pub struct AnonSegment {
+    seg: Local,
+}
+
+impl AnonSegment {
+    /// Its size in bytes.
+    pub fn size(&self) -> u32 {
+        self.seg.size
+    }
+
+    /// Copies bytes out (what answers have written so far).
+    pub fn read(&self, offset: u32, buf: &mut [u8]) -> Result<()> {
+        self.seg.read(offset, buf)
+    }
+
+    /// `len` bytes at `offset`, as a vector.
+    pub fn to_vec(&self, offset: u32, len: usize) -> Result<Vec<u8>> {
+        self.seg.to_vec(offset, len)
+    }
+}
+
+/// A handle to another host's segment (or this node's, by import): no
+/// memory is mapped; addresses are offsets. Every operation returns at once.
+#[derive(Clone)]
+pub struct RemoteSegment {
+    shared: Arc<Shared>,
+    target: Imported,
+}
+
+impl std::fmt::Debug for RemoteSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteSegment").field("target", &self.target).finish()
+    }
+}
+
+impl RemoteSegment {
+    /// The owner's logical host.
+    pub fn host(&self) -> HostId {
+        self.target.host
+    }
+
+    /// The segment's size.
+    pub fn size(&self) -> u32 {
+        self.target.size
+    }
+
+    /// The access its owner grants.
+    pub fn access(&self) -> Access {
+        self.target.access
+    }
+
+    /// Writes `data` at `offset`; `notify` asks for a notification under the
+    /// Conditional policy. Returns once the packets are handed to the
+    /// network: nothing says they arrived (003 §3.3).
+    pub fn write(&self, offset: u32, data: &[u8], notify: bool) -> Result<()> {
+        self.shared.call(None, |e, _| e.mem_write(&self.target, offset, data, notify))
+    }
+
+    /// Writes `data`, elements of `elem` bytes, at `base`, `base + stride`, …
+    pub fn writev(&self, base: u32, stride: u32, elem: u32, data: &[u8], notify: bool) -> Result<()> {
+        let shape = Strided { stride, elem };
+        self.shared.call(None, |e, _| e.mem_writev(&self.target, base, shape, data, notify))
+    }
+
+    /// Reads `len` bytes at `offset` into `into.1` of the anonymous segment
+    /// `into.0`; the returned operation finishes when they have all arrived.
+    pub fn read(&self, offset: u32, len: u32, into: (&AnonSegment, u32), notify: bool) -> Result<PendingOp> {
+        let dest = (into.0.seg.id, into.1);
+        let op = self.shared.call(None, |e, now| e.mem_read(now, &self.target, offset, len, dest, notify))?;
+        Ok(PendingOp { shared: self.shared.clone(), op: Some(op) })
+    }
+
+    /// CAS-II on the 8-byte cell at `offset`: if its value is `expect`, it
+    /// becomes {`new`, `nonce`}. The operation returns the value found and
+    /// the nonce now in the cell (also written at `into.1` of `into.0`): the
+    /// swap was this caller's if the nonce is its own. After a timeout, retry
+    /// with the same nonce (003 §4.2.3).
+    pub fn cas(&self, offset: u32, expect: u32, new: u32, nonce: u32, into: (&AnonSegment, u32)) -> Result<PendingOp> {
+        let (cas, dest) = (Cas { expect, new, nonce }, (into.0.seg.id, into.1));
+        let op = self.shared.call(None, |e, now| e.mem_cas(now, &self.target, offset, cas, dest, false))?;
+        Ok(PendingOp { shared: self.shared.clone(), op: Some(op) })
+    }
+}
+
+/// A read, CAS-II or import in progress. Poll it, or wait for it; dropping
+/// it forgets the operation (a late answer is then dropped).
+pub struct PendingOp {
+    shared: Arc<Shared>,
+    op: Option<MemOpId>,
+}
+
+impl std::fmt::Debug for PendingOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingOp").field("op", &self.op).finish()
+    }
+}
+
+impl PendingOp {
+    /// The result once finished (`Ok(None)` while pending). Collected once:
+    /// polling again after a result is an error.
+    pub fn poll(&mut self) -> Result<Option<MemOutcome>> {
+        let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
+        let mut st = self.shared.lock();
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        match st.engine.mem_poll(op) {
+            Some(r) => {
+                self.op = None;
+                Ok(Some(r?))
+            }
+            None if st.engine.mem_pending(op) => Ok(None),
+            None => Err(Error::Internal("operation unknown to the engine".into())),
+        }
+    }
+
+    /// Blocks until the operation finishes, or fails with
+    /// [`Error::StillPending`] after `timeout` (the operation is then forgotten).
+    pub fn wait(mut self, timeout: Duration) -> Result<MemOutcome> {
+        let deadline = Instant::now() + timeout;
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        loop {
+            let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
+            if st.stopped {
+                return Err(Error::NodeStopped);
+            }
+            if let Some(r) = st.engine.mem_poll(op) {
+                self.op = None;
+                return Ok(r?);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(st);
+                return Err(Error::StillPending);
+            }
+            st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// [`PendingOp::wait`] for a CAS-II: its answer.
+    pub fn wait_cas(self, timeout: Duration) -> Result<CasAnswer> {
+        match self.wait(timeout)? {
+            MemOutcome::Cas(a) => Ok(a),
+            other => Err(Error::Internal(format!("not a CAS-II: {other:?}"))),
+        }
+    }
+}
+
+impl Drop for PendingOp {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            let _ = self.shared.call(None, |e, _| {
+                e.mem_forget(op);
+                Ok(())
+            });
+        }
+    }
+}

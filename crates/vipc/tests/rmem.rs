@@ -1,0 +1,258 @@
+//! Remote memory over real UDP on loopback (003, PROTOCOL §4.15): the
+//! operations between nodes in one process, refusals, notification, and the
+//! two properties that matter most — remote operations complete while every
+//! thread of the exporting program is blocked, and CAS-II under contention
+//! counts exactly.
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use vipc::{Access, Error, MemOp, MemOutcome, Notify, ProtectionGroup, ProtocolError, Refusal, SegmentOptions};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn rw() -> SegmentOptions {
+    SegmentOptions { access: Access::READ_WRITE, ..Default::default() }
+}
+
+fn refusal(e: &Error) -> Option<Refusal> {
+    match e.protocol() {
+        Some(ProtocolError::Refused(r)) => Some(*r),
+        _ => None,
+    }
+}
+
+#[test]
+fn two_nodes_write_read_cas_and_writev() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(512 << 10, rw()).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    assert_eq!((remote.host(), remote.size(), remote.access()), (nodes[0].host_id(), 512 << 10, Access::READ_WRITE));
+
+    // 100 KiB in one write (2 packets of up to 65,419 bytes on loopback), read back in one read.
+    let data = pattern(100 << 10, 3);
+    remote.write(1000, &data, false).unwrap();
+    let local = nodes[1].anonymous_segment(128 << 10).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let op = remote.read(1000, data.len() as u32, (&local, 7), false).unwrap();
+        assert_eq!(op.wait(WAIT).unwrap(), MemOutcome::Read);
+        if local.to_vec(7, data.len()).unwrap() == data {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the write never showed up");
+    }
+    assert_eq!(seg.to_vec(1000, data.len()).unwrap(), data);
+
+    // Strided: one byte of each 1 KiB row, 200 rows.
+    let column: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+    remote.writev(150_000, 1024, 1, &column, false).unwrap();
+    let op = remote.read(150_000, 1, (&local, 0), false).unwrap(); // a round trip after the writev
+    op.wait(WAIT).unwrap();
+    for i in 0..200u32 {
+        assert_eq!(seg.to_vec(150_000 + i * 1024, 2).unwrap(), [i as u8, 0]);
+    }
+
+    // CAS-II: poll until done.
+    let mut op = remote.cas(64, 0, 5, 0x0201, (&local, 0)).unwrap();
+    let answer = loop {
+        if let Some(MemOutcome::Cas(a)) = op.poll().unwrap() {
+            break a;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    assert_eq!((answer.value, answer.nonce), (0, 0x0201));
+    assert_eq!(local.to_vec(0, 8).unwrap(), answer.to_bytes());
+    let cell = seg.cas_cell(64).unwrap();
+    assert_eq!((cell.value, cell.nonce), (5, 0x0201));
+    let s = nodes[0].stats();
+    assert!(s.rmem_writes_applied >= 3 && s.rmem_reads_served >= 2 && s.rmem_cas_served == 1);
+    assert_eq!(nodes[1].stats().rmem_ops_pending, 0);
+}
+
+#[test]
+fn refusals_reach_the_requester_as_typed_errors() {
+    let nodes = cluster(3);
+    let only3 = SegmentOptions { protection: ProtectionGroup::Hosts(vec![3]), ..rw() };
+    let seg = nodes[0].export_segment(64, only3).unwrap();
+    let e = nodes[1].import_segment(seg.name(), Access::READ, WAIT).unwrap_err();
+    assert_eq!(refusal(&e), Some(Refusal::NotInGroup));
+    let remote = nodes[2].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    let local = nodes[2].anonymous_segment(64).unwrap();
+    assert!(matches!(remote.read(60, 8, (&local, 0), false), Err(Error::Protocol(ProtocolError::OutOfSegment { .. }))));
+    assert!(matches!(remote.cas(4, 0, 1, 1, (&local, 0)), Err(e) if refusal(&e) == Some(Refusal::Misaligned)));
+
+    // Unexported: the handle is stale, the owner refuses and says so.
+
+    seg.unexport();
+    let op = remote.read(0, 8, (&local, 0), false).unwrap();
+    assert_eq!(refusal(&op.wait(WAIT).unwrap_err()), Some(Refusal::UnknownSegment));
+    assert_eq!(nodes[0].stats().rmem_refused[Refusal::UnknownSegment.index()], 1);
+}
+
+#[test]
+fn unknown_names_fail_after_rmem_timeout() {
+    let nodes = cluster_with(2, 1, |_, c| c.engine.rmem_timeout = Duration::from_millis(100));
+    let _seg = nodes[0].export_segment(64, rw()).unwrap();
+    let start = Instant::now();
+    let e = nodes[1].import_segment([7; 16], Access::READ, WAIT).unwrap_err();
+    assert_eq!(refusal(&e), Some(Refusal::UnknownName));
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(nodes[0].stats().rmem_refused[Refusal::UnknownName.index()] >= 1);
+    let anon = nodes[1].anonymous_segment(8).unwrap();
+    assert_eq!(anon.size(), 8);
+    assert!(matches!(nodes[1].anonymous_segment(0), Err(Error::Protocol(ProtocolError::TooLarge { .. }))));
+}
+
+#[test]
+fn notifications_wake_the_exporter_only_when_asked() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(64, SegmentOptions { notify: Notify::Conditional, ..rw() }).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    remote.write(0, &[1; 8], false).unwrap();
+    assert!(!seg.wait_record(Duration::from_millis(100)).unwrap(), "no notify bit: no notification");
+    assert_eq!(seg.to_vec(0, 8).unwrap(), [1; 8], "but the data are there");
+    remote.write(8, &[2; 8], true).unwrap();
+    assert!(seg.wait_record(WAIT).unwrap());
+    let r = seg.poll_control().unwrap().unwrap();
+    assert_eq!((r.op, r.from, r.offset, r.len), (MemOp::Write, nodes[1].host_id(), 8, 8));
+    // Write-inhibited: queued with its data on the data channel until the exporter applies it.
+    seg.set_protection(16, 8, true).unwrap();
+    remote.write(16, &[3; 8], false).unwrap();
+    assert!(seg.wait_record(WAIT).unwrap());
+    let d = seg.poll_data().unwrap().unwrap();
+    assert_eq!(seg.to_vec(16, 8).unwrap(), [0; 8]);
+    seg.apply(&d).unwrap();
+    assert_eq!(seg.to_vec(16, 8).unwrap(), [3; 8]);
+    assert!(seg.poll_control().unwrap().is_none() && seg.poll_data().unwrap().is_none());
+}
+
+/// The exporting program's only threads are blocked on a barrier the whole
+/// time: the node's runtime alone applies thousands of remote writes, serves
+/// reads (verified) and performs CAS-IIs.
+#[test]
+fn remote_operations_complete_while_every_owner_thread_is_blocked() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(64 << 10, rw()).unwrap();
+    let name = seg.name();
+    let barrier = Arc::new(Barrier::new(3));
+    let released = Arc::new(AtomicBool::new(false));
+    // The owner: a thread holding the segment, and a V process, both blocked.
+    let owner = {
+        let (barrier, released) = (barrier.clone(), released.clone());
+        std::thread::spawn(move || {
+            barrier.wait();
+            assert!(released.load(Ordering::SeqCst), "the owner ran only after the remote work was done");
+            seg
+        })
+    };
+    let (_, server) = nodes[0]
+        .spawn({
+            let (barrier, released) = (barrier.clone(), released.clone());
+            move |_p| {
+                barrier.wait();
+                assert!(released.load(Ordering::SeqCst));
+            }
+        })
+        .unwrap();
+
+    let remote = nodes[1].import_segment(name, Access::READ_WRITE, WAIT).unwrap();
+    let local = nodes[1].anonymous_segment(64 << 10).unwrap();
+    let start = Instant::now();
+    let (mut writes, mut reads, mut cas) = (0u64, 0u64, 0u64);
+    for round in 0..40u32 {
+        // 100 writes of 16 bytes, then one read of the whole region, verified.
+        for i in 0..100u32 {
+            let v = (round * 100 + i).to_be_bytes();
+            let mut rec = [0u8; 16];
+            for c in rec.chunks_mut(4) {
+                c.copy_from_slice(&v);
+            }
+            remote.write(i * 16, &rec, false).unwrap();
+            writes += 1;
+        }
+        let op = remote.read(0, 1600, (&local, 0), false).unwrap();
+        op.wait(WAIT).unwrap();
+        reads += 1;
+        let got = local.to_vec(0, 1600).unwrap();
+        for i in 0..100u32 {
+            let v = (round * 100 + i).to_be_bytes();
+            assert_eq!(&got[i as usize * 16..i as usize * 16 + 4], &v, "round {round} write {i}");
+        }
+        // 25 reads of single records and 25 CAS-IIs incrementing a counter.
+        for i in 0..25u32 {
+            let op = remote.read(i * 16 + 4, 4, (&local, 4096), false).unwrap();
+            op.wait(WAIT).unwrap();
+            reads += 1;
+            assert_eq!(local.to_vec(4096, 4).unwrap(), (round * 100 + i).to_be_bytes());
+            let n = round * 25 + i;
+            let a = remote.cas(8192, n, n + 1, n + 1, (&local, 8)).unwrap().wait_cas(WAIT).unwrap();
+            assert_eq!((a.value, a.nonce), (n, n + 1), "uncontended CAS-II succeeds");
+            cas += 1;
+        }
+    }
+    let elapsed = start.elapsed();
+    let s = nodes[0].stats();
+    assert_eq!((s.rmem_writes_applied, s.rmem_reads_served, s.rmem_cas_served), (writes, reads, cas));
+    assert!(writes + reads + cas >= 6000);
+    eprintln!(
+        "{} writes, {} reads, {} CAS-IIs in {:?} with every owner thread blocked ({:.1} µs per read or CAS-II round trip)",
+        writes,
+        reads,
+        cas,
+        elapsed,
+        elapsed.as_secs_f64() * 1e6 / (reads + cas) as f64
+    );
+    released.store(true, Ordering::SeqCst);
+    barrier.wait();
+    server.join().unwrap();
+    let seg = owner.join().unwrap();
+    assert_eq!(seg.cas_cell(8192).unwrap().value, cas as u32);
+}
+
+/// Several hosts (two threads each) and the owner itself increment one
+/// counter with CAS-II, retrying with the same nonce; the total is exact.
+#[test]
+fn cas_contention_counts_exactly() {
+    const PER_THREAD: u32 = 150;
+    let nodes = cluster(4);
+    let seg = nodes[0].export_segment(64, rw()).unwrap();
+    let name = seg.name();
+    let mut threads = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
+        for t in 0..2u32 {
+            let node = node.clone();
+            let owner_handle = (n == 0).then(|| seg.handle());
+            threads.push(std::thread::spawn(move || {
+                let remote = match owner_handle {
+                    Some(h) => h, // the owner's own CAS-IIs take the local path
+                    None => node.import_segment(name, Access::READ_WRITE, WAIT).unwrap(),
+                };
+                let local = node.anonymous_segment(8).unwrap();
+                let (mut expect, mut attempts) = (0u32, 0u32);
+                for i in 0..PER_THREAD {
+                    let nonce = (n as u32) << 24 | t << 20 | (i + 1);
+                    loop {
+                        attempts += 1;
+                        match remote.cas(0, expect, expect + 1, nonce, (&local, 0)).unwrap().wait_cas(WAIT) {
+                            Ok(a) if a.nonce == nonce => {
+                                expect += 1; // our swap: the cell now holds expect + 1
+                                break;
+                            }
+                            Ok(a) => expect = a.value,
+                            Err(e) => panic!("CAS-II failed: {e}"), // retry with the same nonce would go here
+                        }
+                    }
+                }
+                attempts
+            }));
+        }
+    }
+    let attempts: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let total = PER_THREAD * 2 * nodes.len() as u32;
+    assert_eq!(seg.cas_cell(0).unwrap().value, total);
+    eprintln!("{total} increments by CAS-II from {} hosts took {attempts} attempts", nodes.len());
+}
