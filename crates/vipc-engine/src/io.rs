@@ -122,6 +122,18 @@ pub enum Event {
         /// What its call returns.
         completion: Completion,
     },
+    /// Copy `data` to `offset` of the buffer `pid` lent with
+    /// [`crate::Engine::send_lending_write`] (written by a process on this
+    /// node; data from the network come as placements). Before the
+    /// [`Event::Wake`] that ends the exchange.
+    Place {
+        /// The lending process.
+        pid: Pid,
+        /// Where in its buffer.
+        offset: usize,
+        /// The bytes.
+        data: Vec<u8>,
+    },
     /// The node has its logical host id and can run remote IPC.
     HostReady(HostId),
     /// Another node at `addr` claims our logical host id (misconfiguration).

@@ -364,3 +364,21 @@ fn a_lending_client_serves_move_from_out_of_its_own_copy() {
         );
     }
 }
+
+#[test]
+fn a_lent_write_segment_goes_to_remote_processes_only() {
+    let mut net = Net::new(2);
+    let (a, b) = (net.proc(0), net.proc(0));
+    let now = net.now;
+    assert!(matches!(
+        net.nodes[0].send_lending_write(now, a, b, msg(1), SendOptions::default(), 100),
+        Err(Error::Unsupported(_))
+    ));
+    // To a remote process, the Send announces the lent size and write access.
+    let server = net.proc(1);
+    net.nodes[1].receive(now, server, None, 0).unwrap();
+    net.nodes[0].send_lending_write(now, a, server, msg(1), SendOptions::default(), 5000).unwrap();
+    net.settle();
+    let r = net.take_received(1, server);
+    assert_eq!((r.segment_size, r.access, r.segment.len()), (5000, Access::WRITE, 0));
+}

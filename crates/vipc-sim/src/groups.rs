@@ -529,6 +529,11 @@ impl GroupSim {
             }
             Event::HostUp { host, .. } => self.trace(|| format!("n{node} sees host {host:#x} up")),
             Event::MemDone(_) | Event::MemNotify(_) => {}
+            // The simulated processes never lend a write buffer.
+            Event::Place { pid, .. } => {
+                let v = self.violation_at(Invariant::DataIntact, format!("{pid} lent no buffer but got a placement"));
+                self.fail(v)
+            }
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
                 let v = self.violation_at(Invariant::HostIds, format!("node {node}: conflict for {host:#x} at {addr}"));

@@ -166,6 +166,14 @@ impl Process {
                 let seg = Segment { data: self.copy_in(b), access: Access::READ };
                 self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, seg))?
             }
+            // A write-only segment to a remote process: the node keeps no copy;
+            // what the receiver writes is placed straight into `b`, lent
+            // for the exchange (nothing to copy in, nothing to copy back).
+            Some(SegmentRef::Write(b)) if lead == Lead::Yes => {
+                let size = u32_len(b.len(), "segment")?;
+                let lend = Lend::Write(b);
+                self.shared.block(me, lead, lend, |e, now| e.send_lending_write(now, me, to, m, opts, size))?
+            }
             segment => {
                 let (seg, back) = self.segment_in(segment);
                 let c = self.shared.block(me, lead, Lend::None, |e, now| e.send(now, me, to, m, opts, seg))?;

@@ -413,6 +413,13 @@ impl Shared {
         while let Some(ev) = st.engine.poll_event() {
             match ev {
                 Event::Wake { pid, completion } => self.deliver(st, pid, completion, origin, now),
+                Event::Place { pid, offset, data } => {
+                    // Only the lending thread may write its buffer; it does before its completion.
+                    if let Some(slot) = st.slots.get_mut(&pid) {
+                        slot.work.push_back(Work::Place { offset, data });
+                        self.wake(st, pid, origin.actor());
+                    }
+                }
                 Event::HostReady(h) => {
                     tracing::debug!(host = h, "logical host ready");
                     st.ready = Some(h);

@@ -341,3 +341,54 @@ fn sixty_four_mebibytes_both_ways() {
     assert!(big == pattern(N, 8), "64 MiB came back intact");
     eprintln!("64 MiB MoveFrom + MoveTo in {took:?}");
 }
+
+/// A write-only segment sent to a remote process is lent, not copied: the
+/// receiver's MoveTo and its reply's segment land straight in the caller's
+/// buffer and the bytes nobody wrote keep what the caller had there — also
+/// when the exchange is forwarded back to a process on the caller's own node,
+/// whose writes reach the buffer through the lending thread.
+#[test]
+fn a_lent_write_segment_gets_exactly_what_receivers_write() {
+    let nodes = cluster(2);
+    // On node 2 (the client's node): writes 4 bytes by MoveTo, then replies with 2 more.
+    let (local_writer, local_thread) = nodes[1]
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            assert_eq!((info.segment_size, info.access), (300_000, Access::WRITE));
+            p.move_to(info.from, 200_000, &[7, 7, 7, 7]).unwrap();
+            p.reply_with_segment(&m, info.from, 299_998, &[9, 9]).unwrap();
+        })
+        .unwrap();
+    // On node 1: MoveTo of a large range, a reply segment, then the next
+    // request is forwarded to the writer on node 2.
+    let (server, server_thread) = nodes[0]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            p.move_to(info.from, 1000, &pattern(150_000, 3)).unwrap();
+            p.reply_with_segment(&m, info.from, 10, &[1, 2, 3]).unwrap();
+            let from = p.receive(&mut m).unwrap();
+            p.forward(&m, from, local_writer).unwrap();
+        })
+        .unwrap();
+    let me = nodes[1].attach().unwrap();
+    let mut buf = vec![0xEEu8; 300_000];
+    let mut m = msg(1);
+    me.send_with(&mut m, server, Some(SegmentRef::Write(&mut buf)), SendOptions::default()).unwrap();
+    assert_eq!(buf[10..13], [1, 2, 3]);
+    assert!(buf[1000..151_000] == pattern(150_000, 3)[..]);
+    let untouched = buf[..10].iter().chain(&buf[13..1000]).chain(&buf[151_000..]);
+    assert!(untouched.into_iter().all(|&b| b == 0xEE), "bytes nobody wrote keep their value");
+    // Forwarded to a process on the caller's node: its writes come as local placements.
+    let mut m = msg(2);
+    assert_eq!(
+        me.send_with(&mut m, server, Some(SegmentRef::Write(&mut buf)), SendOptions::default()).unwrap(),
+        local_writer
+    );
+    assert_eq!(buf[200_000..200_004], [7; 4]);
+    assert_eq!(buf[299_998..], [9, 9]);
+    assert_eq!(buf[199_999], 0xEE);
+    server_thread.join().unwrap();
+    local_thread.join().unwrap();
+}

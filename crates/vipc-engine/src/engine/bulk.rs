@@ -97,7 +97,9 @@ pub(crate) struct StreamIn {
     cum: usize,
     /// MoveFrom: the bytes being assembled (empty when lent).
     buf: Vec<u8>,
-    /// MoveFrom into the mover's lent buffer: each fresh chunk becomes a placement.
+    /// Into a lent buffer — the mover's (MoveFrom) or the client's
+    /// ([`Engine::send_lending_write`], MoveTo): each fresh chunk becomes a
+    /// placement, and [`Engine::next_placement`] says where the next one goes.
     lent: bool,
     done: bool,
     last_heard: Time,
@@ -153,9 +155,7 @@ impl Engine {
         check_range(offset as u64, data.len() as u64, g.size)?;
         self.set_blocked(from, Blocked::Move);
         let Some((addr, exchange)) = g.remote.filter(|_| !data.is_empty()) else {
-            if let Some(seg) = self.exchanges.get_mut(&dest).and_then(|ex| ex.segment.as_mut()) {
-                seg.data[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
-            }
+            self.write_exchange_segment(dest, offset as usize, &data, false);
             self.wake(from, Completion::Move(Ok(Vec::new())));
             return Ok(());
         };
@@ -245,7 +245,9 @@ impl Engine {
         }
         let s = self.streams_in.values().find(|s| s.lent && s.local == pid && !s.done && s.chunk > 0)?;
         let at = s.cum.checked_mul(s.chunk)?;
-        (s.cum < s.got.len() && at < s.total).then(|| (at, s.chunk.min(s.total - at)))
+        // A MoveTo's chunks go to its base offset of the client's buffer; a MoveFrom's buffer is its own.
+        let base = if s.kind == StreamKind::MoveTo { s.base as usize } else { 0 };
+        (s.cum < s.got.len() && at < s.total).then(|| (base + at, s.chunk.min(s.total - at)))
     }
 
     fn move_from_into(
@@ -530,7 +532,7 @@ impl Engine {
                     got_count: 0,
                     cum: 0,
                     buf: Vec::new(),
-                    lent: false,
+                    lent: self.exchanges.get(&h.dst).is_some_and(|ex| ex.lent_write.is_some()),
                     done: false,
                     last_heard: now,
                     next_retransmit: now,
@@ -586,12 +588,10 @@ impl Engine {
                     // Only into the exchange the stream belongs to: it may have ended meanwhile.
                     let current = self
                         .exchanges
-                        .get_mut(&h.dst)
+                        .get(&h.dst)
                         .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == exchange));
-                    if let Some(seg) = current.and_then(|ex| ex.segment.as_mut()) {
-                        if dest + data.len() <= seg.data.len() {
-                            seg.data[dest..dest + data.len()].copy_from_slice(data);
-                        }
+                    if current.is_some_and(|ex| dest + data.len() <= ex.segment_size()) {
+                        self.write_exchange_segment(h.dst, dest, data, true);
                     }
                 }
             }

@@ -343,7 +343,17 @@ impl Engine {
         self.groups.collected.insert(from, collected);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
         let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
-        let ex = Exchange { to: group, forwarder: from, msg, opts, segment: None, lent: false, state, timer_at: None };
+        let ex = Exchange {
+            to: group,
+            forwarder: from,
+            msg,
+            opts,
+            segment: None,
+            lent: false,
+            lent_write: None,
+            state,
+            timer_at: None,
+        };
         self.exchanges.insert(from, ex);
     }
 

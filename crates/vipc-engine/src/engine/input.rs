@@ -206,9 +206,7 @@ impl Engine {
             if !ex.access().write || fits.is_err() {
                 return self.malformed();
             }
-            let seg = ex.segment.as_mut().expect("write access implies a segment");
-            let at = h.remote_addr as usize;
-            seg.data[at..at + data.len()].copy_from_slice(data);
+            self.write_exchange_segment(h.dst, h.remote_addr as usize, data, true);
         }
         let ex = self.exchanges.remove(&h.dst).expect("found above");
         self.stats.remote_exchanges += 1;

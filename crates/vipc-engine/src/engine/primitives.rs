@@ -13,6 +13,16 @@ pub(crate) mod nack {
 }
 
 /// Checks that `[offset, offset+len)` lies within a segment of `size` bytes.
+/// What the sender's thread lends for the whole exchange.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lending {
+    None,
+    /// An identical copy of its read-only segment ([`Engine::send_lending`]).
+    Read,
+    /// Its write-only buffer of this size ([`Engine::send_lending_write`]).
+    Write(usize),
+}
+
 pub(crate) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), Error> {
     if offset.checked_add(len).is_some_and(|end| end <= size) {
         Ok(())
@@ -51,7 +61,7 @@ impl Engine {
         opts: SendOptions,
         segment: Option<Segment>,
     ) -> Result<(), Error> {
-        self.send_inner(now, from, to, msg, opts, segment, false)
+        self.send_inner(now, from, to, msg, opts, segment, Lending::None)
     }
 
     /// Send whose read-only `segment` the caller also keeps, unchanged, for
@@ -69,8 +79,55 @@ impl Engine {
         opts: SendOptions,
         segment: Segment,
     ) -> Result<(), Error> {
-        let lent = segment.access == Access::READ && self.cfg.key.is_none();
-        self.send_inner(now, from, to, msg, opts, Some(segment), lent)
+        let lending =
+            if segment.access == Access::READ && self.cfg.key.is_none() { Lending::Read } else { Lending::None };
+        self.send_inner(now, from, to, msg, opts, Some(segment), lending)
+    }
+
+    /// Send granting write access to a buffer of `size` bytes that the
+    /// caller lends, untouched by anyone else, for the whole exchange: the
+    /// engine keeps no copy, and every write into it (MoveTo data, a reply's
+    /// segment) is handed to the runtime to place in that buffer — as a
+    /// placement of the datagram being handled ([`Engine::poll_placement`])
+    /// or, for a writer on this node, an [`Event::Place`]. The
+    /// [`SendOutcome`]'s segment is then empty. For a remote destination
+    /// only (else [`Error::Unsupported`]). As in V, a receiver writes
+    /// straight into the sender's memory: if the exchange fails, what was
+    /// written stays written.
+    pub fn send_lending_write(
+        &mut self,
+        now: Time,
+        from: Pid,
+        to: Pid,
+        msg: Message,
+        opts: SendOptions,
+        size: u32,
+    ) -> Result<(), Error> {
+        if self.is_local(to) {
+            return Err(Error::Unsupported("a lent write segment to a process on this node"));
+        }
+        let segment = Segment { data: Vec::new(), access: Access::WRITE };
+        self.send_inner(now, from, to, msg, opts, Some(segment), Lending::Write(size as usize))
+    }
+
+    /// Writes `data` at `offset` of `sender`'s exchange segment (the caller
+    /// checked access and range). Into a lent buffer ([`Engine::send_lending_write`])
+    /// they go as a placement when `in_datagram` (they are the data part of
+    /// the datagram being handled), else as an [`Event::Place`].
+    pub(crate) fn write_exchange_segment(&mut self, sender: Pid, offset: usize, data: &[u8], in_datagram: bool) {
+        let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+        if ex.lent_write.is_some() {
+            if in_datagram {
+                let lent = Lent { pid: sender, offset, len: data.len() };
+                self.placement = Some((lent, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data.len()));
+            } else {
+                self.events.push_back(Event::Place { pid: sender, offset, data: data.to_vec() });
+            }
+            return;
+        }
+        if let Some(seg) = ex.segment.as_mut().filter(|s| offset + data.len() <= s.data.len()) {
+            seg.data[offset..offset + data.len()].copy_from_slice(data);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -82,7 +139,7 @@ impl Engine {
         msg: Message,
         opts: SendOptions,
         segment: Option<Segment>,
-        lent: bool,
+        lending: Lending,
     ) -> Result<(), Error> {
         self.check_caller(from)?;
         check_destination(to)?;
@@ -106,7 +163,11 @@ impl Engine {
                 msg,
                 opts,
                 segment,
-                lent,
+                lent: lending == Lending::Read,
+                lent_write: match lending {
+                    Lending::Write(size) => Some(size),
+                    _ => None,
+                },
                 state: ExchangeState::Local { received_by: None },
                 timer_at: None,
             },
@@ -270,8 +331,7 @@ impl Engine {
                         return Err(Error::NoAccess("write"));
                     }
                     check_range(*off as u64, data.len() as u64, ex.segment_size() as u64)?;
-                    let seg = ex.segment.as_mut().expect("write access implies a segment");
-                    seg.data[*off as usize..*off as usize + data.len()].copy_from_slice(data);
+                    self.write_exchange_segment(to, *off as usize, data, false);
                 }
                 let ex = self.exchanges.remove(&to).expect("just looked up");
                 self.stats.local_exchanges += 1;

@@ -69,6 +69,11 @@ pub(crate) struct Exchange {
     /// for the whole exchange ([`crate::Engine::send_lending`]): MoveFrom
     /// chunks are sent from it.
     pub lent: bool,
+    /// The sender's thread lends a write-only buffer of this size for the
+    /// whole exchange ([`crate::Engine::send_lending_write`]): the segment
+    /// holds no bytes, and what receivers write goes to that buffer as
+    /// placements.
+    pub lent_write: Option<usize>,
     pub state: ExchangeState,
     /// Expected heap entry (see `Timers`).
     pub timer_at: Option<Time>,
@@ -80,7 +85,7 @@ impl Exchange {
     }
 
     pub fn segment_size(&self) -> usize {
-        self.segment.as_ref().map_or(0, |s| s.data.len())
+        self.lent_write.unwrap_or_else(|| self.segment.as_ref().map_or(0, |s| s.data.len()))
     }
 }
 

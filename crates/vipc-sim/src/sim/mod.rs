@@ -598,6 +598,11 @@ impl Sim {
             Event::HostReady(h) => self.host_ready(node, h),
             Event::HostUp { host, addr } => self.trace(|| format!("n{node} sees host {host:#x} up at {addr}")),
             Event::GroupJoined(_) | Event::GroupLeft(_) | Event::MemDone(_) | Event::MemNotify(_) => {}
+            // The simulated processes never lend a write buffer.
+            Event::Place { pid, .. } => {
+                let v = self.violation_at(Invariant::DataIntact, format!("{pid} lent no buffer but got a placement"));
+                self.fail(v)
+            }
             Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
             Event::HostConflict { host, addr } => {
                 let v = self.violation_at(
