@@ -1,6 +1,7 @@
 //! The file server: one receiver process registered as `fs:NAME`, which
-//! forwards every request to the least busy of a pool of worker processes
-//! (the V servers' structure), and a reaper that frees the files of dead
+//! forwards each request to the least busy of a pool of worker processes
+//! (the V servers' structure) or, while they are all idle, serves a
+//! one-packet request itself, and a reaper that frees the files of dead
 //! clients. See docs/PROTOCOL.md, "File service".
 
 mod confine;
@@ -124,8 +125,8 @@ impl FileServer {
         threads.push(spawn(format!("fs-{}-reaper", cfg.name), move || worker::reaper(reaper, s, sweep, st))?);
         let receiver = node.attach()?;
         let rpid = receiver.pid();
-        let (nm, st) = (name.clone(), stop.clone());
-        threads.push(spawn(format!("fs-{}-recv", cfg.name), move || worker::receiver(receiver, pool, nm, st))?);
+        let (nm, st, s) = (name.clone(), stop.clone(), svc.clone());
+        threads.push(spawn(format!("fs-{}-recv", cfg.name), move || worker::receiver(receiver, s, pool, nm, st))?);
         let server = FileServer { node: node.clone(), name, receiver: rpid, svc, threads, stop };
         node.set_pid(&server.name, rpid, Scope::Any)?;
         Ok(server)

@@ -1,7 +1,8 @@
 //! The server's processes: the receiver that takes every request and
-//! forwards it to the least busy worker (V style), the workers that serve
-//! requests and move data, and the reaper that releases the files of clients
-//! that died.
+//! forwards it to the least busy worker (V style) — or, while every worker
+//! is idle, serves a one-packet request itself, sparing it a hop — the
+//! workers that serve requests and move data, and the reaper that releases
+//! the files of clients that died.
 
 use super::ops::{needed, Answer, Data, Input, Service};
 use crate::proto::*;
@@ -26,15 +27,38 @@ fn stopped(e: &Error) -> bool {
     matches!(e, Error::NodeStopped | Error::Protocol(ProtocolError::NotLocalProcess(_)))
 }
 
+impl Pool {
+    /// No request is with a worker.
+    fn idle(&self) -> bool {
+        self.load.iter().all(|l| l.load(Ordering::Relaxed) == 0)
+    }
+}
+
+/// Requests the receiver may serve itself while the workers are idle: those
+/// whose data travel in the request and reply packets (page reads and
+/// writes, lookups, attributes) — served from the page cache in
+/// microseconds, so that a forward to a worker would be most of their cost.
+fn served_inline(req: &Req, info: &ReceiveInfo) -> bool {
+    match req.op() {
+        OP_READ => req.count() as usize <= MAX_PACKET_DATA,
+        OP_WRITE | OP_LOOKUP => needed(req) <= info.len,
+        OP_FSTAT => true,
+        _ => false,
+    }
+}
+
 /// The receiver: forwards each request to an idle worker (the least loaded
-/// one if none is idle). OP_STOP from a process of this node ends the
-/// server: the workers are told to stop, then the stopper gets its reply.
-pub fn receiver(p: Process, pool: Arc<Pool>, name: String, stop: Arc<AtomicBool>) {
+/// one if none is idle), or serves it itself (see [`served_inline`]).
+/// OP_STOP from a process of this node ends the server: the workers are
+/// told to stop, then the stopper gets its reply.
+pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, stop: Arc<AtomicBool>) {
     let me = p.pid();
+    let mut rbuf = vec![0u8; RECEIVE_BUFFER];
+    let (mut io, mut wbuf) = (Vec::new(), Vec::new());
     loop {
         let mut msg: Message = [0; 32];
-        let from = match p.receive(&mut msg) {
-            Ok(f) => f,
+        let info = match p.receive_with_segment(&mut msg, &mut rbuf) {
+            Ok(i) => i,
             Err(e) => {
                 if !stopped(&e) {
                     tracing::warn!("file server {name}: receive failed: {e}");
@@ -42,6 +66,15 @@ pub fn receiver(p: Process, pool: Arc<Pool>, name: String, stop: Arc<AtomicBool>
                 break;
             }
         };
+        let from = info.from;
+        if pool.idle() && served_inline(&Req(msg), &info) {
+            if let Err(e) = handle(&p, &svc, &info, Req(msg), &rbuf[..info.len], &mut io, &mut wbuf) {
+                if stopped(&e) {
+                    break;
+                }
+            }
+            continue;
+        }
         if msg[0] == OP_STOP {
             if from.host() != me.host() {
                 let _ = p.reply(&Rep::errno(libc::EPERM).0, from);
@@ -151,20 +184,36 @@ pub fn worker(p: Process, svc: Arc<Service>, pool: Arc<Pool>, index: usize) {
             let _ = p.reply(&Rep::errno(0).0, info.from);
             return;
         }
-        let owner = match req.op() {
-            OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_CLOSE => svc.handles.owner_of(req.handle()),
-            _ => Pid(req.b()),
-        };
-        let r = serve_one(&p, &svc, &info, req, &rbuf[..info.len], &mut io, &mut wbuf);
+        let r = handle(&p, &svc, &info, req, &rbuf[..info.len], &mut io, &mut wbuf);
         pool.load[index].fetch_sub(1, Ordering::Relaxed);
-        match r {
-            Ok(()) => {}
-            Err(e) if stopped(&e) => return,
-            Err(e) => {
-                // The client died or vanished mid-exchange: release its files.
-                let n = if owner.is_none() { 0 } else { svc.handles.release_owner(owner) };
-                tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
-            }
+        if r.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves one request; if the exchange with the client fails (it died or
+/// vanished), releases its files. Errs only when the node has stopped.
+fn handle(
+    p: &Process,
+    svc: &Service,
+    info: &ReceiveInfo,
+    req: Req,
+    appended: &[u8],
+    io: &mut Vec<u8>,
+    wbuf: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let owner = match req.op() {
+        OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_CLOSE => svc.handles.owner_of(req.handle()),
+        _ => Pid(req.b()),
+    };
+    match serve_one(p, svc, info, req, appended, io, wbuf) {
+        Ok(()) => Ok(()),
+        Err(e) if stopped(&e) => Err(e),
+        Err(e) => {
+            let n = if owner.is_none() { 0 } else { svc.handles.release_owner(owner) };
+            tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
+            Ok(())
         }
     }
 }
