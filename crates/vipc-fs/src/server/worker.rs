@@ -36,14 +36,16 @@ impl Pool {
 
 /// Requests the receiver may serve itself while the workers are idle: those
 /// whose data travel in the request and reply packets (page reads and
-/// writes, lookups, attributes) — served from the page cache in
-/// microseconds, so that a forward to a worker would be most of their cost.
+/// writes, lookups, attributes, creating, renaming and removing names) —
+/// served from the page cache in microseconds, so that a forward to a
+/// worker would be much of their cost. Not those that move bulk data
+/// (large reads, directory listings, writes not all appended) or wait for
+/// the disk (fsync): they would hold up the next client's request.
 fn served_inline(req: &Req, info: &ReceiveInfo) -> bool {
     match req.op() {
         OP_READ => req.count() as usize <= MAX_PACKET_DATA,
-        OP_WRITE | OP_LOOKUP => needed(req) <= info.len,
-        OP_FSTAT => true,
-        _ => false,
+        OP_READDIR | OP_FSYNC | OP_STOP | OP_PING_OWNER => false,
+        _ => needed(req) <= info.len,
     }
 }
 
