@@ -45,6 +45,8 @@ pub struct Ctx<'o> {
     pub quick: bool,
     /// Where records go.
     pub out: &'o mut Output,
+    /// The suite its records belong to (`ipc`, or `rmem`, which shares this context).
+    pub suite: &'static str,
     next_host: u16,
 }
 
@@ -58,20 +60,20 @@ impl<'o> Ctx<'o> {
     /// A context; logical host ids are handed out from a per-process base.
     pub fn new(exe: PeerExe, quick: bool, out: &'o mut Output) -> Ctx<'o> {
         let base = 0x1000 + (std::process::id() % 0x300) as u16 * 0x20;
-        Ctx { exe, quick, out, next_host: base }
+        Ctx { exe, quick, out, next_host: base, suite: SUITE }
     }
 
-    fn host(&mut self) -> u16 {
+    pub(crate) fn host(&mut self) -> u16 {
         self.next_host += 1;
         self.next_host
     }
 
-    fn rec(&mut self, name: &str, value: f64, unit: &str, baseline: &str, baseline_value: f64) {
-        self.out.record(crate::Record::new(SUITE, name, value, unit, baseline, baseline_value));
+    pub(crate) fn rec(&mut self, name: &str, value: f64, unit: &str, baseline: &str, baseline_value: f64) {
+        self.out.record(crate::Record::new(self.suite, name, value, unit, baseline, baseline_value));
     }
 
     /// (rounds, operations per round, warm-up operations), scaled down by `--quick`.
-    fn scale(&self, rounds: usize, per_round: usize, warmup: usize) -> (usize, usize, usize) {
+    pub(crate) fn scale(&self, rounds: usize, per_round: usize, warmup: usize) -> (usize, usize, usize) {
         if self.quick {
             (1, (per_round / 50).clamp(1, 40), (warmup / 20).clamp(1, 10))
         } else {

@@ -24,6 +24,7 @@ pub mod plots;
 pub mod probe;
 pub mod record;
 pub mod report;
+pub mod rmem;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
@@ -45,7 +46,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The suites `vipc bench` knows.
-pub const SUITES: &[&str] = &["ipc", "files", "groups"];
+pub const SUITES: &[&str] = &["ipc", "files", "groups", "rmem"];
 
 /// What to run and how to report it.
 #[derive(Clone, Debug)]
@@ -131,6 +132,7 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
             "ipc" => ipc::ITEMS,
             "files" => files::ITEMS,
             "groups" => groups::ITEMS,
+            "rmem" => rmem::ITEMS,
             _ => return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", ")))),
         };
         let items: Vec<&str> = match item {
@@ -166,6 +168,10 @@ pub fn run(opts: &Options) -> Result<Results> {
             files.run_item(&mut out, item)
         } else if suite == "groups" {
             groups.run_item(&mut out, item)
+        } else if suite == "rmem" {
+            let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
+            ctx.suite = rmem::SUITE;
+            rmem::run_item(&mut ctx, item)
         } else {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
             ipc::run_item(&mut ctx, item)
@@ -220,7 +226,7 @@ mod tests {
     #[test]
     fn selection_expands_suites_and_items() {
         let all = selection(&[]).unwrap();
-        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len());
+        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len() + rmem::ITEMS.len());
         assert_eq!(selection(&["groups/soak".into()]).unwrap(), vec![("groups".into(), "soak".into())]);
         assert_eq!(selection(&["files/tree".into()]).unwrap(), vec![("files".into(), "tree".into())]);
         let one = selection(&["ipc/exchange".into(), "ipc:pages".into(), "ipc/exchange".into()]).unwrap();

@@ -128,7 +128,7 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
     );
 
     // Bars.
-    let _ = writeln!(s, "## Bars (issues 3, 4 and 5)\n\n| bar | measured | limit | result |\n|---|---|---|---|");
+    let _ = writeln!(s, "## Bars (issues 3, 4, 5 and 6)\n\n| bar | measured | limit | result |\n|---|---|---|---|");
     for c in bars::check(&results.records) {
         let res = match c.pass {
             Some(true) => "PASS",
@@ -358,6 +358,11 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
     // Groups (issue 5).
     if let Some(g) = crate::groups::report::section(&results.records) {
         s.push_str(&g);
+    }
+
+    // Remote memory (issue 6).
+    if let Some(r) = crate::rmem::report_section(&results.records) {
+        s.push_str(&r);
     }
 
     // Plots.
