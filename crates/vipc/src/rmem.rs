@@ -337,22 +337,31 @@ impl PendingOp {
         let deadline = Instant::now() + timeout;
         let shared = self.shared.clone();
         let mut st = shared.lock();
-        loop {
-            let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
+        Shared::op_waiting(&mut st, true);
+        let r = loop {
+            let Some(op) = self.op else { break Err(Error::Internal("operation already collected".into())) };
             if st.stopped {
-                return Err(Error::NodeStopped);
+                break Err(Error::NodeStopped);
             }
             if let Some(r) = st.engine.mem_poll(op) {
                 self.op = None;
-                return Ok(r?);
+                break r.map_err(Error::from);
             }
             let now = Instant::now();
             if now >= deadline {
-                drop(st);
-                return Err(Error::StillPending);
+                break Err(Error::StillPending);
             }
-            st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
+            // Read the answer ourselves (see Shared::read_for_op) while the
+            // wait is long enough for a receive's own timeout; else sleep until it is in.
+            let (back, read) =
+                if deadline - now >= crate::net::RECV_POLL { shared.read_for_op(st) } else { (st, false) };
+            st = back;
+            if !read {
+                st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        };
+        Shared::op_waiting(&mut st, false);
+        r
     }
 
     /// [`PendingOp::wait`] for a CAS-II: its answer.

@@ -70,6 +70,8 @@ pub(crate) enum Reader {
     Process(Pid),
     /// The background network thread.
     Background,
+    /// A thread waiting for a remote-memory operation (see [`Shared::read_for_op`]).
+    Op,
 }
 
 /// What produced the engine output being drained; it decides who must be
@@ -228,6 +230,9 @@ pub(crate) struct State {
     reader_gen: u64,
     /// Processes sleeping until the token is free (entries whose slot no longer `wants_lead` are stale).
     lead_waiters: VecDeque<Pid>,
+    /// Threads waiting for a remote-memory operation that want the token
+    /// (they sleep on `rmem_cv`, woken when it is freed).
+    op_waiters: usize,
     /// The background network thread sleeps until notified.
     bg_parked: bool,
     /// A process has sent the wake-up datagram to take the token from the background thread.
@@ -324,6 +329,7 @@ impl Shared {
                 releases: 0,
                 reader_gen: 0,
                 lead_waiters: VecDeque::new(),
+                op_waiters: 0,
                 bg_parked: false,
                 kicked: false,
                 rxbuf: vec![0; net::RECV_BUFFER],
@@ -434,7 +440,14 @@ impl Shared {
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
-                Event::MemDone(_) | Event::MemNotify(_) => self.rmem_cv.notify_all(),
+                Event::MemDone(_) | Event::MemNotify(_) => {
+                    // A waiter reading the socket for its operation must stop:
+                    // this one may be its own, finished another way (a timer).
+                    if st.reader == Reader::Op && st.reader_blocked {
+                        st.wake_reader = true;
+                    }
+                    self.rmem_cv.notify_all()
+                }
                 Event::GroupJoined(g) => self.listen_to_group(st, g, true),
                 Event::GroupLeft(g) => self.listen_to_group(st, g, false),
                 Event::HostUp { host, addr } => tracing::debug!(host, %addr, "host up"),
@@ -623,6 +636,54 @@ impl Shared {
         drop(self.flush_locked(st));
     }
 
+    /// A thread waiting for a remote-memory operation reads the socket itself
+    /// — one datagram, then the token is free again — so that the answer
+    /// reaches it without a hand-off (as a process blocked in a remote Send
+    /// reads its reply). If the background thread holds the token, blocked in
+    /// a receive, it is asked to hand it over (and the waiter sleeps until it
+    /// does, or its answer comes); if a process holds it, the waiter sleeps.
+    /// Returns whether it read.
+    pub(crate) fn read_for_op<'a>(&'a self, mut st: MutexGuard<'a, State>) -> (MutexGuard<'a, State>, bool) {
+        if st.stopped {
+            return (st, false);
+        }
+        if st.reader != Reader::None {
+            if st.reader == Reader::Background && st.reader_blocked && !st.kicked {
+                st.kicked = true;
+                st.wake_reader = true;
+                st = self.flush_locked(st);
+            }
+            return (st, false);
+        }
+        st.reader = Reader::Op;
+        st.reader_gen += 1;
+        st.kicked = false;
+        st.reader_blocked = true;
+        let mut buf = std::mem::take(&mut st.rxbuf);
+        drop(st);
+        let got = net::recv_parts(&self.unicast, &mut buf, &mut [], None);
+        let mut st = self.lock();
+        st.reader_blocked = false;
+        if let Some((n, from)) = got {
+            self.feed(&mut st, from, &buf[..n], Origin::Net(None));
+        }
+        st.rxbuf = buf;
+        let mut st = self.flush_locked(st);
+        st.reader = Reader::None;
+        st.releases += 1;
+        self.promote(&mut st);
+        (st, true)
+    }
+
+    /// Counts a thread waiting for a remote-memory operation that wants the token.
+    pub(crate) fn op_waiting(st: &mut State, waiting: bool) {
+        if waiting {
+            st.op_waiters += 1;
+        } else {
+            st.op_waiters = st.op_waiters.saturating_sub(1);
+        }
+    }
+
     /// An empty datagram to our own socket: ends the blocked reader's receive.
     fn send_wake(&self) {
         if let Err(e) = self.unicast.send_to(&[], self.self_addr) {
@@ -797,7 +858,7 @@ impl Shared {
                 }
                 st.lead_waiters.push_back(pid);
             }
-            if lead && st.reader == Reader::Background && st.reader_blocked && !st.kicked {
+            if lead && matches!(st.reader, Reader::Background | Reader::Op) && st.reader_blocked && !st.kicked {
                 st.kicked = true;
                 st.wake_reader = true;
                 st = self.flush_locked(st);
@@ -929,6 +990,9 @@ impl Shared {
                     return;
                 }
             }
+        }
+        if st.op_waiters > 0 {
+            self.rmem_cv.notify_all();
         }
         if st.bg_parked {
             self.bg_cv.notify_one();
@@ -1146,7 +1210,7 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                     if st.stopped {
                         return;
                     }
-                    if shared.has_lead_waiter(&mut st) {
+                    if shared.has_lead_waiter(&mut st) || st.op_waiters > 0 {
                         st.reader = Reader::None;
                         st.releases += 1;
                         shared.promote(&mut st);
@@ -1154,7 +1218,7 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                     }
                 }
             }
-            Reader::Process(_) | Reader::Background => {
+            Reader::Process(_) | Reader::Background | Reader::Op => {
                 if st.reader_gen == seen_gen {
                     // The same process has held the token for a whole GRACE: sleep until it lets go.
                     st.bg_parked = true;
