@@ -67,6 +67,8 @@ impl Drop for Handle {
 ///   does: when the token has been free for 2 ms. After each datagram it
 ///   hands the token to a process that asks for it (waking itself with a
 ///   datagram if it is blocked in `recv` when one asks).
+/// - The **sender thread** sends the datagrams that remote-memory writes
+///   queued (the writer pays for the queue, not the system call).
 /// - The **timer thread** runs [`handle_timeout`](vipc_engine::Engine::handle_timeout)
 ///   when the engine's [`poll_timeout`](vipc_engine::Engine::poll_timeout)
 ///   (or the release of a datagram held back by fault injection) is due, at
@@ -147,6 +149,8 @@ impl Node {
         };
         let s = shared.clone();
         threads.push(spawn("vipc-timer", Box::new(move || runtime::timer_loop(s)))?);
+        let s = shared.clone();
+        threads.push(spawn("vipc-send", Box::new(move || runtime::sender_loop(s)))?);
         let s = shared.clone();
         threads.push(spawn("vipc-net", Box::new(move || runtime::net_loop(s)))?);
         if has_multicast {

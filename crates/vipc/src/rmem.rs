@@ -270,13 +270,13 @@ impl RemoteSegment {
     /// Conditional policy. Returns once the packets are handed to the
     /// network: nothing says they arrived (003 §3.3).
     pub fn write(&self, offset: u32, data: &[u8], notify: bool) -> Result<()> {
-        self.shared.call(None, |e, _| e.mem_write(&self.target, offset, data, notify))
+        self.shared.call_deferred(|e, _| e.mem_write(&self.target, offset, data, notify))
     }
 
     /// Writes `data`, elements of `elem` bytes, at `base`, `base + stride`, …
     pub fn writev(&self, base: u32, stride: u32, elem: u32, data: &[u8], notify: bool) -> Result<()> {
         let shape = Strided { stride, elem };
-        self.shared.call(None, |e, _| e.mem_writev(&self.target, base, shape, data, notify))
+        self.shared.call_deferred(|e, _| e.mem_writev(&self.target, base, shape, data, notify))
     }
 
     /// Reads `len` bytes at `offset` into `into.1` of the anonymous segment

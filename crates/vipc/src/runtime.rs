@@ -235,6 +235,8 @@ pub(crate) struct State {
     op_waiters: usize,
     /// The background network thread sleeps until notified.
     bg_parked: bool,
+    /// Datagrams are queued for the sender thread (see [`Shared::call_deferred`]).
+    send_kick: bool,
     /// A process has sent the wake-up datagram to take the token from the background thread.
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
@@ -256,6 +258,8 @@ pub(crate) struct Shared {
     /// Remote memory: notified whenever an operation finishes or a segment's
     /// channel gets a record (waiters look again under the lock).
     pub(crate) rmem_cv: Condvar,
+    /// The sender thread sleeps on it.
+    pub(crate) sender_cv: Condvar,
     pub(crate) unicast: UdpSocket,
     pub(crate) multicast: Option<UdpSocket>,
     targets: Vec<SocketAddr>,
@@ -331,6 +335,7 @@ impl Shared {
                 lead_waiters: VecDeque::new(),
                 op_waiters: 0,
                 bg_parked: false,
+                send_kick: false,
                 kicked: false,
                 rxbuf: vec![0; net::RECV_BUFFER],
                 joined: HashMap::new(),
@@ -340,6 +345,7 @@ impl Shared {
             ready_cv: Condvar::new(),
             bg_cv: Condvar::new(),
             rmem_cv: Condvar::new(),
+            sender_cv: Condvar::new(),
             self_addr: net::self_addr(p.local),
             unicast: p.unicast,
             multicast: p.multicast,
@@ -708,6 +714,37 @@ impl Shared {
         Ok(r?)
     }
 
+    /// [`Shared::call`] whose datagrams the sender thread sends: the caller
+    /// pays for the engine and a queue, not for the system calls — what a
+    /// remote write costs the writer (003: the interface, not the writer,
+    /// moves the data). Order is kept: one thread at a time sends the
+    /// queue, in order, and a later call by anyone sends what is still queued
+    /// before its own.
+    pub(crate) fn call_deferred<T>(
+        &self,
+        f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
+    ) -> Result<T> {
+        let mut st = self.lock();
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        let now = self.now();
+        let r = f(&mut st.engine, now);
+        self.drain(&mut st, Origin::Call(None), now);
+        let kick = !st.sending && !st.outq.is_empty() && !std::mem::replace(&mut st.send_kick, true);
+        let wake = std::mem::take(&mut st.wake_reader);
+        let mut notify = take_notify(&mut st);
+        drop(st);
+        signal_all(&mut notify);
+        if wake {
+            self.send_wake();
+        }
+        if kick {
+            self.sender_cv.notify_one();
+        }
+        Ok(r?)
+    }
+
     /// Runs a blocking engine call for `pid` and waits for its completion.
     pub(crate) fn block(
         &self,
@@ -1060,6 +1097,7 @@ impl Shared {
         self.ready_cv.notify_all();
         self.bg_cv.notify_all();
         self.rmem_cv.notify_all();
+        self.sender_cv.notify_all();
         drop(st);
         // Wake the reader at once rather than after its read timeout.
         self.send_wake();
@@ -1172,6 +1210,22 @@ pub(crate) fn timer_loop(shared: Arc<Shared>) {
                 st = shared.timer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         }
+    }
+}
+
+/// The sender thread: sends what [`Shared::call_deferred`] queued.
+pub(crate) fn sender_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
+    loop {
+        if st.stopped {
+            return;
+        }
+        if !st.send_kick {
+            st = shared.sender_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        st.send_kick = false;
+        st = shared.flush_locked(st);
     }
 }
 
