@@ -703,6 +703,17 @@ impl Shared {
         by: Option<Pid>,
         f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
     ) -> Result<T> {
+        let (st, r) = self.enter(by, f)?;
+        self.flush(st);
+        Ok(r?)
+    }
+
+    /// Runs engine call `f` by `by` and drains its output; returns with the lock held.
+    fn enter<T>(
+        &self,
+        by: Option<Pid>,
+        f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
+    ) -> Result<(MutexGuard<'_, State>, Result<T, vipc_engine::Error>)> {
         let mut st = self.lock();
         if st.stopped {
             return Err(Error::NodeStopped);
@@ -710,8 +721,7 @@ impl Shared {
         let now = self.now();
         let r = f(&mut st.engine, now);
         self.drain(&mut st, Origin::Call(by), now);
-        self.flush(st);
-        Ok(r?)
+        Ok((st, r))
     }
 
     /// [`Shared::call`] whose datagrams the sender thread sends: the caller
@@ -724,13 +734,7 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
     ) -> Result<T> {
-        let mut st = self.lock();
-        if st.stopped {
-            return Err(Error::NodeStopped);
-        }
-        let now = self.now();
-        let r = f(&mut st.engine, now);
-        self.drain(&mut st, Origin::Call(None), now);
+        let (mut st, r) = self.enter(None, f)?;
         let kick = !st.sending && !st.outq.is_empty() && !std::mem::replace(&mut st.send_kick, true);
         let wake = std::mem::take(&mut st.wake_reader);
         let mut notify = take_notify(&mut st);
