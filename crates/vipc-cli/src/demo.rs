@@ -5,7 +5,10 @@
 use crate::error::{CliError, CliResult};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use vipc::{services, Message, Node, NodeConfig, Pid, Process, ProtocolError, Scope, SegmentRef, SendOptions};
+use vipc::{
+    services, Access, Message, Node, NodeConfig, Notify, Pid, Process, ProtectionGroup, ProtocolError, ReplyMode,
+    Scope, SegmentOptions, SegmentRef, SendOptions,
+};
 
 const OP_ECHO: u8 = 0x10;
 const OP_APPENDED: u8 = 0x11;
@@ -264,6 +267,55 @@ pub fn run() -> CliResult<()> {
     d.step("GetPid \"no-such-name\", scope any (from host 2)", || {
         let r = client.get_pid("no-such-name", Scope::Any).map_err(e)?;
         expect(r.is_none(), "not found, as it should be".into(), format!("got {r:?}"))
+    });
+    d.step("remote memory: export on host 1, import, write, read and CAS-II from host 3", || {
+        let opts =
+            SegmentOptions { access: Access::READ_WRITE, notify: Notify::Never, protection: ProtectionGroup::Any };
+        let seg = n1.export_segment(4096, opts).map_err(e)?;
+        let remote = n3.import_segment(seg.name(), Access::READ_WRITE, Duration::from_secs(2)).map_err(e)?;
+        let anon = n3.anonymous_segment(4096).map_err(e)?;
+        remote.write(64, b"written by host 3", false).map_err(e)?;
+        let t = Instant::now();
+        remote.read(64, 17, (&anon, 0), false).map_err(e)?.wait(Duration::from_secs(2)).map_err(e)?;
+        let read_us = t.elapsed().as_secs_f64() * 1e6;
+        let cas = remote.cas(0, 0, 42, 3, (&anon, 100)).map_err(e)?.wait_cas(Duration::from_secs(2)).map_err(e)?;
+        let owner_sees = seg.to_vec(64, 17).map_err(e)?;
+        expect(
+            anon.to_vec(0, 17).map_err(e)? == b"written by host 3"
+                && owner_sees == b"written by host 3"
+                && cas.nonce == 3,
+            format!(
+                "served by host 1's node, no process of it involved; read {read_us:.0} µs, CAS-II swapped (nonce {})",
+                cas.nonce
+            ),
+            format!("read or CAS-II wrong: {cas:?}"),
+        )
+    });
+    d.step("Send to a group, many replies (host 2 -> members on hosts 1 and 3)", || {
+        let group = n2.allocate_group_id().map_err(e)?;
+        let mut members = Vec::new();
+        for n in [&n1, &n3] {
+            let (pid, _) = n
+                .spawn(move |p| {
+                    if p.join_group(group).is_ok() {
+                        let mut m: Message = [0; 32];
+                        if let Ok(from) = p.receive(&mut m) {
+                            let _ = p.reply(&m, from);
+                        }
+                    }
+                })
+                .map_err(e)?;
+            members.push(pid);
+        }
+        std::thread::sleep(Duration::from_millis(50)); // let both join
+        let mut m: Message = [7; 32];
+        let first = client.send_group(&mut m, group, ReplyMode::Many, SendOptions::default()).map_err(e)?;
+        let second = client.get_reply(Duration::from_secs(1)).map_err(e)?.map(|(who, _)| who);
+        let mut got = vec![first];
+        got.extend(second);
+        got.sort();
+        members.sort();
+        expect(got == members, format!("replies from {} and {}", got[0], got[got.len() - 1]), format!("got {got:?}"))
     });
     d.step("Send to a nonexistent local pid (host 2)", || {
         let r = send(&client, OP_ECHO, Pid::new(n2.host_id(), 999)).map(|x| x.1);

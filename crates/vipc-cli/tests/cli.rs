@@ -326,6 +326,8 @@ fn demo_exercises_every_primitive_and_exits_zero() {
         "MoveFrom 1 MiB",
         "MoveTo 1 MiB",
         "GetPid",
+        "remote memory",
+        "Send to a group",
         "nonexistent",
         "destroyed",
     ] {
