@@ -294,20 +294,26 @@ pub fn run() -> CliResult<()> {
     d.step("Send to a group, many replies (host 2 -> members on hosts 1 and 3)", || {
         let group = n2.allocate_group_id().map_err(e)?;
         let mut members = Vec::new();
+        let (joined, all_joined) = std::sync::mpsc::channel();
         for n in [&n1, &n3] {
+            let joined = joined.clone();
             let (pid, _) = n
                 .spawn(move |p| {
-                    if p.join_group(group).is_ok() {
-                        let mut m: Message = [0; 32];
-                        if let Ok(from) = p.receive(&mut m) {
-                            let _ = p.reply(&m, from);
-                        }
+                    let ok = p.join_group(group).is_ok();
+                    let _ = joined.send(ok);
+                    let mut m: Message = [0; 32];
+                    if let (true, Ok(from)) = (ok, p.receive(&mut m)) {
+                        let _ = p.reply(&m, from);
                     }
                 })
                 .map_err(e)?;
             members.push(pid);
         }
-        std::thread::sleep(Duration::from_millis(50)); // let both join
+        for _ in 0..members.len() {
+            if !all_joined.recv_timeout(Duration::from_secs(2)).unwrap_or(false) {
+                return Err("a member could not join the group".into());
+            }
+        }
         let mut m: Message = [7; 32];
         let first = client.send_group(&mut m, group, ReplyMode::Many, SendOptions::default()).map_err(e)?;
         let second = client.get_reply(Duration::from_secs(1)).map_err(e)?.map(|(who, _)| who);
