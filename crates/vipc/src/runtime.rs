@@ -628,18 +628,23 @@ impl Shared {
     /// [`Shared::flush_locked`], then unlocks. With nothing to send, the
     /// threads to wake are signalled after unlocking and the lock is not
     /// taken again (a woken thread would find it held).
-    pub(crate) fn flush(&self, mut st: MutexGuard<'_, State>) {
+    pub(crate) fn flush(&self, st: MutexGuard<'_, State>) {
         if st.sending || st.outq.is_empty() {
-            let wake = std::mem::take(&mut st.wake_reader);
-            let mut notify = take_notify(&mut st);
-            drop(st);
-            signal_all(&mut notify);
-            if wake {
-                self.send_wake();
-            }
-            return;
+            return self.unlock_and_signal(st);
         }
         drop(self.flush_locked(st));
+    }
+
+    /// Unlocks, then signals the threads to wake and the blocked reader, if
+    /// any (without sending the queue).
+    fn unlock_and_signal(&self, mut st: MutexGuard<'_, State>) {
+        let wake = std::mem::take(&mut st.wake_reader);
+        let mut notify = take_notify(&mut st);
+        drop(st);
+        signal_all(&mut notify);
+        if wake {
+            self.send_wake();
+        }
     }
 
     /// A thread waiting for a remote-memory operation reads the socket itself
@@ -664,21 +669,28 @@ impl Shared {
         st.reader = Reader::Op;
         st.reader_gen += 1;
         st.kicked = false;
+        let mut st = self.read_one(st);
+        st.reader = Reader::None;
+        st.releases += 1;
+        self.promote(&mut st);
+        (st, true)
+    }
+
+    /// The token holder (not a process) reads one datagram, blocking up to
+    /// [`net::RECV_POLL`] with the lock released, feeds it to the engine and
+    /// sends what it produced; returns with the lock held.
+    fn read_one<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         st.reader_blocked = true;
         let mut buf = std::mem::take(&mut st.rxbuf);
         drop(st);
-        let got = net::recv_parts(&self.unicast, &mut buf, &mut [], None);
+        let got = net::recv(&self.unicast, &mut buf);
         let mut st = self.lock();
         st.reader_blocked = false;
         if let Some((n, from)) = got {
             self.feed(&mut st, from, &buf[..n], Origin::Net(None));
         }
         st.rxbuf = buf;
-        let mut st = self.flush_locked(st);
-        st.reader = Reader::None;
-        st.releases += 1;
-        self.promote(&mut st);
-        (st, true)
+        self.flush_locked(st)
     }
 
     /// Counts a thread waiting for a remote-memory operation that wants the token.
@@ -736,13 +748,7 @@ impl Shared {
     ) -> Result<T> {
         let (mut st, r) = self.enter(None, f)?;
         let kick = !st.sending && !st.outq.is_empty() && !std::mem::replace(&mut st.send_kick, true);
-        let wake = std::mem::take(&mut st.wake_reader);
-        let mut notify = take_notify(&mut st);
-        drop(st);
-        signal_all(&mut notify);
-        if wake {
-            self.send_wake();
-        }
+        self.unlock_and_signal(st);
         if kick {
             self.sender_cv.notify_one();
         }
@@ -1254,17 +1260,7 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                 st.reader = Reader::Background;
                 st.kicked = false;
                 loop {
-                    st.reader_blocked = true;
-                    let mut buf = std::mem::take(&mut st.rxbuf);
-                    drop(st);
-                    let got = net::recv(&shared.unicast, &mut buf);
-                    st = shared.lock();
-                    st.reader_blocked = false;
-                    if let Some((n, from)) = got {
-                        shared.feed(&mut st, from, &buf[..n], Origin::Net(None));
-                    }
-                    st.rxbuf = buf;
-                    st = shared.flush_locked(st);
+                    st = shared.read_one(st);
                     if st.stopped {
                         return;
                     }
