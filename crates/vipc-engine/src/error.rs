@@ -11,6 +11,11 @@ pub enum Error {
     /// No reply or replyPending within T_t: the host is down or unreachable.
     #[error("no answer from {0} within the timeout")]
     Timeout(Pid),
+    /// The caller's own limit on a blocking primitive passed first
+    /// ([`crate::Engine::limit`]); the primitive was abandoned. A Send's
+    /// receiver may still have taken, or even answered, the message.
+    #[error("the caller's time limit passed")]
+    Deadline,
     /// Reply, Forward, MoveTo or MoveFrom to a process not awaiting a reply from the caller.
     #[error("{0} is not awaiting a reply from the caller")]
     NotAwaitingReply(Pid),

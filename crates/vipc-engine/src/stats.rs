@@ -40,6 +40,8 @@ pub struct Stats {
     pub stray: u64,
     /// Sends that failed with a timeout.
     pub timeouts: u64,
+    /// Blocking primitives abandoned because the caller's own limit passed.
+    pub deadlines: u64,
     /// Local sends completed (no packets).
     pub local_exchanges: u64,
     /// Remote sends completed with a reply.
@@ -167,6 +169,7 @@ impl Stats {
             ("bad_version", self.bad_version),
             ("stray", self.stray),
             ("timeouts", self.timeouts),
+            ("deadlines", self.deadlines),
             ("local_exchanges", self.local_exchanges),
             ("remote_exchanges", self.remote_exchanges),
             ("appended_dropped", self.appended_dropped),

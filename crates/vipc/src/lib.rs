@@ -57,6 +57,7 @@ mod process;
 mod rmem;
 mod runtime;
 pub mod services;
+mod within;
 
 pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};
 pub use error::{Error, Result};
@@ -69,3 +70,4 @@ pub use vipc_engine::{
     ProtectionGroup, Refusal, Reliable, ReplyMode, Scope, SegmentName, SegmentOptions, SendOptions, Stats, CAS_CELL,
 };
 pub use vipc_wire::PacketType;
+pub use within::within;

@@ -398,6 +398,7 @@ impl Process {
     /// to `limit` for one; `None` if none came in time.
     pub fn get_reply(&self, limit: std::time::Duration) -> Result<Option<(Pid, Message)>> {
         let me = self.pid;
+        let limit = crate::within::cap(limit)?;
         match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.get_reply(now, me, limit))? {
             Completion::GetReply(r) => Ok(r),
             c => Err(mismatch("get_reply", &c)),

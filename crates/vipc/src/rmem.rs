@@ -334,7 +334,8 @@ impl PendingOp {
     /// Blocks until the operation finishes, or fails with
     /// [`Error::StillPending`] after `timeout` (the operation is then forgotten).
     pub fn wait(mut self, timeout: Duration) -> Result<MemOutcome> {
-        let deadline = Instant::now() + timeout;
+        let within = crate::within::remaining()?;
+        let deadline = Instant::now() + within.map_or(timeout, |left| left.min(timeout));
         let shared = self.shared.clone();
         let mut st = shared.lock();
         Shared::op_waiting(&mut st, true);
@@ -349,7 +350,8 @@ impl PendingOp {
             }
             let now = Instant::now();
             if now >= deadline {
-                break Err(Error::StillPending);
+                let cut = within.is_some_and(|left| left < timeout);
+                break Err(if cut { vipc_engine::Error::Deadline.into() } else { Error::StillPending });
             }
             // Read the answer ourselves (see Shared::read_for_op) while the
             // wait is long enough for a receive's own timeout; else sleep until it is in.

@@ -777,7 +777,11 @@ impl Shared {
             }
             None => return Err(vipc_engine::Error::NotLocalProcess(pid).into()),
         };
-        let r = f(&mut st.engine, now);
+        let left = crate::within::remaining()?;
+        let mut r = f(&mut st.engine, now);
+        if let (Ok(()), Some(left)) = (&r, left) {
+            r = st.engine.limit(now, pid, now + left);
+        }
         self.drain(&mut st, Origin::Call(Some(pid)), now);
         if let Err(e) = r {
             self.flush(st);

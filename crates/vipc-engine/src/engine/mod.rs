@@ -12,6 +12,7 @@ mod bulk;
 mod group;
 mod host_alloc;
 mod input;
+mod limit;
 mod location;
 mod primitives;
 mod reliable;
@@ -165,7 +166,7 @@ impl Engine {
             let pid = Pid::new(host, self.next_local);
             self.next_local = self.next_local.checked_add(1).unwrap_or(1);
             if pid.local() != 0 && !self.procs.contains_key(&pid) {
-                self.procs.insert(pid, Proc { blocked: Blocked::No, queue: VecDeque::new() });
+                self.procs.insert(pid, Proc { blocked: Blocked::No, queue: VecDeque::new(), limit_at: None });
                 return Ok(pid);
             }
         }
@@ -232,6 +233,7 @@ impl Engine {
     fn wake(&mut self, pid: Pid, completion: Completion) {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.blocked = Blocked::No;
+            p.limit_at = None;
         }
         self.events.push_back(Event::Wake { pid, completion });
     }

@@ -552,22 +552,7 @@ impl Engine {
         let proc_ = self.procs.remove(&pid).ok_or(Error::NotLocalProcess(pid))?;
         self.names.retain(|_, (p, _)| *p != pid);
         self.lookups.remove(&pid);
-        if let Some(ex) = self.exchanges.remove(&pid) {
-            match ex.state {
-                ExchangeState::Local { received_by: None } => self.unqueue(ex.to, Incoming::Local(pid)),
-                ExchangeState::Local { .. } => {}
-                // Members simply reply to a dead process; their copies expire.
-                ExchangeState::Remote { .. } if ex.to.is_group() => {}
-                ExchangeState::Remote { seq, .. } => {
-                    let mut h = self.header(PacketType::Cancel);
-                    h.seq = seq;
-                    h.src = pid;
-                    h.dst = ex.to;
-                    let to = self.route(ex.to);
-                    self.emit(to, &h, &[]);
-                }
-            }
-        }
+        self.cancel_exchange(pid);
         self.cancel_streams_of(pid);
         self.forget_group_state_of(pid);
         // Senders queued on it or awaiting its reply learn at once that it is gone.

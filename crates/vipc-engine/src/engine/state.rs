@@ -46,6 +46,8 @@ pub(crate) struct Proc {
     pub blocked: Blocked,
     /// Messages sent to it and not yet received, FCFS.
     pub queue: VecDeque<Incoming>,
+    /// The caller's limit on its current blocking primitive ([`crate::Engine::limit`]).
+    pub limit_at: Option<Time>,
 }
 
 /// Where a local process's outstanding Send stands.
@@ -159,6 +161,8 @@ pub(crate) enum TimerKey {
     AliveReply(crate::HostId),
     /// Retransmission (imports) and deadline of a remote-memory operation, by seq.
     MemOp(u32),
+    /// The caller's limit on a process's blocking primitive.
+    Limit(Pid),
 }
 
 /// True if sequence number `a` is newer than `b` (serial arithmetic).

@@ -32,6 +32,7 @@ impl Engine {
                 TimerKey::Alive => self.alive_timer(now, at),
                 TimerKey::AliveReply(host) => self.alive_reply_timer(host),
                 TimerKey::MemOp(seq) => self.mem_op_timer(now, seq, at),
+                TimerKey::Limit(pid) => self.limit_timer(pid, at),
             }
         }
     }
