@@ -1,0 +1,40 @@
+//! Language-level primitives on vipc, after LeBlanc (seed 002): typed
+//! interfaces whose remote calls look like method calls ([`interface`]),
+//! and the completion statement (`vipc::within`, re-exported here).
+//!
+//! ```
+//! use vipc::{Node, NodeConfig};
+//!
+//! #[vipc_ports::interface]
+//! pub trait Greeter {
+//!     fn greet(&self, name: String) -> String;
+//! }
+//!
+//! struct Polite;
+//! impl Greeter for Polite {
+//!     fn greet(&self, name: String) -> String {
+//!         format!("good morning, {name}")
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), vipc_ports::Error> {
+//! let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![]))?;
+//! let b = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![a.local_addr()]))?;
+//! vipc_ports::rpc::spawn_server(&a, "greeter", GreeterServer(Polite))?;
+//! let me = b.attach()?;
+//! let greeter = GreeterClient::connect(&me, "greeter")?;
+//! assert_eq!(greeter.greet("Ada".into())?, "good morning, Ada");
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod codec;
+mod error;
+pub mod frame;
+pub mod rpc;
+
+pub use error::{Error, Result};
+pub use vipc;
+pub use vipc::within;
+pub use vipc_ports_macros::interface;

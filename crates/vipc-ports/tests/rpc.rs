@@ -1,0 +1,189 @@
+//! Typed interfaces end to end on loopback nodes: marshalling in every size
+//! class, the local path, version mismatch, panics, deadlines, bad input.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vipc::{Node, NodeConfig};
+use vipc_ports::rpc::spawn_server;
+use vipc_ports::Error;
+
+#[vipc_ports::interface]
+pub trait Store {
+    /// Bytes of `len`, each `seed + i`.
+    fn make(&self, len: u32, seed: u8) -> Vec<u8>;
+    /// The sum of `data`'s bytes and its length.
+    fn sum(&self, data: Vec<u8>) -> (u64, u32);
+    /// `data` reversed.
+    fn reverse(&self, data: Vec<u8>) -> Vec<u8>;
+    fn nothing(&self);
+    fn boom(&self, really: bool) -> u8;
+    fn sleep(&self, ms: u64) -> u64;
+}
+
+struct Impl {
+    calls: Arc<AtomicUsize>,
+}
+
+impl Store for Impl {
+    fn make(&self, len: u32, seed: u8) -> Vec<u8> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+    }
+    fn sum(&self, data: Vec<u8>) -> (u64, u32) {
+        (data.iter().map(|&b| b as u64).sum(), data.len() as u32)
+    }
+    fn reverse(&self, mut data: Vec<u8>) -> Vec<u8> {
+        data.reverse();
+        data
+    }
+    fn nothing(&self) {}
+    fn boom(&self, really: bool) -> u8 {
+        assert!(!really, "asked to panic");
+        1
+    }
+    fn sleep(&self, ms: u64) -> u64 {
+        std::thread::sleep(Duration::from_millis(ms));
+        ms
+    }
+}
+
+#[allow(dead_code)] // only its client is used
+mod v2 {
+    /// The same interface name, another version.
+    #[vipc_ports::interface(version = 2)]
+    pub trait Store {
+        fn make(&self, len: u32, seed: u8) -> Vec<u8>;
+    }
+}
+
+fn nodes(n: u16) -> Vec<Node> {
+    let first = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+    let peer = first.local_addr();
+    let mut v = vec![first];
+    for h in 2..=n {
+        v.push(Node::start(NodeConfig::fixed(h, "127.0.0.1:0".parse().unwrap(), vec![peer])).unwrap());
+    }
+    v
+}
+
+fn expected(len: u32, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+}
+
+fn start(node: &Node, name: &str) -> Arc<AtomicUsize> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    spawn_server(node, name, StoreServer(Impl { calls: calls.clone() })).unwrap();
+    calls
+}
+
+#[test]
+fn remote_calls_in_every_size_class_return_the_right_values() {
+    let n = nodes(2);
+    let calls = start(&n[0], "store");
+    let me = n[1].attach().unwrap();
+    let s = StoreClient::connect(&me, "store").unwrap();
+    // Small arguments and result: inside the messages, 2 packets a call.
+    s.nothing().unwrap();
+    let before = n[1].stats().ipc_packets();
+    for _ in 0..10 {
+        assert_eq!(s.make(3, 7).unwrap(), vec![7, 8, 9]);
+    }
+    assert_eq!(n[1].stats().ipc_packets() - before, 20, "one Send and one Reply per call");
+    // Every size class of arguments and results, twice (the second call grants a segment at once).
+    for len in [0u32, 16, 24, 25, 1000, 1500, 70_000, 300_000] {
+        for _ in 0..2 {
+            assert_eq!(s.make(len, len as u8).unwrap(), expected(len, len as u8), "result of {len} bytes");
+        }
+        let data = expected(len, 3);
+        let sum: u64 = data.iter().map(|&b| b as u64).sum();
+        assert_eq!(s.sum(data.clone()).unwrap(), (sum, len), "arguments of {len} bytes");
+        let mut rev = data.clone();
+        rev.reverse();
+        assert_eq!(s.reverse(data).unwrap(), rev, "both of {len} bytes");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 10 + 16, "a large result never runs the handler twice");
+}
+
+#[test]
+fn a_call_on_the_same_node_takes_the_local_path() {
+    let n = nodes(1);
+    start(&n[0], "store-local");
+    let me = n[0].attach().unwrap();
+    let s = StoreClient::connect(&me, "store-local").unwrap();
+    let before = n[0].stats();
+    assert_eq!(s.make(5000, 1).unwrap(), expected(5000, 1));
+    assert_eq!(s.sum(vec![1; 100]).unwrap(), (100, 100));
+    let after = n[0].stats();
+    assert_eq!(after.ipc_packets(), before.ipc_packets(), "no packet for a local call");
+    assert!(after.local_exchanges >= before.local_exchanges + 3);
+}
+
+#[test]
+fn a_different_version_is_a_clear_error() {
+    let n = nodes(2);
+    let calls = start(&n[0], "store-v");
+    let me = n[1].attach().unwrap();
+    let old = v2::StoreClient::connect(&me, "store-v").unwrap();
+    match old.make(4, 0) {
+        Err(Error::Mismatch { interface: "Store", client, server }) => {
+            assert_eq!((client, server), (v2::StoreClient::FINGERPRINT, StoreClient::FINGERPRINT));
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert_ne!(v2::StoreClient::FINGERPRINT, StoreClient::FINGERPRINT);
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing ran");
+}
+
+#[test]
+fn a_panicking_handler_is_an_error_and_the_server_lives_on() {
+    let n = nodes(2);
+    start(&n[0], "store-boom");
+    let me = n[1].attach().unwrap();
+    let s = StoreClient::connect(&me, "store-boom").unwrap();
+    assert!(matches!(s.boom(true), Err(Error::HandlerPanicked { interface: "Store", method: 4 })));
+    assert_eq!(s.boom(false).unwrap(), 1);
+}
+
+#[test]
+fn within_bounds_a_call_and_the_next_call_works() {
+    let n = nodes(2);
+    start(&n[0], "store-slow");
+    let me = n[1].attach().unwrap();
+    let s = StoreClient::connect(&me, "store-slow").unwrap();
+    let t = Instant::now();
+    let e = vipc_ports::within(Duration::from_millis(50), || s.sleep(400)).unwrap_err();
+    assert!(e.is_deadline(), "{e}");
+    assert!(t.elapsed() < Duration::from_millis(350));
+    std::thread::sleep(Duration::from_millis(400)); // the server finishes the abandoned call
+    assert_eq!(s.sleep(1).unwrap(), 1);
+}
+
+#[test]
+fn unknown_names_and_foreign_messages_are_typed_errors() {
+    let n = nodes(2);
+    start(&n[0], "store-x");
+    let me = n[1].attach().unwrap();
+    assert!(matches!(StoreClient::connect(&me, "nobody-here"), Err(Error::NotFound(name)) if name == "nobody-here"));
+    let s = StoreClient::connect(&me, "store-x").unwrap();
+    // A message that is not a call is answered NOT_A_REQUEST; the server serves on.
+    let mut m = [0xABu8; 32];
+    me.send(&mut m, s.server()).unwrap();
+    assert_eq!(m[0], vipc_ports::frame::status::NOT_A_REQUEST);
+    // A call whose length claims a segment that is not there: BAD_ARGUMENTS.
+    let req = vipc_ports::frame::Request {
+        kind: vipc_ports::frame::kind::CALL,
+        flags: 0,
+        method: 1,
+        fingerprint: StoreClient::FINGERPRINT,
+        len: 5000,
+    };
+    let mut m = req.encode(&[]);
+    me.send(&mut m, s.server()).unwrap();
+    assert_eq!(m[0], vipc_ports::frame::status::BAD_ARGUMENTS);
+    // Arguments that do not decode as the method's: BAD_ARGUMENTS too.
+    let mut m = vipc_ports::frame::Request { len: 2, ..req }.encode(&[0xff, 0xff]);
+    me.send(&mut m, s.server()).unwrap();
+    assert_eq!(m[0], vipc_ports::frame::status::BAD_ARGUMENTS);
+    assert_eq!(s.make(2, 5).unwrap(), vec![5, 6]);
+}
