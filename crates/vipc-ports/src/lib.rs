@@ -32,9 +32,14 @@
 pub mod codec;
 mod error;
 pub mod frame;
+mod port;
+mod region;
 pub mod rpc;
+mod transfer;
 
 pub use error::{Error, Result};
+pub use port::{Checkpoint, Port, PortRef, Ports};
+pub use region::Region;
 pub use vipc;
 pub use vipc::within;
 pub use vipc_ports_macros::interface;

@@ -1,0 +1,201 @@
+//! How encoded bytes travel with a request and its answer — the part that
+//! interface calls and port messages share.
+//!
+//! Up to 16 bytes of arguments travel inside the 32-byte request; larger
+//! ones in a segment the caller grants for reading (its first part
+//! appended to the Send, the rest read by the receiver with MoveFrom
+//! straight into its buffer). Up to 24 bytes of result come back inside the
+//! answer; larger ones are written at offset 0 of a segment the caller
+//! grants for writing (in the reply packet when small, by MoveTo
+//! otherwise). The caller learns, per call site, how large results are and
+//! grants a large enough segment; when one is too small the answerer keeps
+//! the result and the caller fetches it once (status MORE, then FETCH) — a
+//! handler never runs twice for one call.
+
+use crate::frame::{answer, kind, read_answer, status, Request, ANSWER_INLINE, REQUEST_INLINE};
+use crate::{Error, Result};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use vipc::{Message, Pid, Process, ReceiveInfo, SegmentRef, SendOptions};
+
+/// Results up to this size ride in the reply packet itself.
+const REPLY_SEGMENT_MAX: usize = 1024;
+/// Smallest result segment a caller grants once it knows results are large.
+const MIN_RESULT_SEGMENT: usize = 4096;
+/// Results an answerer keeps for a FETCH, the oldest dropped first.
+const KEPT_MAX: usize = 64;
+
+/// Why a call failed: the IPC, or the answerer said so (status, its 24 trailing bytes).
+pub(crate) enum Failure {
+    Vipc(Error),
+    Status(u8, [u8; ANSWER_INLINE]),
+}
+
+impl<E: Into<Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Vipc(e.into())
+    }
+}
+
+/// The caller's side: a reused segment buffer and what it learnt of result sizes.
+#[derive(Default)]
+pub(crate) struct Caller {
+    /// The segment lent with calls, reused (a fresh large allocation costs a
+    /// page fault per page).
+    buf: RefCell<Vec<u8>>,
+    /// Per call site, the size of its last result: how much to grant for the next.
+    hints: RefCell<Vec<usize>>,
+}
+
+impl Caller {
+    /// Sends `req` with `args` to `to` and returns the result bytes.
+    pub fn call(
+        &self,
+        p: &Process,
+        to: Pid,
+        mut req: Request,
+        args: &[u8],
+        site: usize,
+    ) -> std::result::Result<Vec<u8>, Failure> {
+        req.len = u32::try_from(args.len()).map_err(|_| Error::Encode("arguments over 4 GiB".into()))?;
+        let mut msg = req.encode(args);
+        let hint = self.hints.borrow().get(site).copied().unwrap_or(0);
+        let grant = if hint > ANSWER_INLINE { hint.next_power_of_two().max(MIN_RESULT_SEGMENT) } else { 0 };
+        let big_args = args.len() > REQUEST_INLINE;
+        // What the answerer may write into: the result lands at offset 0.
+        let writable = if grant > 0 { grant.max(if big_args { args.len() } else { 0 }) } else { 0 };
+        let mut buf = self.buf.borrow_mut();
+        let segment = match (big_args, grant > 0) {
+            (false, false) => None,
+            (true, false) => Some(SegmentRef::Read(args)),
+            (false, true) => {
+                buf.resize(writable, 0);
+                Some(SegmentRef::Write(&mut buf[..]))
+            }
+            (true, true) => {
+                buf.clear();
+                buf.extend_from_slice(args);
+                buf.resize(writable, 0);
+                Some(SegmentRef::ReadWrite(&mut buf[..]))
+            }
+        };
+        p.send_with(&mut msg, to, segment, SendOptions::default())?;
+        let (st, n, inline) = read_answer(&msg);
+        let n = n as usize;
+        let result = match st {
+            status::OK if n <= ANSWER_INLINE => inline[..n].to_vec(),
+            status::OK if writable >= n => buf[..n].to_vec(),
+            status::MORE => fetch(p, to, n, &mut buf)?,
+            st => return Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
+        };
+        let mut hints = self.hints.borrow_mut();
+        if hints.len() <= site {
+            hints.resize(site + 1, 0);
+        }
+        hints[site] = n;
+        Ok(result)
+    }
+}
+
+/// Fetches the `n`-byte result `to` kept after answering MORE.
+fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<Vec<u8>, Failure> {
+    let req = Request { kind: kind::FETCH, flags: 0, method: 0, fingerprint: 0, len: 0 };
+    let mut msg = req.encode(&[]);
+    buf.resize(n, 0);
+    p.send_with(&mut msg, to, Some(SegmentRef::Write(&mut buf[..n])), SendOptions::default())?;
+    match read_answer(&msg) {
+        (status::OK, got, _) if got as usize == n => Ok(buf[..n].to_vec()),
+        (st, _, inline) => Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
+    }
+}
+
+/// The error for a status that is not specific to the kind of call.
+pub(crate) fn status_error(st: u8, what: &str) -> Error {
+    match st {
+        status::BAD_ARGUMENTS => Error::Decode(format!("{what}: the receiver could not decode the arguments")),
+        status::GONE => Error::Malformed(format!("{what}: the kept result was gone")),
+        other => Error::Malformed(format!("{what}: status {other}")),
+    }
+}
+
+/// What a caller granted with its request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    pub to: Pid,
+    pub write: bool,
+    pub size: u32,
+}
+
+impl Grant {
+    pub fn of(info: &ReceiveInfo) -> Grant {
+        Grant { to: info.from, write: info.access.write, size: info.segment_size }
+    }
+}
+
+/// Results kept for a FETCH, one per caller, the oldest dropped first.
+#[derive(Default)]
+pub(crate) struct Kept(VecDeque<(Pid, Vec<u8>)>);
+
+impl Kept {
+    fn put(&mut self, caller: Pid, bytes: Vec<u8>) {
+        self.0.retain(|(c, _)| *c != caller);
+        if self.0.len() == KEPT_MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back((caller, bytes));
+    }
+
+    fn take(&mut self, caller: Pid) -> Option<Vec<u8>> {
+        let i = self.0.iter().position(|(c, _)| *c == caller)?;
+        self.0.remove(i).map(|(_, b)| b)
+    }
+}
+
+/// Answers `g.to` with status OK and `result`, the cheapest way its grant allows.
+pub(crate) fn send_result(p: &Process, g: Grant, result: Vec<u8>, kept: &mut Kept) -> Result<()> {
+    let n = result.len();
+    let len = u32::try_from(n).map_err(|_| Error::Encode("a result over 4 GiB".into()))?;
+    if n <= ANSWER_INLINE {
+        return Ok(p.reply(&answer(status::OK, len, &result), g.to)?);
+    }
+    if !g.write || n > g.size as usize {
+        kept.put(g.to, result);
+        return Ok(p.reply(&answer(status::MORE, len, &[]), g.to)?);
+    }
+    let ok = answer(status::OK, len, &[]);
+    if n <= REPLY_SEGMENT_MAX {
+        return Ok(p.reply_with_segment(&ok, g.to, 0, &result)?);
+    }
+    p.move_to(g.to, 0, &result)?;
+    Ok(p.reply(&ok, g.to)?)
+}
+
+/// Answers a FETCH with the result kept for its sender.
+pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<()> {
+    match kept.take(g.to) {
+        Some(bytes) if g.write && bytes.len() <= g.size as usize => {
+            p.move_to(g.to, 0, &bytes)?;
+            Ok(p.reply(&answer(status::OK, bytes.len() as u32, &[]), g.to)?)
+        }
+        _ => Ok(p.reply(&answer(status::GONE, 0, &[]), g.to)?),
+    }
+}
+
+/// The encoded arguments of `req`: inline, appended (`rbuf[..info.len]`),
+/// and the rest read with MoveFrom.
+pub(crate) fn read_args(p: &Process, req: &Request, msg: &Message, info: ReceiveInfo, rbuf: &[u8]) -> Result<Vec<u8>> {
+    if let Some(inline) = req.inline(msg) {
+        return Ok(inline);
+    }
+    let n = req.len as usize;
+    if !info.access.read || (info.segment_size as usize) < n {
+        return Err(Error::Malformed(format!("{n} bytes of arguments but a {}-byte segment", info.segment_size)));
+    }
+    let mut args = vec![0u8; n];
+    let have = info.len.min(n);
+    args[..have].copy_from_slice(&rbuf[..have]);
+    if have < n {
+        p.move_from(info.from, have as u32, &mut args[have..])?;
+    }
+    Ok(args)
+}

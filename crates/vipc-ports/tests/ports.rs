@@ -1,0 +1,233 @@
+//! Ports, checkpoints and regions on loopback nodes: each checkpoint
+//! returns at its own point, regions take the earliest message, share a
+//! port, obey deadlines, and nothing is lost.
+
+use std::collections::BTreeSet;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use vipc::{Node, NodeConfig};
+use vipc_ports::{within, Checkpoint, Error, Ports, Region};
+
+fn two_nodes() -> (Node, Node) {
+    let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+    let b = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![a.local_addr()])).unwrap();
+    (a, b)
+}
+
+const SLOW: Duration = Duration::from_millis(300);
+
+/// A region on node `a` that waits `SLOW` before it takes a message, then
+/// handles it for `SLOW`; returns when the checkpoint `cp` send on node `b` returned.
+fn time_checkpoint(cp: Checkpoint) -> Duration {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<u32, u32>("slow").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let server = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        thread::sleep(SLOW);
+        let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
+            thread::sleep(SLOW);
+            x + 1
+        });
+        r.serve_one().unwrap();
+    });
+    let sender_ports = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = sender_ports.connect::<u32, u32>(&me, "slow").unwrap();
+    let t = Instant::now();
+    to.send(&me, &41, cp).unwrap();
+    let took = t.elapsed();
+    server.join().unwrap();
+    took
+}
+
+#[test]
+fn each_checkpoint_returns_at_its_own_point() {
+    let immediate = time_checkpoint(Checkpoint::Immediate);
+    let receipt = time_checkpoint(Checkpoint::OnReceipt);
+    let delivery = time_checkpoint(Checkpoint::OnDelivery);
+    let ret = time_checkpoint(Checkpoint::OnReturn);
+    assert!(immediate < SLOW / 3, "immediate took {immediate:?}");
+    assert!(receipt < SLOW / 3, "on-receipt waits for no region: {receipt:?}");
+    assert!(delivery >= SLOW && delivery < 2 * SLOW, "on-delivery waits for the take only: {delivery:?}");
+    assert!(ret >= 2 * SLOW, "on-return waits for the handler: {ret:?}");
+}
+
+#[test]
+fn a_functional_call_returns_the_result_from_another_node_in_every_size() {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<Vec<u8>, Vec<u8>>("rev").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let sizes = [0usize, 10, 100, 5000, 200_000];
+    let server = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        let mut r = Region::new(&me, &pa).on(&port, |mut v: Vec<u8>| {
+            v.reverse();
+            v
+        });
+        for _ in 0..sizes.len() * 2 {
+            r.serve_one().unwrap();
+        }
+    });
+    let mine = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = mine.connect::<Vec<u8>, Vec<u8>>(&me, "rev").unwrap();
+    for _ in 0..2 {
+        for n in sizes {
+            let v: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+            let mut want = v.clone();
+            want.reverse();
+            assert_eq!(to.call(&me, &v).unwrap(), want, "{n} bytes");
+        }
+    }
+    server.join().unwrap();
+}
+
+#[test]
+fn a_region_takes_the_earliest_message_of_its_ports() {
+    let (a, _b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let (pa, pb) = (ports.open::<u8, ()>("a").unwrap(), ports.open::<u8, ()>("b").unwrap());
+    let me = a.attach().unwrap();
+    let (ta, tb) = (ports.connect::<u8, ()>(&me, "a").unwrap(), ports.connect::<u8, ()>(&me, "b").unwrap());
+    // Arrival order: b1, a1, b2, a2.
+    tb.send(&me, &1, Checkpoint::OnReceipt).unwrap();
+    ta.send(&me, &1, Checkpoint::OnReceipt).unwrap();
+    tb.send(&me, &2, Checkpoint::OnReceipt).unwrap();
+    ta.send(&me, &2, Checkpoint::OnReceipt).unwrap();
+    let server = a.attach().unwrap();
+    let seen = std::cell::RefCell::new(Vec::new());
+    let mut r = Region::new(&server, &ports)
+        .on(&pa, |x| seen.borrow_mut().push(('a', x)))
+        .on(&pb, |x| seen.borrow_mut().push(('b', x)));
+    let branches: Vec<usize> = (0..4).map(|_| r.serve_one().unwrap()).collect();
+    assert_eq!(branches, vec![1, 0, 1, 0]);
+    assert_eq!(*seen.borrow(), vec![('b', 1), ('a', 1), ('b', 2), ('a', 2)]);
+    // Only port a: b's later message waits, a's is served.
+    tb.send(&me, &3, Checkpoint::OnReceipt).unwrap();
+    ta.send(&me, &3, Checkpoint::OnReceipt).unwrap();
+    drop(r);
+    let mut only_a = Region::new(&server, &ports).on(&pa, |x| seen.borrow_mut().push(('a', x)));
+    assert_eq!(only_a.serve_one().unwrap(), 0);
+    assert_eq!(seen.borrow().last(), Some(&('a', 3)));
+}
+
+#[test]
+fn several_regions_share_a_port_and_nothing_is_lost_or_doubled() {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = Arc::new(ports.open::<u32, u32>("shared").unwrap());
+    let (tx, rx) = mpsc::channel();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let (ports, port, node, tx) = (ports.clone(), port.clone(), a.clone(), tx.clone());
+        servers.push(thread::spawn(move || {
+            let me = node.attach().unwrap();
+            let mut r = Region::new(&me, &ports).on(&*port, |x: u32| {
+                tx.send(x).unwrap();
+                x * 2
+            });
+            // Serve until no message comes for a while.
+            let mut n = 0;
+            while within(Duration::from_millis(500), || r.serve_one()).is_ok() {
+                n += 1;
+            }
+            n
+        }));
+    }
+    drop(tx);
+    let mine = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = mine.connect::<u32, u32>(&me, "shared").unwrap();
+    for i in 0..200u32 {
+        assert_eq!(to.call(&me, &i).unwrap(), i * 2);
+    }
+    let counts: Vec<usize> = servers.into_iter().map(|s| s.join().unwrap()).collect();
+    let got: Vec<u32> = rx.iter().collect();
+    assert_eq!(got.len(), 200, "each message served once");
+    assert_eq!(got.iter().copied().collect::<BTreeSet<_>>().len(), 200);
+    assert_eq!(counts.iter().sum::<usize>(), 200);
+    assert!(counts.iter().filter(|&&c| c > 0).count() >= 2, "shared among the regions: {counts:?}");
+}
+
+#[test]
+fn a_region_that_gave_up_loses_no_message() {
+    let (a, _b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let port = ports.open::<u8, ()>("patient").unwrap();
+    let server = a.attach().unwrap();
+    let got = std::cell::Cell::new(0u8);
+    let mut r = Region::new(&server, &ports).on(&port, |x| got.set(x));
+    let e = within(Duration::from_millis(50), || r.serve_one()).unwrap_err();
+    assert!(e.is_deadline(), "{e}");
+    // The keeper still lists the abandoned take; a message now must not vanish into it.
+    let me = a.attach().unwrap();
+    ports.connect::<u8, ()>(&me, "patient").unwrap().send(&me, &9, Checkpoint::OnReceipt).unwrap();
+    assert_eq!(r.serve_one().unwrap(), 0);
+    assert_eq!(got.get(), 9);
+}
+
+#[test]
+fn wrong_names_types_and_failing_handlers_are_typed_errors() {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<u32, u32>("typed").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let server = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
+            assert!(x != 13, "unlucky");
+            x
+        });
+        for _ in 0..2 {
+            r.serve_one().unwrap();
+        }
+    });
+    let mine = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    assert!(matches!(mine.connect::<u32, u32>(&me, "absent"), Err(Error::NotFound(_))));
+    let wrong = mine.connect::<String, u32>(&me, "typed").unwrap();
+    assert!(matches!(wrong.call(&me, &"x".to_string()), Err(Error::NotFound(_))), "other types: another port");
+    let to = mine.connect::<u32, u32>(&me, "typed").unwrap();
+    assert!(matches!(to.call(&me, &13), Err(Error::HandlerPanicked { .. })));
+    assert_eq!(to.call(&me, &14).unwrap(), 14);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_late_answer_to_an_abandoned_send_does_not_end_the_next_one() {
+    let (a, _b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<u8, ()>("orphans").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let (tx, rx) = mpsc::channel();
+    let sender = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        let to = pa.connect::<u8, ()>(&me, "orphans").unwrap();
+        let e = within(Duration::from_millis(50), || to.send(&me, &1, Checkpoint::OnDelivery)).unwrap_err();
+        assert!(e.is_deadline(), "{e}");
+        tx.send(Instant::now()).unwrap();
+        to.send(&me, &2, Checkpoint::OnDelivery).unwrap();
+        Instant::now()
+    });
+    let started = rx.recv().unwrap();
+    let me = a.attach().unwrap();
+    let seen = std::cell::RefCell::new(Vec::new());
+    let mut r = Region::new(&me, &ports).on(&port, |x| seen.borrow_mut().push(x));
+    thread::sleep(Duration::from_millis(100));
+    r.serve_one().unwrap(); // the orphan: still served, but answers nobody
+    thread::sleep(SLOW);
+    let second_taken = Instant::now();
+    r.serve_one().unwrap();
+    let returned = sender.join().unwrap();
+    assert_eq!(*seen.borrow(), vec![1, 2]);
+    assert!(
+        returned >= second_taken,
+        "the second send returned {:?} after it began, before its message was taken",
+        returned - started
+    );
+}
