@@ -377,3 +377,24 @@ fn regression_b7_a_reply_that_acknowledges_a_short_host_is_a_nack() {
     let o = outcome(&mut s).expect("decided by the acknowledging reply");
     assert!(!o.met, "a member of node 2 got no copy: {o:?}");
 }
+
+#[test]
+fn the_callers_limit_ends_a_reliable_send_with_what_it_reached_and_names_the_missing_hosts() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    let now = s.net.now;
+    s.net.nodes[0].limit(now, s.sender, now + Duration::from_millis(5)).unwrap();
+    reply(&mut s, 0); // the local member
+    reply(&mut s, 2); // one of node 2's two members
+    assert!(outcome(&mut s).is_none());
+    s.net.advance(Duration::from_millis(6));
+    let o = outcome(&mut s).expect("ended by the limit");
+    assert!(!o.met);
+    assert_eq!(o.count, 2);
+    // Node 1 (host 2) has not replied, node 2 (host 3) replied for one of its two members.
+    assert_eq!(s.net.nodes[0].reliable_missing(s.sender), Some(vec![2, 3]));
+    assert_eq!(s.net.stats(0).deadlines, 1);
+    // A send that is not reliable reports nothing.
+    let other = s.net.proc(0);
+    assert_eq!(s.net.nodes[0].reliable_missing(other), None);
+}

@@ -32,12 +32,14 @@
 pub mod codec;
 mod error;
 pub mod frame;
+pub mod netport;
 mod port;
 mod region;
 pub mod rpc;
 mod transfer;
 
 pub use error::{Error, Result};
+pub use netport::{Gathered, NetPort};
 pub use port::{Checkpoint, Port, PortRef, Ports};
 pub use region::Region;
 pub use vipc;

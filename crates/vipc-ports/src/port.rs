@@ -68,7 +68,7 @@ fn registered(name: &str) -> String {
 
 /// A port's key: its name and message and result types. Senders and the
 /// keeper must agree on all three.
-fn port_key<T: ?Sized, R: ?Sized>(name: &str) -> u64 {
+pub(crate) fn port_key<T: ?Sized, R: ?Sized>(name: &str) -> u64 {
     fingerprint(&format!("port {name}: {} -> {}", std::any::type_name::<T>(), std::any::type_name::<R>()))
 }
 

@@ -98,7 +98,7 @@ impl Caller {
 }
 
 /// Fetches the `n`-byte result `to` kept after answering MORE.
-fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<Vec<u8>, Failure> {
+pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<Vec<u8>, Failure> {
     let req = Request { kind: kind::FETCH, flags: 0, method: 0, fingerprint: 0, len: 0 };
     let mut msg = req.encode(&[]);
     buf.resize(n, 0);

@@ -394,14 +394,28 @@ impl Process {
         }
     }
 
+    /// The hosts whose part of this process's last reliable Send was not
+    /// complete (no acknowledgement, or in the REPLY modes fewer replies than
+    /// members), until its next Send: after a `met: false` outcome, who was
+    /// missing. Empty if the last Send was not reliable.
+    pub fn reliable_missing(&self) -> Result<Vec<HostId>> {
+        let me = self.pid;
+        self.shared.call(Some(me), |e, _| Ok(e.reliable_missing(me).unwrap_or_default()))
+    }
+
     /// GetReply: the next reply to this process's last group Send, waiting up
-    /// to `limit` for one; `None` if none came in time.
+    /// to `limit` for one; `None` if none came in time. A zero `limit` only
+    /// takes a reply already in, even after the deadline of `within`.
     pub fn get_reply(&self, limit: std::time::Duration) -> Result<Option<(Pid, Message)>> {
         let me = self.pid;
-        let limit = crate::within::cap(limit)?;
-        match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.get_reply(now, me, limit))? {
+        let call = |limit| match self.shared.block(me, Lead::Yes, Lend::None, |e, now| e.get_reply(now, me, limit))? {
             Completion::GetReply(r) => Ok(r),
             c => Err(mismatch("get_reply", &c)),
+        };
+        if limit.is_zero() {
+            crate::within::unbounded(|| call(limit))
+        } else {
+            call(crate::within::cap(limit)?)
         }
     }
 }

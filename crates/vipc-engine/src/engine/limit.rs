@@ -12,15 +12,14 @@ impl Engine {
     /// Bounds `pid`'s current blocking primitive by `at`: if it is still
     /// blocked in it then, it completes with [`Error::Deadline`]. A process
     /// that is not blocked (its primitive already completed) is left alone.
-    /// GetPid and GetReply keep their own bounds, and a reliable group Send
-    /// its own deadline (004): for them this does nothing.
+    /// A reliable group Send ends as at its own deadline: with a
+    /// [`Completion::Group`] whose condition was not met, reporting what it
+    /// reached. GetPid and GetReply keep their own bounds: for them this
+    /// does nothing.
     pub fn limit(&mut self, now: Time, pid: Pid, at: Time) -> Result<(), Error> {
         let p = self.procs.get_mut(&pid).ok_or(Error::NotLocalProcess(pid))?;
-        let reliable = self.groups.collected.get(&pid).is_some_and(|c| c.reliable.is_some());
-        match p.blocked {
-            Blocked::No | Blocked::GetPid | Blocked::GetReply => return Ok(()),
-            Blocked::Send if reliable => return Ok(()),
-            _ => {}
+        if matches!(p.blocked, Blocked::No | Blocked::GetPid | Blocked::GetReply) {
+            return Ok(());
         }
         if at <= now {
             self.abandon(pid);
@@ -42,6 +41,11 @@ impl Engine {
     fn abandon(&mut self, pid: Pid) {
         let Some(p) = self.procs.get(&pid) else { return };
         let completion = match p.blocked {
+            Blocked::Send if self.groups.collected.get(&pid).is_some_and(|c| c.reliable.is_some()) => {
+                let Some(outcome) = self.reliable_deadline(pid) else { return };
+                self.exchanges.remove(&pid);
+                Completion::Group(outcome)
+            }
             Blocked::Send => {
                 self.cancel_exchange(pid);
                 self.cancel_streams_of(pid);

@@ -141,6 +141,26 @@ impl ReliableSend {
         }
     }
 
+    /// Hosts whose part is not complete: the snapshot hosts that did not
+    /// acknowledge and, in the REPLY modes, those (and this host) with
+    /// fewer replies than members.
+    fn missing(&self) -> Vec<HostId> {
+        let replies = self.mode.wants_replies();
+        let mut v = Vec::new();
+        if replies && self.replies_from(self.local_host) < self.local_members {
+            v.push(self.local_host);
+        }
+        for (h, _) in &self.snapshot {
+            match self.acked.get(h) {
+                None => v.push(*h),
+                Some(n) if replies && self.replies_from(*h) < *n => v.push(*h),
+                Some(_) => {}
+            }
+        }
+        v.sort_unstable();
+        v
+    }
+
     fn outcome(&self, met: bool) -> GroupOutcome {
         let (first_replier, reply) = self.first.unwrap_or((Pid::NONE, self.msg));
         GroupOutcome {
@@ -214,6 +234,13 @@ impl Engine {
             self.arm(retransmit, TimerKey::Exchange(from));
         }
         Ok(())
+    }
+
+    /// The hosts whose members did not all acknowledge (or reply to, in the
+    /// REPLY modes) `sender`'s last reliable Send, until its next Send;
+    /// `None` if its last Send was not reliable.
+    pub fn reliable_missing(&self, sender: Pid) -> Option<Vec<HostId>> {
+        self.groups.collected.get(&sender)?.reliable.as_ref().map(ReliableSend::missing)
     }
 
     /// Completes `sender`'s reliable Send if its outcome is decided.

@@ -1,0 +1,89 @@
+//! Network ports on three loopback nodes: a call reaches every importer,
+//! results of any size come back keyed by node, a slow importer is named
+//! as missing with the others' results kept, and misuse is a typed error.
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+use vipc::{Node, NodeConfig};
+use vipc_ports::{Error, NetPort};
+
+/// `n` nodes (hosts 1..=n) that list each other as static peers, with full alive-host tables.
+fn cluster(n: u16) -> Vec<Node> {
+    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
+    let addrs: Vec<SocketAddr> = socks.iter().map(|s| s.local_addr().unwrap()).collect();
+    drop(socks);
+    let nodes: Vec<Node> =
+        (0..n).map(|i| Node::start(NodeConfig::fixed(i + 1, addrs[i as usize], addrs.clone())).unwrap()).collect();
+    let t = Instant::now();
+    while nodes.iter().any(|x| x.alive_hosts().unwrap().hosts().count() + 1 < n as usize) {
+        assert!(t.elapsed() < Duration::from_secs(5), "alive-host tables did not fill");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nodes
+}
+
+#[test]
+fn a_call_reaches_every_importer_and_gathers_results_by_node() {
+    let nodes = cluster(3);
+    let port = NetPort::<u32, Vec<u8>>::new("bounds");
+    for n in &nodes {
+        let host = n.host_id();
+        port.import(n, move |x: u32| vec![host as u8; x as usize]).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50)); // the importers join
+    let me = nodes[0].attach().unwrap();
+    for size in [3u32, 24, 25, 5000] {
+        let got = port.call_all(&me, &size, Duration::from_secs(5)).unwrap().complete().unwrap();
+        assert_eq!(got.len(), 3, "{size}: {got:?}");
+        for (host, v) in got {
+            assert_eq!(v, vec![host as u8; size as usize]);
+        }
+    }
+}
+
+#[test]
+fn a_slow_importer_is_named_missing_and_the_others_results_are_kept() {
+    let nodes = cluster(3);
+    let port = NetPort::<u64, u16>::new("slowpoke");
+    for n in &nodes[..2] {
+        let host = n.host_id();
+        port.import(n, move |_| host).unwrap();
+    }
+    port.import(&nodes[2], |ms| {
+        std::thread::sleep(Duration::from_millis(ms));
+        3
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let t = Instant::now();
+    let g = port.call_all(&me, &600, Duration::from_millis(150)).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(500), "the limit bounds the call: {:?}", t.elapsed());
+    assert_eq!(g.results.into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2)]);
+    assert_eq!(g.missing, vec![3]);
+    let g = port.call_all(&me, &600, Duration::from_millis(150)).unwrap();
+    match g.complete() {
+        Err(Error::Missing { missing, answered: 2 }) => assert_eq!(missing, vec![3]),
+        other => panic!("expected host 3 missing, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1300)); // the slow importer drains its two calls
+    let g = port.call_all(&me, &0, Duration::from_secs(5)).unwrap();
+    assert_eq!(g.complete().unwrap().len(), 3);
+}
+
+#[test]
+fn nodes_without_importers_are_not_missing_and_large_messages_are_refused() {
+    let nodes = cluster(3);
+    let port = NetPort::<String, u8>::new("sparse");
+    port.import(&nodes[1], |s: String| s.len() as u8).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let g = port.call_all(&me, &"abc".to_string(), Duration::from_secs(5)).unwrap();
+    assert_eq!(g.complete().unwrap().into_iter().collect::<Vec<_>>(), vec![(2, 3)]);
+    let long = "x".repeat(40);
+    assert!(matches!(port.call_all(&me, &long, Duration::from_secs(1)), Err(Error::Encode(_))));
+    // Another port's importers on the same group would not answer for this one.
+    let other = NetPort::<String, u32>::new("sparse");
+    let g = other.call_all(&me, &"abc".to_string(), Duration::from_millis(200)).unwrap();
+    assert!(g.results.is_empty(), "other types, other port: {g:?}");
+}
