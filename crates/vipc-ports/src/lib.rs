@@ -29,6 +29,7 @@
 
 #![deny(missing_docs)]
 
+pub mod activate;
 pub mod codec;
 mod error;
 pub mod frame;
@@ -38,6 +39,7 @@ mod region;
 pub mod rpc;
 mod transfer;
 
+pub use activate::{activate, Activation, Activator};
 pub use error::{Error, Result};
 pub use netport::{Gathered, NetPort};
 pub use port::{Checkpoint, Port, PortRef, Ports};
