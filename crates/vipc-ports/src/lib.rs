@@ -38,12 +38,14 @@ mod port;
 mod region;
 pub mod rpc;
 mod transfer;
+pub mod vars;
 
 pub use activate::{activate, Activation, Activator};
 pub use error::{Error, Result};
 pub use netport::{Gathered, NetPort};
 pub use port::{Checkpoint, Port, PortRef, Ports};
 pub use region::Region;
+pub use vars::{RemoteVars, Variable, Variables};
 pub use vipc;
 pub use vipc::within;
 pub use vipc_ports_macros::interface;
