@@ -212,8 +212,17 @@ fn json<S: Serialize + ?Sized>(out: &mut Vec<u8>, x: &S) -> Result<()> {
 struct Known {
     remote: RemoteSegment,
     into: AnonSegment,
-    /// The directory of `version`, if read.
-    dir: Option<(u64, HashMap<String, (u32, u32)>, u32)>,
+    /// The directory, if read.
+    dir: Option<Directory>,
+}
+
+/// A variable's directory as of one stable version.
+struct Directory {
+    version: u64,
+    /// Path → (start, len) in the value.
+    parts: HashMap<String, (u32, u32)>,
+    /// Where the value starts in the segment.
+    doc: u32,
 }
 
 /// Reads the variables of one other node.
@@ -258,8 +267,8 @@ impl<'p> RemoteVars<'p> {
                 std::thread::sleep(REISSUE_PAUSE);
             }
             let (version, range) = match &k.dir {
-                Some((v, dir, doc)) => match dir.get(path) {
-                    Some(&(start, len)) => (*v, (doc + start, len)),
+                Some(d) => match d.parts.get(path) {
+                    Some(&(start, len)) => (d.version, (d.doc + start, len)),
                     None => return Err(Error::NotFound(format!("{var}{path}"))),
                 },
                 None => {
@@ -288,8 +297,7 @@ impl<'p> RemoteVars<'p> {
 }
 
 /// The directory as of a stable version, or `None` if the owner is inside its monitor.
-#[allow(clippy::type_complexity)]
-fn read_directory(k: &Known) -> Result<Option<(u64, HashMap<String, (u32, u32)>, u32)>> {
+fn read_directory(k: &Known) -> Result<Option<Directory>> {
     let head = read(k, 0, HEADER as u32)?;
     let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let dir_len = word(8);
@@ -300,8 +308,8 @@ fn read_directory(k: &Known) -> Result<Option<(u64, HashMap<String, (u32, u32)>,
         return Ok(None);
     }
     let entries: Vec<(String, u32, u32)> = decode(&all[HEADER..])?;
-    let dir = entries.into_iter().map(|(p, s, l)| (p, (s, l))).collect();
-    Ok(Some((version, dir, HEADER as u32 + dir_len)))
+    let parts = entries.into_iter().map(|(p, s, l)| (p, (s, l))).collect();
+    Ok(Some(Directory { version, parts, doc: HEADER as u32 + dir_len }))
 }
 
 /// One remote read of `len` bytes at `offset`: spins on the answer, then blocks.
