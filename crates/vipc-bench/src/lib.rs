@@ -21,6 +21,7 @@ pub mod grpc;
 pub mod ipc;
 pub mod peer;
 pub mod plots;
+pub mod ports;
 pub mod probe;
 pub mod record;
 pub mod report;
@@ -46,7 +47,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The suites `vipc bench` knows.
-pub const SUITES: &[&str] = &["ipc", "files", "groups", "rmem"];
+pub const SUITES: &[&str] = &["ipc", "files", "groups", "rmem", "ports"];
 
 /// What to run and how to report it.
 #[derive(Clone, Debug)]
@@ -133,6 +134,7 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
             "files" => files::ITEMS,
             "groups" => groups::ITEMS,
             "rmem" => rmem::ITEMS,
+            "ports" => ports::ITEMS,
             _ => return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", ")))),
         };
         let items: Vec<&str> = match item {
@@ -168,6 +170,10 @@ pub fn run(opts: &Options) -> Result<Results> {
             files.run_item(&mut out, item)
         } else if suite == "groups" {
             groups.run_item(&mut out, item)
+        } else if suite == "ports" {
+            let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
+            ctx.suite = ports::SUITE;
+            ports::run_item(&mut ctx, item)
         } else if suite == "rmem" {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
             ctx.suite = rmem::SUITE;
@@ -226,7 +232,10 @@ mod tests {
     #[test]
     fn selection_expands_suites_and_items() {
         let all = selection(&[]).unwrap();
-        assert_eq!(all.len(), ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len() + rmem::ITEMS.len());
+        assert_eq!(
+            all.len(),
+            ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len() + rmem::ITEMS.len() + ports::ITEMS.len()
+        );
         assert_eq!(selection(&["groups/soak".into()]).unwrap(), vec![("groups".into(), "soak".into())]);
         assert_eq!(selection(&["files/tree".into()]).unwrap(), vec![("files".into(), "tree".into())]);
         let one = selection(&["ipc/exchange".into(), "ipc:pages".into(), "ipc/exchange".into()]).unwrap();

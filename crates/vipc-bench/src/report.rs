@@ -365,6 +365,11 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
         s.push_str(&r);
     }
 
+    // Language-level primitives (issue 7).
+    if let Some(r) = crate::ports::report_section(&results.records) {
+        s.push_str(&r);
+    }
+
     // Plots.
     let _ = writeln!(s, "\n## Plots\n");
     for p in plots {

@@ -16,10 +16,13 @@
 //! directory maps each path (`.field`, `[index]`, nested) to the byte range
 //! of that part of the value, so a reader fetches only what it names. A
 //! reader caches the directory with its version; a read is the range, then
-//! the version word: if the version changed (or is odd: the owner is inside
+//! the version word — or both in one remote read when the range ends within
+//! the first 1 KB of the segment: if the version changed (or is odd: the owner is inside
 //! its monitor) the read is re-issued, with the directory read again — 002's
-//! occupied test and re-issue. Each remote read spins briefly on its
-//! answer (the processor-synchronous fast path) before it blocks.
+//! occupied test and re-issue. Each remote read is waited for by the reading
+//! thread itself, which reads the answer off the socket (no hand-off to
+//! another thread); on a node with `poll_spin` it first spins on the socket
+//! for that long — 002's processor-synchronous wait — and then blocks.
 
 use crate::codec::{decode, encode};
 use crate::rpc::{serve, Client, Dispatch, DispatchError};
@@ -37,8 +40,9 @@ use vipc::{
 };
 
 const HEADER: usize = 16;
-/// How long a read spins on its answer before it blocks.
-const SPIN: Duration = Duration::from_micros(50);
+/// Parts ending within this many bytes of the segment's start are read
+/// together with the version word, in one remote read (one packet).
+const ONE_READ: usize = 1024;
 /// A read's bound when the caller set none (`within` shortens it).
 const READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// Re-issues at full speed before a reader starts pausing between them.
@@ -279,8 +283,16 @@ impl<'p> RemoteVars<'p> {
                     continue;
                 }
             };
-            let bytes = read(k, range.0, range.1)?;
-            let now = u64::from_le_bytes(read(k, 0, 8)?.try_into().expect("8 bytes"));
+            let (start, len) = (range.0 as usize, range.1 as usize);
+            let (now, bytes) = if start + len <= ONE_READ {
+                // Near the front: the version word and the part in one read, one snapshot.
+                let all = read(k, 0, (start + len) as u32)?;
+                (u64::from_le_bytes(all[..8].try_into().expect("8 bytes")), all[start..].to_vec())
+            } else {
+                // The part, then the version: unchanged means the part was read inside that version.
+                let bytes = read(k, range.0, range.1)?;
+                (u64::from_le_bytes(read(k, 0, 8)?.try_into().expect("8 bytes")), bytes)
+            };
             if now == version {
                 return serde_json::from_slice(&bytes).map_err(|e| Error::Decode(e.to_string()));
             }
@@ -312,20 +324,9 @@ fn read_directory(k: &Known) -> Result<Option<Directory>> {
     Ok(Some(Directory { version, parts, doc: HEADER as u32 + dir_len }))
 }
 
-/// One remote read of `len` bytes at `offset`: spins on the answer, then blocks.
+/// One remote read of `len` bytes at `offset`.
 fn read(k: &Known, offset: u32, len: u32) -> Result<Vec<u8>> {
-    let mut op: PendingOp = k.remote.read(offset, len, (&k.into, 0), false)?;
-    let until = Instant::now() + SPIN;
-    let mut done = false;
-    while Instant::now() < until {
-        if op.poll()?.is_some() {
-            done = true;
-            break;
-        }
-        std::hint::spin_loop();
-    }
-    if !done {
-        op.wait(READ_TIMEOUT)?;
-    }
+    let op: PendingOp = k.remote.read(offset, len, (&k.into, 0), false)?;
+    op.wait(READ_TIMEOUT)?;
     Ok(k.into.to_vec(0, len as usize)?)
 }

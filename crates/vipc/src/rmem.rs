@@ -337,6 +337,9 @@ impl PendingOp {
         let within = crate::within::remaining()?;
         let deadline = Instant::now() + within.map_or(timeout, |left| left.min(timeout));
         let shared = self.shared.clone();
+        // With the node's `poll_spin`, the waiter first spins on the socket
+        // (002's processor-synchronous wait), then blocks.
+        let spin_until = shared.poll_spin.map(|d| Instant::now() + d);
         let mut st = shared.lock();
         Shared::op_waiting(&mut st, true);
         let r = loop {
@@ -356,7 +359,7 @@ impl PendingOp {
             // Read the answer ourselves (see Shared::read_for_op) while the
             // wait is long enough for a receive's own timeout; else sleep until it is in.
             let (back, read) =
-                if deadline - now >= crate::net::RECV_POLL { shared.read_for_op(st) } else { (st, false) };
+                if deadline - now >= crate::net::RECV_POLL { shared.read_for_op(st, spin_until) } else { (st, false) };
             st = back;
             if !read {
                 st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;

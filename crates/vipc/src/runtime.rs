@@ -271,7 +271,7 @@ pub(crate) struct Shared {
     self_addr: SocketAddr,
     /// [`coarse_now`] when the node started: the engine's time zero.
     epoch: u64,
-    poll_spin: Option<Duration>,
+    pub(crate) poll_spin: Option<Duration>,
     keyed: bool,
 }
 
@@ -654,7 +654,11 @@ impl Shared {
     /// a receive, it is asked to hand it over (and the waiter sleeps until it
     /// does, or its answer comes); if a process holds it, the waiter sleeps.
     /// Returns whether it read.
-    pub(crate) fn read_for_op<'a>(&'a self, mut st: MutexGuard<'a, State>) -> (MutexGuard<'a, State>, bool) {
+    pub(crate) fn read_for_op<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        spin_until: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, bool) {
         if st.stopped {
             return (st, false);
         }
@@ -669,7 +673,7 @@ impl Shared {
         st.reader = Reader::Op;
         st.reader_gen += 1;
         st.kicked = false;
-        let mut st = self.read_one(st);
+        let mut st = self.read_one(st, spin_until);
         st.reader = Reader::None;
         st.releases += 1;
         self.promote(&mut st);
@@ -679,11 +683,16 @@ impl Shared {
     /// The token holder (not a process) reads one datagram, blocking up to
     /// [`net::RECV_POLL`] with the lock released, feeds it to the engine and
     /// sends what it produced; returns with the lock held.
-    fn read_one<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        st.reader_blocked = true;
+    fn read_one<'a>(&'a self, mut st: MutexGuard<'a, State>, spin_until: Option<Instant>) -> MutexGuard<'a, State> {
+        let spin = spin_until.filter(|t| Instant::now() < *t);
+        st.reader_blocked = spin.is_none();
         let mut buf = std::mem::take(&mut st.rxbuf);
         drop(st);
-        let got = net::recv(&self.unicast, &mut buf);
+        let never = AtomicBool::new(false);
+        let got = match spin {
+            Some(until) => net::recv_parts(&self.unicast, &mut buf, &mut [], Some((&never, until))),
+            None => net::recv(&self.unicast, &mut buf),
+        };
         let mut st = self.lock();
         st.reader_blocked = false;
         if let Some((n, from)) = got {
@@ -1264,7 +1273,7 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                 st.reader = Reader::Background;
                 st.kicked = false;
                 loop {
-                    st = shared.read_one(st);
+                    st = shared.read_one(st, None);
                     if st.stopped {
                         return;
                     }

@@ -427,6 +427,11 @@ impl Engine {
             self.wake(pid, Completion::GetReply(Some(r)));
             return Ok(());
         }
+        if limit.is_zero() {
+            // Nothing in yet and no wait asked for: no timer either.
+            self.wake(pid, Completion::GetReply(None));
+            return Ok(());
+        }
         let until = now + limit;
         c.waiting = Some(until);
         self.set_blocked(pid, Blocked::GetReply);
