@@ -288,6 +288,16 @@ fn coarse_now() -> u64 {
     }
 }
 
+/// How far [`coarse_now`] may lag the precise clock: its resolution.
+fn coarse_lag() -> Duration {
+    use nix::time::{clock_getres, ClockId};
+    static LAG: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LAG.get_or_init(|| match clock_getres(ClockId::CLOCK_MONOTONIC_COARSE) {
+        Ok(t) => Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32),
+        Err(_) => Duration::ZERO,
+    })
+}
+
 fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -789,7 +799,9 @@ impl Shared {
         let left = crate::within::remaining()?;
         let mut r = f(&mut st.engine, now);
         if let (Ok(()), Some(left)) = (&r, left) {
-            r = st.engine.limit(now, pid, now + left);
+            // `now` may lag the real time by the coarse clock's resolution:
+            // the limit must not pass before the caller's deadline.
+            r = st.engine.limit(now, pid, now + left + coarse_lag());
         }
         self.drain(&mut st, Origin::Call(Some(pid)), now);
         if let Err(e) = r {

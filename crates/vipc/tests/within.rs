@@ -31,6 +31,7 @@ fn a_remote_send_nobody_answers_fails_at_the_deadline_and_can_be_retried() {
     let took = t.elapsed();
     assert!(e.is_deadline(), "{e}");
     assert!(took >= LIMIT && took < LIMIT + Duration::from_millis(500), "took {took:?}");
+    std::thread::sleep(Duration::from_millis(50)); // the Cancel reaches the server's node
     go.send(()).unwrap();
     msg[0] = 7;
     within(Duration::from_secs(5), || me.send(&mut msg, server)).unwrap();
