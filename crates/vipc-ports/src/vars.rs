@@ -315,13 +315,49 @@ fn read_directory(k: &Known) -> Result<Option<Directory>> {
     let dir_len = word(8);
     // Version and directory in one read: one atomic snapshot.
     let all = read(k, 0, HEADER as u32 + dir_len)?;
+    parse_directory(&all, dir_len)
+}
+
+/// The directory in `all` (the segment's first bytes, version word first),
+/// as announced by `dir_len`; `None` if the owner is inside its monitor or
+/// changed the directory meanwhile. The bytes come from another host:
+/// anything malformed is an error, never a panic.
+fn parse_directory(all: &[u8], dir_len: u32) -> Result<Option<Directory>> {
+    if all.len() < HEADER || all.len() - HEADER != dir_len as usize {
+        return Err(Error::Malformed(format!("a {}-byte directory read for {dir_len}", all.len())));
+    }
     let version = u64::from_le_bytes(all[..8].try_into().expect("8 bytes"));
     if version % 2 == 1 || u32::from_le_bytes(all[8..12].try_into().expect("4 bytes")) != dir_len {
         return Ok(None);
     }
     let entries: Vec<(String, u32, u32)> = decode(&all[HEADER..])?;
+    let doc = HEADER as u32 + dir_len;
+    let doc_len = u32::from_le_bytes(all[12..16].try_into().expect("4 bytes"));
+    if entries.iter().any(|(_, s, l)| s.checked_add(*l).is_none_or(|end| end > doc_len)) {
+        return Err(Error::Malformed("a directory entry outside the value".into()));
+    }
     let parts = entries.into_iter().map(|(p, s, l)| (p, (s, l))).collect();
-    Ok(Some(Directory { version, parts, doc: HEADER as u32 + dir_len }))
+    Ok(Some(Directory { version, parts, doc }))
+}
+
+/// Every parser of this crate on `data`, for the fuzz target and the
+/// no-panic property test: each returns an error or a value, never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    if data.len() >= 32 {
+        let m: vipc::Message = data[..32].try_into().expect("32 bytes");
+        if let Some(r) = crate::frame::Request::decode(&m) {
+            let _ = r.inline(&m);
+        }
+        let _ = crate::frame::read_answer(&m);
+    }
+    let _ = decode::<Vec<u64>>(data);
+    let _ = decode::<(String, Vec<u8>, Option<u64>)>(data);
+    let _ = decode::<Option<SegmentName>>(data);
+    if data.len() >= HEADER {
+        let _ = parse_directory(data, (data.len() - HEADER) as u32);
+    }
+    let _ = serde_json::from_slice::<Value>(data);
 }
 
 /// One remote read of `len` bytes at `offset`.

@@ -187,3 +187,12 @@ fn unknown_names_and_foreign_messages_are_typed_errors() {
     assert_eq!(m[0], vipc_ports::frame::status::BAD_ARGUMENTS);
     assert_eq!(s.make(2, 5).unwrap(), vec![5, 6]);
 }
+
+proptest::proptest! {
+    /// Bytes from the network — requests, answers, arguments, port lists,
+    /// variable directories — are decoded or refused, never a panic.
+    #[test]
+    fn parsers_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+        vipc_ports::vars::fuzz_parsers(&data);
+    }
+}
