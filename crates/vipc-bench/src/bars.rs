@@ -1,4 +1,4 @@
-//! The bars of issues 3, 4 and 5 as explicit checks on the records of a run.
+//! The bars of issues 3 to 7 as explicit checks on the records of a run.
 
 use crate::record::Record;
 
@@ -29,6 +29,9 @@ pub struct Bar {
     pub what: &'static str,
     /// The record it reads.
     pub record: &'static str,
+    /// The record's baseline, where a suite records one figure against
+    /// several (`None`: the first record of that name).
+    pub baseline: Option<&'static str>,
     /// Ratio or value.
     pub field: Field,
     /// The comparison.
@@ -42,6 +45,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "remote SRR / UDP ping-pong",
         record: "srr_remote_32B",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.15,
@@ -49,6 +53,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "remote SRR (poll_spin) / busy-poll UDP ping-pong",
         record: "srr_remote_32B_spin",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.2,
@@ -56,6 +61,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "local SRR / condvar hand-off",
         record: "srr_local_32B",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.5,
@@ -63,6 +69,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "local SRR (poll_spin), us",
         record: "srr_local_32B_spin",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 2.0,
@@ -70,6 +77,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "remote SRR / gRPC unary",
         record: "srr_remote_32B_vs_grpc",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.2,
@@ -77,6 +85,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "remote SRR / ZeroMQ REQ/REP",
         record: "srr_remote_32B_vs_zmq",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.4,
@@ -84,6 +93,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "MoveTo 1 MiB / TCP bulk",
         record: "moveto_remote_1MiB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
@@ -91,6 +101,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "MoveTo 16 MiB / TCP bulk",
         record: "moveto_remote_16MiB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
@@ -98,6 +109,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "MoveFrom 1 MiB / TCP bulk",
         record: "movefrom_remote_1MiB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
@@ -105,6 +117,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "MoveFrom 16 MiB / TCP bulk",
         record: "movefrom_remote_16MiB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
@@ -112,6 +125,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "64 KB read: 1 KB units / 64 KB units",
         record: "read64k_unit_1KB_vs_64KB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 3.0,
@@ -119,6 +133,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "packets per remote exchange",
         record: "packets_per_exchange_remote",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::Exactly,
         limit: 2.0,
@@ -126,6 +141,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "packets per page read 512 B",
         record: "page_read_512B_packets",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::Exactly,
         limit: 2.0,
@@ -133,6 +149,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "packets per page read 4 KB",
         record: "page_read_4KB_packets",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::Exactly,
         limit: 2.0,
@@ -140,6 +157,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "packets per page write 512 B",
         record: "page_write_512B_packets",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::Exactly,
         limit: 2.0,
@@ -147,6 +165,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "packets per page write 4 KB",
         record: "page_write_4KB_packets",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::Exactly,
         limit: 2.0,
@@ -154,6 +173,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "server RSS holding 1,000 remote exchanges, MB",
         record: "server_rss_1000_held",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 50.0,
@@ -162,6 +182,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: 4 KB page read via library / (remote SRR + local pread)",
         record: "files_page_read_4KB_lib_vs_srr_pread",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.3,
@@ -169,6 +190,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: random 4 KB reads/s, mount / sshfs (no caching), 1 reader",
         record: "files_randread_4KB_1r_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 3.0,
@@ -176,6 +198,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: random 4 KB reads/s, mount / sshfs (no caching), 4 readers",
         record: "files_randread_4KB_4r_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 3.0,
@@ -183,6 +206,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: random 4 KB reads/s, mount / sshfs (no caching), 16 readers",
         record: "files_randread_4KB_16r_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 3.0,
@@ -190,6 +214,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: sequential read, mount / sshfs (no caching)",
         record: "files_seqread_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 3.0,
@@ -197,6 +222,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: vipc cp / MoveFrom bulk rate",
         record: "files_cp_vs_movefrom",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
@@ -204,6 +230,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: find time, mount / sshfs (default caching)",
         record: "files_find_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.5,
@@ -211,6 +238,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: du -s time, mount / sshfs (default caching)",
         record: "files_du_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.5,
@@ -218,6 +246,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: tar c time, mount / sshfs (default caching)",
         record: "files_tar_c_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.5,
@@ -225,6 +254,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "files: untar time, mount / sshfs (default caching)",
         record: "files_untar_mount_vs_sshfs",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 0.5,
@@ -232,6 +262,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY to 8 members / unicast exchange",
         record: "all_reply_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 2.5,
@@ -239,6 +270,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / 1-reliable, 2 members",
         record: "all_reply_vs_k1_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.10,
@@ -246,6 +278,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / 1-reliable, 4 members",
         record: "all_reply_vs_k1_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.10,
@@ -253,6 +286,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / 1-reliable, 8 members",
         record: "all_reply_vs_k1_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.10,
@@ -260,6 +294,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / 1-reliable, 16 members",
         record: "all_reply_vs_k1_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.10,
@@ -267,6 +302,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / series of unicasts, 2 members",
         record: "all_reply_vs_series_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.0,
@@ -274,6 +310,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / series of unicasts, 4 members",
         record: "all_reply_vs_series_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.0,
@@ -281,6 +318,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / series of unicasts, 8 members",
         record: "all_reply_vs_series_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.0,
@@ -288,6 +326,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: ALL_REPLY / series of unicasts, 16 members",
         record: "all_reply_vs_series_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.0,
@@ -295,6 +334,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_REPLY / formula, 2 members",
         record: "packets_all_reply_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -302,6 +342,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_DELIVER / formula, 2 members",
         record: "packets_all_deliver_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -309,6 +350,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_REPLY / formula, 4 members",
         record: "packets_all_reply_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -316,6 +358,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_DELIVER / formula, 4 members",
         record: "packets_all_deliver_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -323,6 +366,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_REPLY / formula, 8 members",
         record: "packets_all_reply_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -330,6 +374,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_DELIVER / formula, 8 members",
         record: "packets_all_deliver_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -337,6 +382,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_REPLY / formula, 16 members",
         record: "packets_all_reply_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -344,6 +390,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per ALL_DELIVER / formula, 16 members",
         record: "packets_all_deliver_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -351,6 +398,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per datagram / formula, 2 members",
         record: "packets_datagram_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -358,6 +406,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per series of unicasts / formula, 2 members",
         record: "packets_series_2",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -365,6 +414,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per datagram / formula, 4 members",
         record: "packets_datagram_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -372,6 +422,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per series of unicasts / formula, 4 members",
         record: "packets_series_4",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -379,6 +430,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per datagram / formula, 8 members",
         record: "packets_datagram_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -386,6 +438,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per series of unicasts / formula, 8 members",
         record: "packets_series_8",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -393,6 +446,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per datagram / formula, 16 members",
         record: "packets_datagram_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -400,6 +454,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: packets per series of unicasts / formula, 16 members",
         record: "packets_series_16",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::Exactly,
         limit: 1.0,
@@ -407,6 +462,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: SIGKILLed host declared down, ms",
         record: "down_detect_ms",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 500.0,
@@ -414,6 +470,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "groups: live hosts declared down in the soak",
         record: "soak_false_downs",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 0.0,
@@ -421,6 +478,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: remote read 8 B / UDP exchange with the same answer",
         record: "rmem_read_8B",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -428,6 +486,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: remote read 64 B / UDP exchange with the same answer",
         record: "rmem_read_64B",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -435,6 +494,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: remote read 1 KB / UDP exchange with the same answer",
         record: "rmem_read_1KB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -442,6 +502,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: remote read 8 KB / UDP exchange with the same answer",
         record: "rmem_read_8KB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -449,6 +510,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: remote read 32 KB / UDP exchange with the same answer",
         record: "rmem_read_32KB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -456,6 +518,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: CAS-II / UDP ping-pong 32 B",
         record: "rmem_cas",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.1,
@@ -463,6 +526,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: issuing a remote write of 8B, µs",
         record: "rmem_write_issue_8B",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 2.0,
@@ -470,6 +534,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: issuing a remote write of 1KB, µs",
         record: "rmem_write_issue_1KB",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 2.0,
@@ -477,6 +542,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: issuing a remote write of 8KB, µs",
         record: "rmem_write_issue_8KB",
+        baseline: None,
         field: Field::Value,
         cmp: Cmp::AtMost,
         limit: 2.0,
@@ -484,9 +550,26 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: block read 1 MiB / TCP bulk",
         record: "rmem_block_read_1MiB",
+        baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
         limit: 0.8,
+    },
+    Bar {
+        what: "typed: typed call with small arguments / Send-Receive-Reply",
+        record: "typed_call_remote",
+        baseline: Some("srr_remote_32B"),
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.1,
+    },
+    Bar {
+        what: "typed: remote variable read / remote read 8 B",
+        record: "var_read_word",
+        baseline: Some("rmem_read_8B"),
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.1,
     },
 ];
 
@@ -519,10 +602,13 @@ impl Check {
 pub fn check(records: &[Record]) -> Vec<Check> {
     BARS.iter()
         .map(|b| {
-            let measured = records.iter().find(|r| r.name == b.record).map(|r| match b.field {
-                Field::Ratio => r.ratio,
-                Field::Value => r.value,
-            });
+            let measured = records
+                .iter()
+                .find(|r| r.name == b.record && b.baseline.is_none_or(|base| r.baseline == base))
+                .map(|r| match b.field {
+                    Field::Ratio => r.ratio,
+                    Field::Value => r.value,
+                });
             let (sym, pass) = match b.cmp {
                 Cmp::AtMost => ("≤", measured.map(|v| v <= b.limit)),
                 Cmp::AtLeast => ("≥", measured.map(|v| v >= b.limit)),
@@ -544,6 +630,8 @@ mod tests {
             Record::new("ipc", "moveto_remote_1MiB", 500.0, "MB/s", "tcp_bulk_1MiB", 1000.0),
             Record::new("ipc", "packets_per_exchange_remote", 2.0, "packets", "udp_pingpong_packets", 2.0),
             Record::new("ipc", "page_read_4KB_packets", 4.0, "packets", "udp_page_packets", 2.0),
+            Record::new("typed", "typed_call_remote", 30.0, "us", "port_call_on_return", 50.0),
+            Record::new("typed", "typed_call_remote", 30.0, "us", "srr_remote_32B", 25.0),
         ];
         let c = check(&rs);
         let get = |what: &str| c.iter().find(|c| c.what == what).unwrap().clone();
@@ -554,6 +642,9 @@ mod tests {
         assert!(get("MoveTo 1 MiB / TCP bulk").line().ends_with("FAIL"));
         assert_eq!(get("packets per remote exchange").pass, Some(true));
         assert_eq!(get("packets per page read 4 KB").pass, Some(false));
+        // A bar naming its baseline reads that record, not the first of the name.
+        let typed = get("typed: typed call with small arguments / Send-Receive-Reply");
+        assert_eq!((typed.measured, typed.pass), (Some(1.2), Some(false)));
         let missing = get("local SRR / condvar hand-off");
         assert_eq!(missing.pass, None);
         assert!(missing.line().ends_with("not measured"));

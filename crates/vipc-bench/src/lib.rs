@@ -21,13 +21,13 @@ pub mod grpc;
 pub mod ipc;
 pub mod peer;
 pub mod plots;
-pub mod ports;
 pub mod probe;
 pub mod record;
 pub mod report;
 pub mod rmem;
 pub mod stats;
 pub mod tcp;
+pub mod typed;
 pub mod udp;
 pub mod vserver;
 pub mod zmq_rr;
@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The suites `vipc bench` knows.
-pub const SUITES: &[&str] = &["ipc", "files", "groups", "rmem", "ports"];
+pub const SUITES: &[&str] = &["ipc", "files", "groups", "rmem", "typed"];
 
 /// What to run and how to report it.
 #[derive(Clone, Debug)]
@@ -134,7 +134,7 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
             "files" => files::ITEMS,
             "groups" => groups::ITEMS,
             "rmem" => rmem::ITEMS,
-            "ports" => ports::ITEMS,
+            "typed" => typed::ITEMS,
             _ => return Err(BenchError::Other(format!("unknown suite {suite:?} (suites: {})", SUITES.join(", ")))),
         };
         let items: Vec<&str> = match item {
@@ -170,10 +170,10 @@ pub fn run(opts: &Options) -> Result<Results> {
             files.run_item(&mut out, item)
         } else if suite == "groups" {
             groups.run_item(&mut out, item)
-        } else if suite == "ports" {
+        } else if suite == "typed" {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
-            ctx.suite = ports::SUITE;
-            ports::run_item(&mut ctx, item)
+            ctx.suite = typed::SUITE;
+            typed::run_item(&mut ctx, item)
         } else if suite == "rmem" {
             let mut ctx = ipc::Ctx::new(opts.exe.clone(), opts.quick, &mut out);
             ctx.suite = rmem::SUITE;
@@ -234,7 +234,7 @@ mod tests {
         let all = selection(&[]).unwrap();
         assert_eq!(
             all.len(),
-            ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len() + rmem::ITEMS.len() + ports::ITEMS.len()
+            ipc::ITEMS.len() + files::ITEMS.len() + groups::ITEMS.len() + rmem::ITEMS.len() + typed::ITEMS.len()
         );
         assert_eq!(selection(&["groups/soak".into()]).unwrap(), vec![("groups".into(), "soak".into())]);
         assert_eq!(selection(&["files/tree".into()]).unwrap(), vec![("files".into(), "tree".into())]);

@@ -366,7 +366,7 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
     }
 
     // Language-level primitives (issue 7).
-    if let Some(r) = crate::ports::report_section(&results.records) {
+    if let Some(r) = crate::typed::report_section(&results.records) {
         s.push_str(&r);
     }
 

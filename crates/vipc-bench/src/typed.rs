@@ -1,14 +1,15 @@
-//! Suite `ports`: the typed layer of issue 7 (seed 002) beside the
+//! Suite `typed`: the typed layer of issue 7 (seed 002) beside the
 //! primitives it is built on, in the same run — what the language-level
-//! convenience costs. The server side runs in a separate OS process
-//! (`ports-server`): a raw bench server, a typed interface server, a port
-//! keeper with a region, a remote variable, a network port importer and a
-//! raw group member.
+//! convenience costs — and 002's relationships between the primitives.
+//! The server side runs in separate OS processes (`typed-server`): a raw
+//! bench server, a typed interface server, a port keeper with a region, a
+//! remote variable, network port importers and a raw group member.
 //!
 //! | item | what |
 //! |---|---|
-//! | `calls` | typed interface call (remote and local) against Send–Receive–Reply; port call `OnReturn` and send `OnReceipt` |
-//! | `reads` | remote variable read (whole, qualified) against one raw remote-memory read; network port call against a raw reliable `ALL_REPLY` Send |
+//! | `calls` | typed RPC (remote and local) against Send–Receive–Reply; asynchronous (`OnReceipt`) against synchronous (`OnReturn`) port calls; RPC against a synchronous port call |
+//! | `reads` | remote variable read (whole, qualified; blocking and spinning) against one raw remote-memory read and against an asynchronous port call; network port call against a raw reliable `ALL_REPLY` Send |
+//! | `multicast` | one network port call to N importers against a series of N RPCs, N = 1, 2, 4, 8 (002 Fig. 6-1) |
 
 use crate::error::{BenchError, Result};
 use crate::ipc::Ctx;
@@ -21,10 +22,10 @@ use vipc_ports::rpc::spawn_server;
 use vipc_ports::{Checkpoint, NetPort, Ports, Region, RemoteVars, Variables};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["calls", "reads"];
+pub const ITEMS: &[&str] = &["calls", "reads", "multicast"];
 
 /// The suite name of its records.
-pub const SUITE: &str = "ports";
+pub const SUITE: &str = "typed";
 
 /// The typed interface the bench calls.
 #[vipc_ports::interface]
@@ -54,15 +55,22 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
     match item {
         "calls" => calls(ctx),
         "reads" => reads(ctx),
-        other => Err(BenchError::Other(format!("unknown item ports/{other} (items: {})", ITEMS.join(", ")))),
+        "multicast" => multicast(ctx),
+        other => Err(BenchError::Other(format!("unknown item typed/{other} (items: {})", ITEMS.join(", ")))),
     }
 }
 
-/// The server peer (`ports-server --host H`); READY `addr=` `raw=` (pid) `seg=` (hex rmem segment).
+/// The server peer (`typed-server --host H [--nets 1,2,4,8]`: also imports network ports `bench-net-N` for each N); READY `addr=` `raw=` (pid) `seg=` (hex rmem segment).
 pub fn server_peer(a: &PeerArgs) -> Result<()> {
-    let node = Node::start(node_config(a.get("host")?, Vec::new(), None))?;
+    let host: u16 = a.get("host")?;
+    let node = Node::start(node_config(host, Vec::new(), None))?;
     let (raw, _) = node.spawn(serve)?;
     spawn_server(&node, "bench-typed", BenchServer(Echo)).map_err(ports_err)?;
+    spawn_server(&node, &format!("bench-typed@{host}"), BenchServer(Echo)).map_err(ports_err)?;
+    let nets: String = a.opt("nets")?.unwrap_or_default();
+    for n in nets.split(',').filter(|s| !s.is_empty()) {
+        NetPort::<u64, u64>::new(&format!("bench-net-{n}")).import(&node, |x| x).map_err(ports_err)?;
+    }
     let ports = Ports::start(&node).map_err(ports_err)?;
     let port = ports.open::<u64, u64>(PORT).map_err(ports_err)?;
     let (n, p2) = (node.clone(), std::sync::Arc::new(ports));
@@ -88,7 +96,19 @@ pub fn server_peer(a: &PeerArgs) -> Result<()> {
 
 fn spawn_peer(ctx: &mut Ctx<'_>) -> Result<Peer> {
     let host = ctx.host().to_string();
-    Peer::spawn(&ctx.exe, "ports-server", &["--host".into(), host])
+    Peer::spawn(&ctx.exe, "typed-server", &["--host".into(), host])
+}
+
+/// Waits until `node`'s alive-host table lists every host of `hosts`.
+fn wait_alive(node: &Node, hosts: &[u16]) -> Result<()> {
+    let t = Instant::now();
+    while !hosts.iter().all(|h| node.alive_hosts().map(|a| a.hosts().any(|x| x == *h)).unwrap_or(false)) {
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err("typed: the servers' nodes never all appeared in the alive-host table".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 fn ports_err(e: vipc_ports::Error) -> BenchError {
@@ -152,6 +172,9 @@ fn calls(ctx: &mut Ctx<'_>) -> Result<()> {
         ("port_call_on_return", "srr_remote_32B"),
         ("port_send_on_receipt", "srr_remote_32B"),
         ("srr_remote_32B", "srr_local_32B"),
+        // 002's relationships (Fig. 4-1, 4-5): asynchronous against synchronous port calls, RPC against a synchronous port.
+        ("port_send_on_receipt", "port_call_on_return"),
+        ("typed_call_remote", "port_call_on_return"),
     ];
     for (name, base) in rows {
         let (v, b) = (m(name)?, m(base)?);
@@ -171,14 +194,14 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
     let t = Instant::now();
     while !node.alive_hosts()?.hosts().any(|h| h == host) {
         if t.elapsed() > Duration::from_secs(5) {
-            return Err("ports: the server's node never appeared in the alive-host table".into());
+            return Err("typed: the server's node never appeared in the alive-host table".into());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     let seg_hex = peer.field("seg")?.to_string();
     let mut name = [0u8; 16];
     for (i, b) in name.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&seg_hex[2 * i..2 * i + 2], 16).map_err(|_| "ports: bad segment name")?;
+        *b = u8::from_str_radix(&seg_hex[2 * i..2 * i + 2], 16).map_err(|_| "typed: bad segment name")?;
     }
     let raw_seg = node.import_segment(name, Access::READ, Duration::from_secs(1))?;
     let into = node.anonymous_segment(4096)?;
@@ -190,6 +213,8 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
     let spin_into = spin_node.anonymous_segment(4096)?;
     let spin_vars = RemoteVars::connect(&spin_node, &spin_me, host).map_err(ports_err)?;
     let net = NetPort::<u64, u64>::new(NET_PORT);
+    let ports = Ports::start(&node).map_err(ports_err)?;
+    let port = ports.connect::<u64, u64>(&me, PORT).map_err(ports_err)?;
     let raw_group = vipc::well_known_group(RAW_GROUP);
     let mut probes = vec![
         Probe::new("rmem_read_8B", n, || {
@@ -201,7 +226,7 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
             let t = Instant::now();
             let v: u64 = vars.read("word", "").map_err(ports_err)?;
             if v != 7 {
-                return Err(format!("ports: variable read {v}, not 7").into());
+                return Err(format!("typed: variable read {v}, not 7").into());
             }
             Ok(micros(t))
         }),
@@ -212,22 +237,30 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
         }),
         Probe::new("var_read_word_spin", n, || {
             let t = Instant::now();
-            let _: u64 = spin_vars.read("word", "").map_err(ports_err)?;
+            let v: u64 = spin_vars.read("word", "").map_err(ports_err)?;
+            if v != 7 {
+                return Err(format!("typed: variable read {v} on the spinning node, not 7").into());
+            }
             Ok(micros(t))
         }),
         Probe::new("var_read_qualified", n, || {
             let t = Instant::now();
             let v: u64 = vars.read("grid", "[50]").map_err(ports_err)?;
             if v != 50 {
-                return Err(format!("ports: grid[50] read {v}").into());
+                return Err(format!("typed: grid[50] read {v}").into());
             }
+            Ok(micros(t))
+        }),
+        Probe::new("port_send_on_receipt", n, || {
+            let t = Instant::now();
+            port.send(&me, &7, Checkpoint::OnReceipt).map_err(ports_err)?;
             Ok(micros(t))
         }),
         Probe::new("reliable_all_reply_1", n, || {
             let t = Instant::now();
             let o = me.send_reliable(&[0; 32], raw_group, Reliable::AllReply, SendOptions::default())?;
             if !o.met {
-                return Err("ports: raw ALL_REPLY not met".into());
+                return Err("typed: raw ALL_REPLY not met".into());
             }
             Ok(micros(t))
         }),
@@ -235,7 +268,7 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
             let t = Instant::now();
             let g = net.call_all(&me, &5, Duration::from_secs(1)).map_err(ports_err)?;
             if g.results.len() != 1 || !g.missing.is_empty() {
-                return Err(format!("ports: network port gathered {g:?}").into());
+                return Err(format!("typed: network port gathered {g:?}").into());
             }
             Ok(micros(t))
         }),
@@ -249,11 +282,75 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
         ("var_read_qualified", "rmem_read_8B"),
         ("var_read_word_spin", "rmem_read_8B_spin"),
         ("netport_call_1", "reliable_all_reply_1"),
+        // 002 Fig. 5-1: a remote variable read against an asynchronous port call.
+        ("var_read_word", "port_send_on_receipt"),
     ] {
         let (v, b) = (m(name)?, m(base)?);
         ctx.rec(name, v, "us", base, b);
     }
     Ok(())
+}
+
+/// One network port call to N importers (one per node) against a series
+/// of N typed calls, one to each of those nodes (002 Fig. 6-1). Each size
+/// runs on a cluster of exactly N server nodes: a reliable group Send waits
+/// for every alive host, member or not, so extra nodes would be charged to
+/// the multicast.
+fn multicast(ctx: &mut Ctx<'_>) -> Result<()> {
+    let (rounds, n, warm) = ctx.scale(5, 300, 50);
+    let sizes: &[usize] = if ctx.quick { &[1, 2] } else { &[1, 2, 4, 8] };
+    for &size in sizes {
+        let (v, b) = multicast_of(ctx, size, rounds, n, warm)?;
+        ctx.rec(&format!("multicast_{size}"), v, "us", &format!("series_{size}"), b);
+    }
+    Ok(())
+}
+
+/// Medians of one multicast to `size` nodes and of a series of `size` calls.
+fn multicast_of(ctx: &mut Ctx<'_>, size: usize, rounds: usize, n: usize, warm: usize) -> Result<(f64, f64)> {
+    let mut peers = Vec::new();
+    for _ in 0..size {
+        let host = ctx.host();
+        let args = ["--host".into(), host.to_string(), "--nets".into(), size.to_string()];
+        peers.push((host, Peer::spawn(&ctx.exe, "typed-server", &args)?));
+    }
+    let addrs = peers.iter().map(|(_, p)| p.parsed("addr")).collect::<Result<Vec<_>>>()?;
+    let node = Node::start(node_config(ctx.host(), addrs, None))?;
+    let hosts: Vec<u16> = peers.iter().map(|(h, _)| *h).collect();
+    wait_alive(&node, &hosts)?;
+    let me = node.attach()?;
+    let clients = hosts
+        .iter()
+        .map(|h| BenchClient::connect(&me, &format!("bench-typed@{h}")).map_err(ports_err))
+        .collect::<Result<Vec<_>>>()?;
+    let net: NetPort<u64, u64> = NetPort::new(&format!("bench-net-{size}"));
+    let (me, clients, net) = (&me, &clients, &net);
+    let mut probes = vec![
+        Probe::new(&format!("multicast_{size}"), n, move || {
+            let t = Instant::now();
+            let g = net.call_all(me, &3, Duration::from_secs(1)).map_err(ports_err)?;
+            if g.results.len() != size {
+                let got = g.results.len();
+                return Err(
+                    format!("typed: a multicast to {size} gathered {got} results, missing {:?}", g.missing).into()
+                );
+            }
+            Ok(micros(t))
+        }),
+        Probe::new(&format!("series_{size}"), n, move || {
+            let t = Instant::now();
+            for c in clients {
+                c.echo(3).map_err(ports_err)?;
+            }
+            Ok(micros(t))
+        }),
+    ];
+    interleave(&mut probes, rounds, warm)?;
+    let v = find(&probes, &format!("multicast_{size}"))?.rounds.median();
+    let b = find(&probes, &format!("series_{size}"))?.rounds.median();
+    drop(probes);
+    drop(peers);
+    Ok((v, b))
 }
 
 /// The report's section: each figure beside its primitive, and 002's
@@ -280,8 +377,33 @@ pub fn report_section(records: &[crate::Record]) -> Option<String> {
         );
     }
     let get = |n: &str| rows.iter().find(|r| r.name == n).map(|r| r.value);
-    if let (Some(read), Some(call)) = (get("var_read_word"), get("port_call_on_return")) {
-        let _ = writeln!(s, "\nRemote variable read / synchronous port call: {:.2} (002: about 0.05).", read / call);
+    let _ = writeln!(s, "\n| 002's relationship | here | 002 |\n|---|---|---|");
+    let mut compare = |what: &str, a: &str, b: &str, then: &str| {
+        if let (Some(x), Some(y)) = (get(a), get(b)) {
+            let _ = writeln!(s, "| {what} | {:.2} | {then} |", x / y);
+        }
+    };
+    compare(
+        "asynchronous / synchronous port call",
+        "port_send_on_receipt",
+        "port_call_on_return",
+        "about 0.55 (11 ms / 20 ms)",
+    );
+    compare("RPC / synchronous port call", "typed_call_remote", "port_call_on_return", "about 1 (both about 20 ms)");
+    compare(
+        "remote variable read / asynchronous port call",
+        "var_read_word",
+        "port_send_on_receipt",
+        "about 0.09 (1 ms / 11 ms)",
+    );
+    compare("remote variable read / synchronous port call", "var_read_word", "port_call_on_return", "about 0.05");
+    for n in [2, 4, 8] {
+        compare(
+            &format!("multicast to {n} / series of {n} calls"),
+            &format!("multicast_{n}"),
+            &format!("series_{n}"),
+            "below 1, falling with N",
+        );
     }
     Some(s)
 }
