@@ -56,33 +56,52 @@ struct Method {
     attrs: Vec<syn::Attribute>,
 }
 
+/// Names the client stub defines itself, which a method may not take.
+const RESERVED: &[&str] = &["at", "connect", "server"];
+
 fn methods(tr: &ItemTrait) -> syn::Result<Vec<Method>> {
+    if !tr.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(&tr.generics, "an interface is not generic: its types cross the network"));
+    }
     let mut out = Vec::new();
     for item in &tr.items {
         let TraitItem::Fn(f) = item else {
-            return Err(syn::Error::new(item.span(), "an interface has methods only"));
+            return Err(syn::Error::new_spanned(item, "an interface has methods only"));
         };
         let sig = &f.sig;
         if sig.asyncness.is_some() || !sig.generics.params.is_empty() {
-            return Err(syn::Error::new(sig.span(), "interface methods are neither async nor generic"));
+            let at = match sig.asyncness {
+                Some(a) => a.span(),
+                None => sig.generics.span(),
+            };
+            return Err(syn::Error::new(at, "interface methods are neither async nor generic"));
+        }
+        if RESERVED.contains(&sig.ident.to_string().as_str()) {
+            let msg = format!("`{}` is a method of the client stub itself: name this method otherwise", sig.ident);
+            return Err(syn::Error::new(sig.ident.span(), msg));
         }
         let mut inputs = sig.inputs.iter();
         match inputs.next() {
             Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
-            _ => return Err(syn::Error::new(sig.span(), "interface methods take `&self` first")),
+            Some(first) => return Err(syn::Error::new_spanned(first, "interface methods take `&self` first")),
+            None => return Err(syn::Error::new_spanned(&sig.ident, "interface methods take `&self` first")),
         }
         let mut args = Vec::new();
         for a in inputs {
-            let FnArg::Typed(pt) = a else { unreachable!("only the first argument is a receiver") };
-            let Pat::Ident(id) = &*pt.pat else {
-                return Err(syn::Error::new(pt.pat.span(), "arguments are plain names"));
+            let FnArg::Typed(pt) = a else {
+                return Err(syn::Error::new(a.span(), "`self` comes first and once"));
             };
+            let Pat::Ident(id) = &*pt.pat else {
+                return Err(syn::Error::new_spanned(&pt.pat, "arguments are plain names"));
+            };
+            by_value(&pt.ty)?;
             args.push((id.ident.clone(), (*pt.ty).clone()));
         }
         let output = match &sig.output {
             ReturnType::Default => syn::parse_quote!(()),
             ReturnType::Type(_, t) => (**t).clone(),
         };
+        by_value(&output)?;
         let attrs = f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect();
         out.push(Method { name: sig.ident.clone(), args, output, attrs });
     }
@@ -90,6 +109,25 @@ fn methods(tr: &ItemTrait) -> syn::Result<Vec<Method>> {
         return Err(syn::Error::new(tr.span(), "too many methods"));
     }
     Ok(out)
+}
+
+/// Arguments and results cross the network by value (002): no borrowed
+/// or `impl Trait` types, whose meaning stays on the caller's side.
+fn by_value(ty: &syn::Type) -> syn::Result<()> {
+    match ty {
+        syn::Type::Reference(_) => Err(syn::Error::new(
+            ty.span(),
+            "arguments and results are passed by value: use an owned type (String, Vec<u8>)",
+        )),
+        syn::Type::ImplTrait(_) => {
+            Err(syn::Error::new(ty.span(), "arguments and results are concrete types, not `impl Trait`"))
+        }
+        syn::Type::Paren(p) => by_value(&p.elem),
+        syn::Type::Tuple(t) => t.elems.iter().try_for_each(by_value),
+        syn::Type::Array(a) => by_value(&a.elem),
+        syn::Type::Slice(s) => by_value(&s.elem),
+        _ => Ok(()),
+    }
 }
 
 /// The fingerprint: BLAKE3 of a canonical description of the interface.

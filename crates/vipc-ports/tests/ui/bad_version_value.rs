@@ -1,0 +1,6 @@
+#[vipc_ports::interface(version = "two")]
+pub trait Counter {
+    fn add(&self, n: u64) -> u64;
+}
+
+fn main() {}

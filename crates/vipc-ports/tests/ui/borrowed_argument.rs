@@ -1,0 +1,6 @@
+#[vipc_ports::interface]
+pub trait Greeter {
+    fn greet(&self, name: &str) -> String;
+}
+
+fn main() {}

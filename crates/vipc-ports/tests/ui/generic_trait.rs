@@ -1,0 +1,6 @@
+#[vipc_ports::interface]
+pub trait Store<T> {
+    fn get(&self, key: String) -> Option<T>;
+}
+
+fn main() {}
