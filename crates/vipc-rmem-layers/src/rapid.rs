@@ -1,0 +1,1 @@
+//! RAPID-style RPC (placeholder).
