@@ -1,1 +1,0 @@
-//! RAPID-style RPC (placeholder).
