@@ -36,7 +36,7 @@ fn blocks_arrive_exactly_without_retransmission_on_a_clean_network() {
     }
     let (rx, got) = t.join().unwrap();
     assert_eq!(got, blocks);
-    assert_eq!(rx.blocks_done(), sizes.len() as u32);
+    assert_eq!(rx.blocks_received(), sizes.len() as u64);
     let s = tx.stats();
     let want: usize = sizes.iter().map(|&n| n.div_ceil(1000).max(1)).sum();
     assert_eq!((s.blocks, s.packets), (sizes.len() as u64, want as u64), "{s:?}");
@@ -145,4 +145,25 @@ fn a_sender_with_no_receiver_thread_times_out() {
     let t = receive(rx, 1);
     tx.send(&data, WAIT).unwrap();
     assert_eq!(t.join().unwrap().1, vec![data]);
+}
+
+#[test]
+fn a_new_sender_never_has_an_old_senders_packets_counted() {
+    // Sender A writes a whole block (one unit) nobody takes; sender B (another
+    // node) registers. The same block number and length, but A's packets
+    // fail B's check words: the receiver takes nothing until B sends.
+    let nodes = cluster(3, 71, clean());
+    let mut rx = BlockReceiver::export(&nodes[0], BlockParams::default()).unwrap();
+    let mut a = BlockSender::connect(&nodes[1], rx.name(), WAIT).unwrap();
+    assert!(matches!(a.send(&pattern(10_000, 1), Duration::from_millis(100)), Err(Error::Timeout)));
+    let mut b = BlockSender::connect(&nodes[2], rx.name(), WAIT).unwrap();
+    assert!(matches!(rx.recv(Duration::from_millis(100)), Err(Error::Timeout)));
+    let data = pattern(10_000, 2);
+    let t = thread::spawn(move || {
+        b.send(&data, WAIT).unwrap();
+        data
+    });
+    let got = rx.recv(WAIT).unwrap();
+    assert_eq!(got, t.join().unwrap());
+    assert_eq!(rx.blocks_received(), 1);
 }

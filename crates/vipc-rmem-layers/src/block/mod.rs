@@ -136,28 +136,38 @@ impl Ack {
 struct Tag {
     block: u32,
     index: u32,
+    /// The last packet of a round: the sender waits for the unit's mask (bit 31 of the index on the wire).
+    ask: bool,
     total: u32,
     check: u32,
 }
 
+/// The index bit that asks for the unit's mask.
+const ASK: u32 = 1 << 31;
+
 impl Tag {
-    fn new(block: u32, index: u32, total: u32, data: &[u8]) -> Tag {
-        Tag { block, index, total, check: Tag::check_of(block, index, total, data) }
+    fn new(reg: u32, block: u32, index: u32, total: u32, data: &[u8]) -> Tag {
+        Tag { block, index, ask: false, total, check: Tag::check_of(reg, block, index, total, data) }
     }
 
-    fn check_of(block: u32, index: u32, total: u32, data: &[u8]) -> u32 {
-        crate::check::check((u64::from(block) << 32) | u64::from(index), &[&total.to_le_bytes(), data])
+    /// Over the sender's registration id too: a packet left by an earlier
+    /// sender never counts for the current one, whatever its block number.
+    /// Not over the ask bit: a packet is the same packet in every round.
+    fn check_of(reg: u32, block: u32, index: u32, total: u32, data: &[u8]) -> u32 {
+        let seed = (u64::from(block) << 32) | u64::from(index);
+        crate::check::check(seed, &[&reg.to_le_bytes(), &total.to_le_bytes(), data])
     }
 
     fn put(self, b: &mut [u8]) {
         put32(b, 0, self.block);
-        put32(b, 4, self.index);
+        put32(b, 4, self.index | if self.ask { ASK } else { 0 });
         put32(b, 8, self.total);
         put32(b, 12, self.check);
     }
 
     fn get(b: &[u8]) -> Tag {
-        Tag { block: get32(b, 0), index: get32(b, 4), total: get32(b, 8), check: get32(b, 12) }
+        let index = get32(b, 4);
+        Tag { block: get32(b, 0), index: index & !ASK, ask: index & ASK != 0, total: get32(b, 8), check: get32(b, 12) }
     }
 }
 

@@ -1,6 +1,6 @@
-//! The receiving side: a segment of packet slots, checked unit by unit when
-//! the sender's notification (or a tick) says something arrived, and one
-//! bitmask per unit written back into the sender's segment.
+//! The receiving side: a segment of packet slots, each taken (checked and
+//! copied into the block) as its notification comes, and one bitmask per
+//! round written back into the sender's segment when the round's last packet asks.
 
 use super::{full_mask, packets, Ack, BlockParams, Tag, ACK_LEN, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG};
 use crate::common::{get32, import_retrying, put32, Error, Result};
@@ -22,10 +22,16 @@ pub struct BlockReceiver {
     params: BlockParams,
     /// The last block completed (blocks are numbered from 1).
     done: u32,
-    /// The registered sender: its registration id and acknowledgement segment.
-    sender: Option<(u32, RemoteSegment)>,
+    /// The registered sender's id (0: none yet): its packets' check words include it.
+    reg: u32,
+    /// Its acknowledgement segment, once imported.
+    sender: Option<RemoteSegment>,
+    /// Blocks returned.
+    received: u64,
     /// The block in progress, kept across calls that time out.
     progress: Option<Progress>,
+    /// A packet's bytes until they are checked (the first of a block).
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for BlockReceiver {
@@ -68,7 +74,9 @@ impl BlockReceiver {
         put32(&mut head, super::H_UNIT, params.unit as u32);
         put32(&mut head, super::H_SLOTS, params.slots() as u32);
         seg.write(0, &head)?;
-        Ok(BlockReceiver { node: node.clone(), seg, params, done: 0, sender: None, progress: None })
+        let node = node.clone();
+        let scratch = Vec::with_capacity(params.packet);
+        Ok(BlockReceiver { node, seg, params, done: 0, reg: 0, sender: None, received: 0, progress: None, scratch })
     }
 
     /// The segment's name: hand it to the sender.
@@ -76,9 +84,9 @@ impl BlockReceiver {
         self.seg.name()
     }
 
-    /// Blocks completed so far.
-    pub fn blocks_done(&self) -> u32 {
-        self.done
+    /// Blocks returned so far.
+    pub fn blocks_received(&self) -> u64 {
+        self.received
     }
 
     /// Waits for the next block and returns it. [`Error::Timeout`] if it is
@@ -100,32 +108,33 @@ impl BlockReceiver {
     fn receive(&mut self, p: &mut Progress, deadline: Instant) -> Result<Vec<u8>> {
         loop {
             let (notified, reg) = self.drain()?;
-            if reg || self.sender.is_none() {
-                self.register()?;
+            if (reg || self.sender.is_none()) && self.register()? {
+                *p = Progress::new(self.done.wrapping_add(1), &self.params); // another sender: start afresh
             }
-            // A notification ends one of the sender's rounds: it waits for
-            // the unit's mask. A tick: look at the current unit anyway and
-            // publish the status, but send nothing unasked (packets may still
-            // be on their way: a mask now would make the sender resend them).
-            let mut units: BTreeSet<usize> = notified.iter().map(|i| i / self.params.unit).collect();
-            if units.is_empty() {
-                units.insert(p.lowest_incomplete());
+            // Take each packet as its notification comes; a round's last asks
+            // for its unit's mask. A tick (nothing came): look at the current
+            // unit anyway and publish the status, but send no mask unasked —
+            // packets may still be on their way, and the sender would resend them.
+            let mut asked = BTreeSet::new();
+            if notified.is_empty() {
+                self.scan(p, p.lowest_incomplete())?;
             }
-            for &u in &units {
-                self.scan(p, u)?;
+            for i in notified {
+                if self.take(p, i)? == Some(true) {
+                    asked.insert(i / self.params.unit);
+                }
             }
             if p.complete() {
                 self.done = p.block;
+                self.received += 1;
                 let last = p.have.len() - 1;
-                self.acknowledge(p, last, true)?;
+                self.acknowledge(p, Some(last))?;
                 while self.seg.poll_control()?.is_some() {} // this block's: answered
                 return Ok(std::mem::take(&mut p.data));
             }
-            for &u in &units {
-                // Only a notification by a packet of this block asks for a mask
-                // (a late one of the last block would make the sender resend).
-                let asked = notified.iter().any(|&i| i / self.params.unit == u && p.has(i));
-                self.acknowledge(p, u, asked)?;
+            self.acknowledge(p, None)?;
+            for u in asked {
+                self.acknowledge(p, Some(u))?;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -150,83 +159,89 @@ impl BlockReceiver {
         Ok((slots, reg))
     }
 
-    /// Imports the acknowledgement segment named in the header if its
-    /// registration id is new. A failed import is tried again next time.
-    fn register(&mut self) -> Result<()> {
+    /// Reads the registration; true if a new sender registered. Imports its
+    /// acknowledgement segment; a failed import (lost, or a bad name) is
+    /// tried again next time: meanwhile the sender reads the status word.
+    fn register(&mut self) -> Result<bool> {
         let reg = self.seg.to_vec(H_REG as u32, REG_LEN)?;
         let id = get32(&reg, 16);
-        if id == 0 || self.sender.as_ref().is_some_and(|(have, _)| *have == id) {
-            return Ok(());
+        let new = id != self.reg;
+        if new {
+            (self.reg, self.sender) = (id, None);
         }
-        let name: SegmentName = reg[..16].try_into().unwrap_or_default();
-        match import_retrying(&self.node, name, Access::WRITE, IMPORT_WAIT) {
-            Ok(seg) => self.sender = Some((id, seg)),
-            Err(Error::Timeout) => {}
-            Err(e) => return Err(e),
+        if id != 0 && self.sender.is_none() {
+            let name: SegmentName = reg[..16].try_into().unwrap_or_default();
+            self.sender = import_retrying(&self.node, name, Access::WRITE, IMPORT_WAIT).ok();
         }
-        Ok(())
+        Ok(new)
     }
 
-    /// Takes every packet of unit `u` that is in and correct. A correct
-    /// packet of a later block means the sender gave the current one up:
-    /// start over with that block.
-    fn scan(&self, p: &mut Progress, u: usize) -> Result<()> {
+    /// Takes every packet of unit `u` that is there.
+    fn scan(&mut self, p: &mut Progress, u: usize) -> Result<()> {
         let n = self.params.unit;
-        let mut i = u * n;
-        while i < p.count(&self.params).min((u + 1) * n) {
-            if !p.has(i) {
-                if let Some((tag, bytes)) = self.slot(i)? {
-                    if tag.block != p.block {
-                        if !super::newer_or_same(tag.block, p.block) {
-                            i += 1;
-                            continue;
-                        }
-                        *p = Progress::new(tag.block, &self.params);
-                        i = u * n;
-                        continue;
-                    }
-                    if p.total.is_some_and(|t| t != tag.total as usize) {
-                        i += 1;
-                        continue;
-                    }
-                    p.start(tag.total as usize);
-                    let at = i * self.params.packet;
-                    p.data[at..at + bytes.len()].copy_from_slice(&bytes);
-                    p.have[i / n] |= 1 << (i % n);
-                }
+        for i in u * n..(u + 1) * n {
+            if i < p.count(&self.params) && !p.has(i) {
+                self.take(p, i)?;
             }
-            i += 1;
         }
         Ok(())
     }
 
-    /// Slot `i`'s tag and bytes, if it holds a whole packet (of any block).
-    fn slot(&self, i: usize) -> Result<Option<(Tag, Vec<u8>)>> {
+    /// Takes slot `i` if it holds a whole packet of the current block (or
+    /// of a later one: the sender gave the current block up, start over).
+    /// `Some(ask)` if it holds a packet of the block, taken now or before.
+    fn take(&mut self, p: &mut Progress, i: usize) -> Result<Option<bool>> {
         let packet = self.params.packet;
         let at = self.params.slot(i) as u32;
-        let tag = Tag::get(&self.seg.to_vec(at, TAG)?);
+        let mut head = [0u8; TAG];
+        self.seg.read(at, &mut head)?;
+        let tag = Tag::get(&head);
         let total = tag.total as usize;
-        if tag.index != i as u32 || total > self.params.max_block || i >= packets(total, packet) {
-            return Ok(None); // never written, or torn
+        let plausible = tag.index == i as u32 && total <= self.params.max_block && i < packets(total, packet);
+        if !plausible || (tag.block != p.block && !super::newer_or_same(tag.block, p.block)) {
+            return Ok(None); // never written, torn, or left by an older block
+        }
+        if tag.block == p.block && p.has(i) {
+            return Ok(Some(tag.ask));
         }
         let len = packet.min(total - i * packet);
-        // Tag and bytes in one read: atomic with respect to every remote write.
-        let mut slot = self.seg.to_vec(at, TAG + len)?;
-        if Tag::get(&slot) != tag || Tag::check_of(tag.block, tag.index, tag.total, &slot[TAG..]) != tag.check {
-            return Ok(None);
+        let data_at = at + TAG as u32;
+        let check = |reg, bytes: &[u8]| Tag::check_of(reg, tag.block, tag.index, tag.total, bytes) == tag.check;
+        if tag.block == p.block && p.total == Some(total) {
+            // The usual case: straight into the block. A packet changed since
+            // the tag was read fails the check and is simply not taken.
+            let dest = &mut p.data[i * packet..i * packet + len];
+            self.seg.read(data_at, dest)?;
+            if !check(self.reg, dest) {
+                return Ok(None);
+            }
+        } else {
+            // The block's first packet (or a later block's): check before
+            // believing its length.
+            self.scratch.resize(len, 0);
+            self.seg.read(data_at, &mut self.scratch)?;
+            if !check(self.reg, &self.scratch) || (tag.block == p.block && p.total.is_some()) {
+                return Ok(None);
+            }
+            if tag.block != p.block {
+                *p = Progress::new(tag.block, &self.params);
+            }
+            p.start(total);
+            p.data[i * packet..i * packet + len].copy_from_slice(&self.scratch);
         }
-        Ok(Some((tag, slot.split_off(TAG))))
+        p.have[i / self.params.unit] |= 1 << (i % self.params.unit);
+        Ok(Some(tag.ask))
     }
 
-    /// Publishes the status (what the sender's reads see) and, if `to_sender`,
-    /// writes unit `u`'s bitmask into the sender's segment.
-    fn acknowledge(&self, p: &Progress, u: usize, to_sender: bool) -> Result<()> {
+    /// Publishes the status (what the sender's reads see) and writes unit
+    /// `u`'s bitmask, if any, into the sender's segment.
+    fn acknowledge(&self, p: &Progress, u: Option<usize>) -> Result<()> {
         let low = p.lowest_incomplete();
         let done = if p.complete() { p.block } else { self.done };
         let status = Ack { done, block: p.block, unit: low as u32, mask: p.have.get(low).copied().unwrap_or(0) };
         self.seg.write(H_STATUS as u32, &status.to_bytes())?;
-        match (&self.sender, p.have.get(u)) {
-            (Some((_, ack)), Some(&mask)) if to_sender => {
+        match (&self.sender, u.and_then(|u| Some((u, *p.have.get(u)?)))) {
+            (Some(ack), Some((u, mask))) => {
                 let a = Ack { done, block: p.block, unit: u as u32, mask };
                 Ok(ack.write(0, &a.to_bytes()[..ACK_LEN], true)?)
             }

@@ -41,6 +41,8 @@ pub struct BlockSender {
     /// The receiver writes its bitmasks here.
     acks: ExportedSegment,
     params: BlockParams,
+    /// The registration id: part of every packet's check word.
+    reg: u32,
     next: u32,
     rto: Duration,
     silent_limit: u32,
@@ -87,7 +89,8 @@ impl BlockSender {
         let acks = node.export_segment(ACK_SEGMENT, opts)?;
         let mut reg = [0u8; REG_LEN];
         reg[..16].copy_from_slice(&acks.name());
-        put32(&mut reg, 16, nonzero_random());
+        let id = nonzero_random();
+        put32(&mut reg, 16, id);
         loop {
             remote.write(H_REG as u32, &reg, true)?;
             if let Probe::Bytes(b) = probe(&remote, &anon, H_REG as u32, REG_LEN as u32, RTO)? {
@@ -99,12 +102,12 @@ impl BlockSender {
                 return Err(Error::Timeout);
             }
         }
-        // After the receiver's last block, and after one it may still be receiving.
-        let status = Ack::from_bytes(&head[H_STATUS..]);
-        let next = status.done.max(status.block).wrapping_add(1);
+        // The receiver starts afresh with a new sender, after its last block.
+        let next = Ack::from_bytes(&head[H_STATUS..]).done.wrapping_add(1);
         let (rto, silent_limit) = (RTO, SILENT_PROBES);
         let buf = Vec::with_capacity(TAG + params.packet);
-        Ok(BlockSender { remote, anon, acks, params, next, rto, silent_limit, buf, stats: SenderStats::default() })
+        let stats = SenderStats::default();
+        Ok(BlockSender { remote, anon, acks, params, reg: id, next, rto, silent_limit, buf, stats })
     }
 
     /// Sets the retransmission timeout and how many unanswered status reads
@@ -177,15 +180,17 @@ impl BlockSender {
         }
     }
 
-    /// Writes packet `i`: its tag and bytes in one write.
-    fn write_packet(&mut self, data: &[u8], block: u32, i: usize, notify: bool) -> Result<()> {
+    /// Writes packet `i`: its tag and bytes in one write, notifying (the
+    /// receiver takes each packet as it comes); `ask` on a round's last.
+    fn write_packet(&mut self, data: &[u8], block: u32, i: usize, ask: bool) -> Result<()> {
         let p = self.params.packet;
         let bytes = &data[(i * p).min(data.len())..((i + 1) * p).min(data.len())];
         self.buf.clear();
         self.buf.resize(TAG, 0);
-        Tag::new(block, i as u32, data.len() as u32, bytes).put(&mut self.buf);
+        let tag = Tag::new(self.reg, block, i as u32, data.len() as u32, bytes);
+        Tag { ask, ..tag }.put(&mut self.buf);
         self.buf.extend_from_slice(bytes);
-        self.remote.write(self.params.slot(i) as u32, &self.buf, notify)?;
+        self.remote.write(self.params.slot(i) as u32, &self.buf, true)?;
         self.stats.packets += 1;
         Ok(())
     }

@@ -13,7 +13,7 @@ use vipc::{
 /// Default time before a call is written again (after a liveness read of the claim cell).
 pub const RTO: Duration = Duration::from_millis(20);
 /// Default spin on the result segment before blocking.
-pub const SPIN: Duration = Duration::from_micros(50);
+pub const SPIN: Duration = Duration::from_micros(100);
 /// Liveness reads in a row that may go unanswered before the server is declared gone.
 const SILENT_PROBES: u32 = 10;
 
@@ -147,7 +147,7 @@ impl RapidClient {
                 return Ok(None);
             }
             if now - start < self.spin {
-                std::hint::spin_loop();
+                std::thread::yield_now(); // let the node's reader thread run: it brings the result
                 continue;
             }
             self.results.wait_record(end - now)?;

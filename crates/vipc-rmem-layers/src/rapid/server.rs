@@ -3,6 +3,7 @@
 
 use super::{newer, result_check, Call, RapidParams, ARGS_AT, HEADER, MAGIC, RESULT_AT, RESULT_TOO_LARGE};
 use crate::common::{import_retrying, put32, Error, Result};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use vipc::{Access, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
@@ -69,7 +70,7 @@ impl RapidServer {
         put32(&mut head, 12, params.max_result as u32);
         seg.write(0, &head)?;
         let slots = (0..params.slots).map(|_| Slot::default()).collect();
-        let spin = Duration::from_micros(50);
+        let spin = Duration::from_micros(100);
         Ok(RapidServer { node: node.clone(), seg, params, slots, spin, stats: ServerStats::default() })
     }
 
@@ -89,26 +90,33 @@ impl RapidServer {
         self.stats
     }
 
-    /// Serves calls for `time`: polls the flag words, spinning for a while
-    /// after each call, then sleeping on the control channel. `handler(proc,
-    /// args)` returns the result or a non-zero status. Returns the calls served.
+    /// Serves calls for `time`: looks at the stacks whose call notified
+    /// (every stack each `TICK`, in case a notifying datagram was lost),
+    /// keeps polling for the spin time after a call, then sleeps on the
+    /// control channel. `handler(proc, args)` returns the result or a
+    /// non-zero status. Returns the calls run.
     pub fn serve_for<F>(&mut self, time: Duration, mut handler: F) -> Result<u64>
     where
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
         let (end, before) = (Instant::now() + time, self.stats.calls);
-        let mut busy_until = Instant::now();
+        let (mut busy_until, mut next_scan) = (Instant::now(), Instant::now());
         loop {
             let now = Instant::now();
             if now >= end {
                 return Ok(self.stats.calls - before);
             }
-            if self.poll(&mut handler)? > 0 {
+            let mut stacks = self.notified()?;
+            if now >= next_scan {
+                stacks = (0..self.params.slots).collect();
+                next_scan = now + TICK;
+            }
+            if self.serve_stacks(stacks, &mut handler)? > 0 {
                 busy_until = Instant::now() + self.spin;
             } else if now >= busy_until {
                 self.seg.wait_record(TICK.min(end - now))?;
             } else {
-                std::thread::yield_now();
+                std::thread::yield_now(); // let the node's reader thread run: it brings the calls
             }
         }
     }
@@ -119,21 +127,51 @@ impl RapidServer {
     where
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
-        while self.seg.poll_control()?.is_some() {} // they only wake us: the flags say which
+        self.notified()?;
+        self.serve_stacks((0..self.params.slots).collect(), handler)
+    }
+
+    /// Drains the control channel: the stacks written with the notify bit.
+    fn notified(&self) -> Result<BTreeSet<usize>> {
+        let (base, size) = (self.params.stack(0), self.params.stack_size());
+        let mut stacks = BTreeSet::new();
+        while let Some(r) = self.seg.poll_control()? {
+            let i = (r.offset as usize).wrapping_sub(base) / size;
+            if i < self.params.slots {
+                stacks.insert(i);
+            }
+        }
+        Ok(stacks)
+    }
+
+    /// Serves the raised flags among `stacks`; a stack whose queued writes
+    /// were applied after its call is looked at again (they may be the next call).
+    fn serve_stacks<F>(&mut self, stacks: BTreeSet<usize>, handler: &mut F) -> Result<usize>
+    where
+        F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
+    {
         let mut served = 0;
-        for i in 0..self.params.slots {
-            let mut flag = [0u8; 4];
-            self.seg.read(self.params.stack(i) as u32, &mut flag)?;
-            if u32::from_le_bytes(flag) != 0 && self.serve_slot(i, handler)? {
-                served += 1;
+        for i in stacks {
+            loop {
+                let mut flag = [0u8; 4];
+                self.seg.read(self.params.stack(i) as u32, &mut flag)?;
+                if u32::from_le_bytes(flag) == 0 {
+                    break;
+                }
+                let (done, applied) = self.serve_slot(i, handler)?;
+                served += usize::from(done);
+                if !(done && applied) {
+                    break;
+                }
             }
         }
         Ok(served)
     }
 
-    /// Serves stack `i` with the stack write-protected; false if the call
-    /// there is not whole yet (left for the next poll).
-    fn serve_slot<F>(&mut self, i: usize, handler: &mut F) -> Result<bool>
+    /// Serves stack `i` with the stack write-protected: whether the call was
+    /// served (false: not whole yet, left for later) and whether writes
+    /// queued meanwhile were applied.
+    fn serve_slot<F>(&mut self, i: usize, handler: &mut F) -> Result<(bool, bool)>
     where
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
@@ -142,11 +180,13 @@ impl RapidServer {
         let r = self.serve_protected(i, at, handler);
         // Writes that came meanwhile (a next call, a repeat) are applied now, in order.
         self.seg.set_protection(at, size, false)?;
+        let mut applied = false;
         while let Some(w) = self.seg.poll_data()? {
             self.seg.apply(&w)?;
             self.stats.queued += 1;
+            applied = true;
         }
-        r
+        Ok((r?, applied))
     }
 
     fn serve_protected<F>(&mut self, i: usize, at: u32, handler: &mut F) -> Result<bool>
