@@ -121,13 +121,13 @@ fn packets_per(node: &Node, n: usize, mut op: impl FnMut() -> Result<()>) -> Res
 }
 
 /// A bench server in a separate OS process.
-struct Server {
-    peer: Peer,
-    addr: SocketAddr,
-    pid: Pid,
+pub(crate) struct Server {
+    pub(crate) peer: Peer,
+    pub(crate) addr: SocketAddr,
+    pub(crate) pid: Pid,
 }
 
-fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
+pub(crate) fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
     let mut args = vec!["--host".to_string(), ctx.host().to_string()];
     if let Some(s) = spin {
         args.extend(["--spin-us".to_string(), s.as_micros().to_string()]);
@@ -139,32 +139,37 @@ fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
 }
 
 /// A node in this process with a client process (and its own bench server).
-struct Local {
-    node: Node,
-    client: Process,
-    server: Pid,
+pub(crate) struct Local {
+    pub(crate) node: Node,
+    pub(crate) client: Process,
+    pub(crate) server: Pid,
 }
 
-fn local(ctx: &mut Ctx<'_>, peers: Vec<SocketAddr>, spin: Option<Duration>) -> Result<Local> {
+pub(crate) fn local(ctx: &mut Ctx<'_>, peers: Vec<SocketAddr>, spin: Option<Duration>) -> Result<Local> {
     let node = Node::start(node_config(ctx.host(), peers, spin))?;
     let (server, _thread) = node.spawn(serve)?;
     let client = node.attach()?;
     Ok(Local { node, client, server })
 }
 
-fn timed(p: &Process, to: Pid, mut msg: vipc::Message, seg: Option<SegmentRef<'_>>) -> Result<Duration> {
+pub(crate) fn timed(p: &Process, to: Pid, mut msg: vipc::Message, seg: Option<SegmentRef<'_>>) -> Result<Duration> {
     let t = Instant::now();
     call(p, to, &mut msg, seg)?;
     Ok(t.elapsed())
 }
 
 /// The server-side time of a move request.
-fn server_time(p: &Process, to: Pid, mut msg: vipc::Message, seg: Option<SegmentRef<'_>>) -> Result<Duration> {
+pub(crate) fn server_time(
+    p: &Process,
+    to: Pid,
+    mut msg: vipc::Message,
+    seg: Option<SegmentRef<'_>>,
+) -> Result<Duration> {
     call(p, to, &mut msg, seg)?;
     Ok(vserver::reply_time(&msg).max(Duration::from_nanos(1)))
 }
 
-fn mbps(bytes: usize, t: Duration) -> f64 {
+pub(crate) fn mbps(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64().max(1e-9) / 1e6
 }
 

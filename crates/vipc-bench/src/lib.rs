@@ -19,6 +19,7 @@ pub mod files;
 pub mod groups;
 pub mod grpc;
 pub mod ipc;
+pub mod layers;
 pub mod peer;
 pub mod plots;
 pub mod probe;

@@ -236,6 +236,8 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "vipc-server" => crate::vserver::server_peer(&a),
         "rmem-owner" => crate::rmem::owner_peer(&a),
         "typed-server" => crate::typed::server_peer(&a),
+        "block-receiver" => crate::layers::receiver_peer(&a),
+        "rapid-server" => crate::layers::rapid_peer(&a),
         "vipc-client" => crate::vserver::client_peer(&a),
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
         "group-host" => crate::groups::peers::host_peer(&a),

@@ -10,6 +10,8 @@
 //! | `latency` | read 8 B – 32 KB and CAS-II, medians and p99, against UDP |
 //! | `write` | time to issue a write (no round trip) against a UDP `send_to` |
 //! | `block` | 1 MiB read into an anonymous segment against TCP bulk, MB/s |
+//! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
+//! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
 
 use crate::error::{BenchError, Result};
 use crate::ipc::{label, Ctx, PENALTY_PACKET};
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["latency", "write", "block"];
+pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -44,6 +46,8 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "latency" => latency(ctx),
         "write" => write(ctx),
         "block" => block(ctx),
+        "block_transfer" => crate::layers::block_transfer(ctx),
+        "rapid" => crate::layers::rapid(ctx),
         other => Err(BenchError::Other(format!("unknown item rmem/{other} (items: {})", ITEMS.join(", ")))),
     }
 }
@@ -64,11 +68,11 @@ pub fn owner_peer(a: &PeerArgs) -> Result<()> {
     Ok(())
 }
 
-fn hex(name: &SegmentName) -> String {
+pub(crate) fn hex(name: &SegmentName) -> String {
     name.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Result<SegmentName> {
+pub(crate) fn unhex(s: &str) -> Result<SegmentName> {
     let bad = || BenchError::Other(format!("rmem-owner: bad segment name {s:?}"));
     if s.len() != 32 {
         return Err(bad());

@@ -1,0 +1,299 @@
+//! The receiving side: a segment of packet slots, each taken (checked and
+//! copied into the block) as its notification comes, and one bitmask per
+//! round written back into the sender's segment when the round's last packet asks.
+
+use super::{full_mask, packets, Ack, BlockParams, Tag, ACK_LEN, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG};
+use crate::common::{get32, import_retrying, put32, Error, Result};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use vipc::{Access, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
+
+/// How long the receiver sleeps before checking the current unit on its own
+/// (the sender's notifying packet may be the one that was lost).
+const TICK: Duration = Duration::from_millis(5);
+/// How long an import of the sender's acknowledgement segment may take.
+const IMPORT_WAIT: Duration = Duration::from_millis(500);
+
+/// Receives blocks into a segment it exports. One sender at a time (the
+/// last to register gets the acknowledgements).
+pub struct BlockReceiver {
+    node: Node,
+    seg: ExportedSegment,
+    params: BlockParams,
+    /// The last block completed (blocks are numbered from 1).
+    done: u32,
+    /// The registered sender's id (0: none yet): its packets' check words include it.
+    reg: u32,
+    /// Its acknowledgement segment, once imported.
+    sender: Option<RemoteSegment>,
+    /// Blocks returned.
+    received: u64,
+    /// The block in progress, kept across calls that time out.
+    progress: Option<Progress>,
+    /// A packet's bytes until they are checked (the first of a block).
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for BlockReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockReceiver").field("params", &self.params).field("done", &self.done).finish()
+    }
+}
+
+/// The block in progress.
+struct Progress {
+    block: u32,
+    packet: usize,
+    /// Packets per unit.
+    n: usize,
+    /// The block's length and packets, once a packet has said it.
+    total: Option<usize>,
+    packets: usize,
+    data: Vec<u8>,
+    /// Per unit: the packets in.
+    have: Vec<u64>,
+}
+
+impl BlockReceiver {
+    /// Exports a segment for blocks of up to `params.max_block` bytes,
+    /// writable by any host, notifying only packets that ask.
+    pub fn export(node: &Node, params: BlockParams) -> Result<BlockReceiver> {
+        if params.packet == 0 || !(1..=64).contains(&params.unit) || params.max_block > u32::MAX as usize / 2 {
+            return Err(Error::Layout(format!("bad block parameters {params:?}")));
+        }
+        let size = params.slot(params.slots());
+        let opts = SegmentOptions {
+            access: Access::READ_WRITE,
+            notify: Notify::Conditional,
+            protection: ProtectionGroup::Any,
+        };
+        let seg = node.export_segment(size, opts)?;
+        let mut head = [0u8; HEADER];
+        put32(&mut head, 0, MAGIC);
+        put32(&mut head, super::H_PACKET, params.packet as u32);
+        put32(&mut head, super::H_UNIT, params.unit as u32);
+        put32(&mut head, super::H_SLOTS, params.slots() as u32);
+        seg.write(0, &head)?;
+        let node = node.clone();
+        let scratch = Vec::with_capacity(params.packet);
+        Ok(BlockReceiver { node, seg, params, done: 0, reg: 0, sender: None, received: 0, progress: None, scratch })
+    }
+
+    /// The segment's name: hand it to the sender.
+    pub fn name(&self) -> SegmentName {
+        self.seg.name()
+    }
+
+    /// Blocks returned so far.
+    pub fn blocks_received(&self) -> u64 {
+        self.received
+    }
+
+    /// Waits for the next block and returns it. [`Error::Timeout`] if it is
+    /// not complete within `timeout`; the packets that arrived stay in the
+    /// segment, so the next call goes on with the same block.
+    pub fn recv(&mut self, timeout: Duration) -> Result<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let mut p = match self.progress.take() {
+            Some(p) => p,
+            None => Progress::new(self.done.wrapping_add(1), &self.params),
+        };
+        let r = self.receive(&mut p, deadline);
+        if matches!(r, Err(Error::Timeout)) {
+            self.progress = Some(p);
+        }
+        r
+    }
+
+    fn receive(&mut self, p: &mut Progress, deadline: Instant) -> Result<Vec<u8>> {
+        loop {
+            let (notified, reg) = self.drain()?;
+            if (reg || self.sender.is_none()) && self.register()? {
+                *p = Progress::new(self.done.wrapping_add(1), &self.params); // another sender: start afresh
+            }
+            // Take each packet as its notification comes; a round's last asks
+            // for its unit's mask. A tick (nothing came): look at the current
+            // unit anyway and publish the status, but send no mask unasked —
+            // packets may still be on their way, and the sender would resend them.
+            let mut asked = BTreeSet::new();
+            if notified.is_empty() {
+                self.scan(p, p.lowest_incomplete())?;
+            }
+            for i in notified {
+                if self.take(p, i)? == Some(true) {
+                    asked.insert(i / self.params.unit);
+                }
+            }
+            if p.complete() {
+                self.done = p.block;
+                self.received += 1;
+                let last = p.have.len() - 1;
+                self.acknowledge(p, Some(last))?;
+                while self.seg.poll_control()?.is_some() {} // this block's: answered
+                return Ok(std::mem::take(&mut p.data));
+            }
+            self.acknowledge(p, None)?;
+            for u in asked {
+                self.acknowledge(p, Some(u))?;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            self.seg.wait_record(TICK.min(left))?;
+        }
+    }
+
+    /// Drains the control channel: the slots whose packets notified, and
+    /// whether the registration area was written.
+    fn drain(&self) -> Result<(BTreeSet<usize>, bool)> {
+        let (mut slots, mut reg) = (BTreeSet::new(), false);
+        while let Some(r) = self.seg.poll_control()? {
+            let off = r.offset as usize;
+            if off < HEADER {
+                reg = true;
+            } else {
+                slots.insert((off - HEADER) / (TAG + self.params.packet));
+            }
+        }
+        Ok((slots, reg))
+    }
+
+    /// Reads the registration; true if a new sender registered. Imports its
+    /// acknowledgement segment; a failed import (lost, or a bad name) is
+    /// tried again next time: meanwhile the sender reads the status word.
+    fn register(&mut self) -> Result<bool> {
+        let reg = self.seg.to_vec(H_REG as u32, REG_LEN)?;
+        let id = get32(&reg, 16);
+        let new = id != self.reg;
+        if new {
+            (self.reg, self.sender) = (id, None);
+        }
+        if id != 0 && self.sender.is_none() {
+            let name: SegmentName = reg[..16].try_into().unwrap_or_default();
+            self.sender = import_retrying(&self.node, name, Access::WRITE, IMPORT_WAIT).ok();
+        }
+        Ok(new)
+    }
+
+    /// Takes every packet of unit `u` that is there.
+    fn scan(&mut self, p: &mut Progress, u: usize) -> Result<()> {
+        let n = self.params.unit;
+        for i in u * n..(u + 1) * n {
+            if i < p.count(&self.params) && !p.has(i) {
+                self.take(p, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes slot `i` if it holds a whole packet of the current block (or
+    /// of a later one: the sender gave the current block up, start over).
+    /// `Some(ask)` if it holds a packet of the block, taken now or before.
+    fn take(&mut self, p: &mut Progress, i: usize) -> Result<Option<bool>> {
+        let packet = self.params.packet;
+        let at = self.params.slot(i) as u32;
+        let mut head = [0u8; TAG];
+        self.seg.read(at, &mut head)?;
+        let tag = Tag::get(&head);
+        let total = tag.total as usize;
+        let plausible = tag.index == i as u32 && total <= self.params.max_block && i < packets(total, packet);
+        if !plausible || (tag.block != p.block && !super::newer_or_same(tag.block, p.block)) {
+            return Ok(None); // never written, torn, or left by an older block
+        }
+        if tag.block == p.block && p.has(i) {
+            return Ok(Some(tag.ask));
+        }
+        let len = packet.min(total - i * packet);
+        let data_at = at + TAG as u32;
+        let check = |reg, bytes: &[u8]| Tag::check_of(reg, tag.block, tag.index, tag.total, bytes) == tag.check;
+        if tag.block == p.block && p.total == Some(total) {
+            // The usual case: straight into the block. A packet changed since
+            // the tag was read fails the check and is simply not taken.
+            let dest = &mut p.data[i * packet..i * packet + len];
+            self.seg.read(data_at, dest)?;
+            if !check(self.reg, dest) {
+                return Ok(None);
+            }
+        } else {
+            // The block's first packet (or a later block's): check before
+            // believing its length.
+            self.scratch.resize(len, 0);
+            self.seg.read(data_at, &mut self.scratch)?;
+            if !check(self.reg, &self.scratch) || (tag.block == p.block && p.total.is_some()) {
+                return Ok(None);
+            }
+            if tag.block != p.block {
+                *p = Progress::new(tag.block, &self.params);
+            }
+            p.start(total);
+            p.data[i * packet..i * packet + len].copy_from_slice(&self.scratch);
+        }
+        p.have[i / self.params.unit] |= 1 << (i % self.params.unit);
+        Ok(Some(tag.ask))
+    }
+
+    /// Publishes the status (what the sender's reads see) and writes unit
+    /// `u`'s bitmask, if any, into the sender's segment.
+    fn acknowledge(&self, p: &Progress, u: Option<usize>) -> Result<()> {
+        let low = p.lowest_incomplete();
+        let done = if p.complete() { p.block } else { self.done };
+        let status = Ack { done, block: p.block, unit: low as u32, mask: p.have.get(low).copied().unwrap_or(0) };
+        self.seg.write(H_STATUS as u32, &status.to_bytes())?;
+        match (&self.sender, u.and_then(|u| Some((u, *p.have.get(u)?)))) {
+            (Some(ack), Some((u, mask))) => {
+                let a = Ack { done, block: p.block, unit: u as u32, mask };
+                Ok(ack.write(0, &a.to_bytes()[..ACK_LEN], true)?)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Progress {
+    fn new(block: u32, params: &BlockParams) -> Progress {
+        let (packet, n) = (params.packet, params.unit);
+        Progress { block, packet, n, total: None, packets: 0, data: Vec::new(), have: vec![0] }
+    }
+
+    /// Sizes the block on its first packet.
+    fn start(&mut self, total: usize) {
+        if self.total.is_none() {
+            self.total = Some(total);
+            self.packets = packets(total, self.packet);
+            self.data = vec![0; total];
+            self.have = vec![0; self.packets.div_ceil(self.n)];
+        }
+    }
+
+    /// Packets to look at: the block's, or every slot until its length is known.
+    fn count(&self, params: &BlockParams) -> usize {
+        if self.total.is_some() {
+            self.packets
+        } else {
+            params.slots()
+        }
+    }
+
+    fn has(&self, i: usize) -> bool {
+        self.have.get(i / self.n).is_some_and(|m| m & (1 << (i % self.n)) != 0)
+    }
+
+    /// Every packet of unit `u`.
+    fn unit_mask(&self, u: usize) -> u64 {
+        full_mask(self.packets.saturating_sub(u * self.n).min(self.n))
+    }
+
+    /// The first unit not complete: the one the sender is on, unless an
+    /// acknowledgement was lost (0 until the block's length is known).
+    fn lowest_incomplete(&self) -> usize {
+        if self.total.is_none() {
+            return 0;
+        }
+        (0..self.have.len()).find(|&u| self.have[u] != self.unit_mask(u)).unwrap_or(self.have.len())
+    }
+
+    fn complete(&self) -> bool {
+        self.total.is_some() && self.lowest_incomplete() == self.have.len()
+    }
+}
