@@ -111,6 +111,17 @@ fn methods(tr: &ItemTrait) -> syn::Result<Vec<Method>> {
     Ok(out)
 }
 
+/// `Vec<u8>`, written so: marshalled as one byte string rather than
+/// serde's sequence of `u8` (same bytes, one copy instead of a loop).
+fn is_bytes(ty: &syn::Type) -> bool {
+    let syn::Type::Path(p) = ty else { return false };
+    let Some(last) = p.path.segments.last() else { return false };
+    let syn::PathArguments::AngleBracketed(a) = &last.arguments else { return false };
+    last.ident == "Vec"
+        && a.args.len() == 1
+        && matches!(a.args.first(), Some(syn::GenericArgument::Type(syn::Type::Path(u))) if u.path.is_ident("u8"))
+}
+
 /// Arguments and results cross the network by value (002): no borrowed
 /// or `impl Trait` types, whose meaning stays on the caller's side.
 fn by_value(ty: &syn::Type) -> syn::Result<()> {
@@ -156,10 +167,20 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
         let (mname, out, attrs) = (&m.name, &m.output, &m.attrs);
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
         let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let wire: Vec<_> = m
+            .args
+            .iter()
+            .map(|(n, t)| if is_bytes(t) { quote!(::vipc_ports::serde_bytes::Bytes::new(&#n)) } else { quote!(#n) })
+            .collect();
+        let call = if is_bytes(out) {
+            quote!(self.inner.call::<_, ::vipc_ports::serde_bytes::ByteBuf>(#i, &(#(#wire,)*)).map(|b| b.into_vec()))
+        } else {
+            quote!(self.inner.call(#i, &(#(#wire,)*)))
+        };
         quote! {
             #(#attrs)*
             pub fn #mname(&self #(, #names: #types)*) -> ::vipc_ports::Result<#out> {
-                self.inner.call(#i, &(#(#names,)*))
+                #call
             }
         }
     });
@@ -167,11 +188,20 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
         let i = i as u16;
         let mname = &m.name;
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
-        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let wire_types: Vec<_> = m
+            .args
+            .iter()
+            .map(|(_, t)| if is_bytes(t) { quote!(::vipc_ports::serde_bytes::ByteBuf) } else { quote!(#t) })
+            .collect();
+        let values: Vec<_> =
+            m.args.iter().map(|(n, t)| if is_bytes(t) { quote!(#n.into_vec()) } else { quote!(#n) }).collect();
+        let result =
+            if is_bytes(&m.output) { quote!(::vipc_ports::serde_bytes::Bytes::new(&result)) } else { quote!(&result) };
         quote! {
             #i => {
-                let (#(#names,)*): (#(#types,)*) = ::vipc_ports::codec::decode(args)?;
-                Ok(::vipc_ports::codec::encode(&self.0.#mname(#(#names),*))?)
+                let (#(#names,)*): (#(#wire_types,)*) = ::vipc_ports::codec::decode(args)?;
+                let result = self.0.#mname(#(#values),*);
+                Ok(::vipc_ports::codec::encode_into(#result, out)?)
             }
         }
     });
@@ -218,7 +248,12 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
             fn fingerprint(&self) -> u64 {
                 #fp
             }
-            fn dispatch(&self, method: u16, args: &[u8]) -> ::std::result::Result<Vec<u8>, ::vipc_ports::rpc::DispatchError> {
+            fn dispatch(
+                &self,
+                method: u16,
+                args: &[u8],
+                out: &mut Vec<u8>,
+            ) -> ::std::result::Result<(), ::vipc_ports::rpc::DispatchError> {
                 match method {
                     #(#arms)*
                     _ => Err(::vipc_ports::rpc::DispatchError::NoSuchMethod),

@@ -6,7 +6,7 @@
 
 use crate::codec::{decode, encode};
 use crate::frame::{answer, kind, status, Request};
-use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept};
+use crate::transfer::{fetched, read_args_into, send_result, status_error, Caller, Failure, Grant, Kept};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,14 +46,17 @@ impl<'p> Client<'p> {
 
     /// Calls method `method` with `args`; decodes its result.
     pub fn call<A: Serialize + ?Sized, R: DeserializeOwned>(&self, method: u16, args: &A) -> Result<R> {
-        let args = encode(args)?;
-        decode(&self.call_raw(method, &args)?)
+        self.call_encoded(method, &encode(args)?, decode)
     }
 
     /// Calls method `method` with encoded `args`; returns the encoded result.
     pub fn call_raw(&self, method: u16, args: &[u8]) -> Result<Vec<u8>> {
+        self.call_encoded(method, args, |b| Ok(b.to_vec()))
+    }
+
+    fn call_encoded<T>(&self, method: u16, args: &[u8], take: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
         let req = Request { kind: kind::CALL, flags: 0, method, fingerprint: self.fingerprint, len: 0 };
-        self.caller.call(self.process, self.server, req, args, method as usize).map_err(|f| match f {
+        self.caller.call_with(self.process, self.server, req, args, method as usize, take).map_err(|f| match f {
             Failure::Vipc(e) => e,
             Failure::Status(st, inline) => self.failure(method, st, &inline),
         })
@@ -96,8 +99,10 @@ pub trait Dispatch: Send + Sync {
     fn interface(&self) -> &'static str;
     /// Its fingerprint: a hash of its name, version and method signatures.
     fn fingerprint(&self) -> u64;
-    /// Runs method `method` on encoded `args`; returns the encoded result.
-    fn dispatch(&self, method: u16, args: &[u8]) -> Result<Vec<u8>, DispatchError>;
+    /// Runs method `method` on encoded `args`; appends the encoded result
+    /// to `result` (empty, and reused between calls: no fresh pages for a
+    /// large result).
+    fn dispatch(&self, method: u16, args: &[u8], result: &mut Vec<u8>) -> Result<(), DispatchError>;
 }
 
 /// A server process's state between requests.
@@ -106,13 +111,28 @@ pub struct Server<'a> {
     dispatch: &'a dyn Dispatch,
     /// Receives the appended first part of the arguments; grows to the largest arguments.
     rbuf: Vec<u8>,
+    /// The arguments of the call being handled, reused between calls (up to
+    /// [`KEEP_BUFFER`] bytes) so that large arguments cost no fresh pages.
+    args: Vec<u8>,
+    /// The encoded result, reused the same way.
+    result: Vec<u8>,
     kept: Kept,
 }
+
+/// The largest argument or result buffer a server keeps between calls.
+const KEEP_BUFFER: usize = 16 << 20;
 
 impl<'a> Server<'a> {
     /// A server of `dispatch` in `process`.
     pub fn new(process: &'a Process, dispatch: &'a dyn Dispatch) -> Server<'a> {
-        Server { process, dispatch, rbuf: vec![0; 64 << 10], kept: Kept::default() }
+        Server {
+            process,
+            dispatch,
+            rbuf: vec![0; 64 << 10],
+            args: Vec::new(),
+            result: Vec::new(),
+            kept: Kept::default(),
+        }
     }
 
     /// Receives and answers requests until the node stops or the process is
@@ -146,19 +166,29 @@ impl<'a> Server<'a> {
                 self.answer(from, status::MISMATCH, &self.dispatch.fingerprint().to_le_bytes())
             }
             kind::CALL => {
-                let args = match read_args(self.process, &req, msg, info, &self.rbuf) {
-                    Ok(args) => args,
-                    Err(e @ Error::Vipc(vipc::Error::NodeStopped)) => return Err(e),
-                    // Whatever went wrong, the caller is answered, never left waiting.
-                    Err(_) => return self.answer(from, status::BAD_ARGUMENTS, &[]),
-                };
+                let mut args = std::mem::take(&mut self.args);
+                let read = read_args_into(self.process, &req, msg, info, &self.rbuf, &mut args);
                 let d = self.dispatch;
-                match catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args))) {
-                    Ok(Ok(result)) => send_result(self.process, Grant::of(&info), result, &mut self.kept),
-                    Ok(Err(DispatchError::NoSuchMethod)) => self.answer(from, status::NO_SUCH, &[]),
-                    Ok(Err(DispatchError::BadArguments(_))) => self.answer(from, status::BAD_ARGUMENTS, &[]),
-                    Err(_) => self.answer(from, status::PANICKED, &[]),
+                let mut result = std::mem::take(&mut self.result);
+                result.clear();
+                let outcome =
+                    read.map(|()| catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args, &mut result))));
+                if args.capacity() <= KEEP_BUFFER {
+                    self.args = args;
                 }
+                let answered = match outcome {
+                    Ok(Ok(Ok(()))) => send_result(self.process, Grant::of(&info), &result, &mut self.kept),
+                    Ok(Ok(Err(DispatchError::NoSuchMethod))) => self.answer(from, status::NO_SUCH, &[]),
+                    Ok(Ok(Err(DispatchError::BadArguments(_)))) => self.answer(from, status::BAD_ARGUMENTS, &[]),
+                    Ok(Err(_)) => self.answer(from, status::PANICKED, &[]),
+                    Err(e @ Error::Vipc(vipc::Error::NodeStopped)) => Err(e),
+                    // Whatever went wrong, the caller is answered, never left waiting.
+                    Err(_) => self.answer(from, status::BAD_ARGUMENTS, &[]),
+                };
+                if result.capacity() <= KEEP_BUFFER {
+                    self.result = result;
+                }
+                answered
             }
             kind::FETCH => fetched(self.process, Grant::of(&info), &mut self.kept),
             _ => self.answer(from, status::NOT_A_REQUEST, &[]),

@@ -53,10 +53,24 @@ impl Caller {
         &self,
         p: &Process,
         to: Pid,
-        mut req: Request,
+        req: Request,
         args: &[u8],
         site: usize,
     ) -> std::result::Result<Vec<u8>, Failure> {
+        self.call_with(p, to, req, args, site, |b| Ok(b.to_vec()))
+    }
+
+    /// Sends `req` with `args` to `to` and hands the result bytes, where
+    /// they landed, to `take` (a decoder reads them without a copy first).
+    pub fn call_with<T>(
+        &self,
+        p: &Process,
+        to: Pid,
+        mut req: Request,
+        args: &[u8],
+        site: usize,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> std::result::Result<T, Failure> {
         req.len = u32::try_from(args.len()).map_err(|_| Error::Encode("arguments over 4 GiB".into()))?;
         let mut msg = req.encode(args);
         let hint = self.hints.borrow().get(site).copied().unwrap_or(0);
@@ -82,29 +96,34 @@ impl Caller {
         p.send_with(&mut msg, to, segment, SendOptions::default())?;
         let (st, n, inline) = read_answer(&msg);
         let n = n as usize;
-        let result = match st {
-            status::OK if n <= ANSWER_INLINE => inline[..n].to_vec(),
-            status::OK if writable >= n => buf[..n].to_vec(),
-            status::MORE => fetch(p, to, n, &mut buf)?,
+        {
+            let mut hints = self.hints.borrow_mut();
+            if hints.len() <= site {
+                hints.resize(site + 1, 0);
+            }
+            hints[site] = n;
+        }
+        let bytes = match st {
+            status::OK if n <= ANSWER_INLINE => &inline[..n],
+            status::OK if writable >= n => &buf[..n],
+            status::MORE => {
+                fetch(p, to, n, &mut buf)?;
+                &buf[..n]
+            }
             st => return Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
         };
-        let mut hints = self.hints.borrow_mut();
-        if hints.len() <= site {
-            hints.resize(site + 1, 0);
-        }
-        hints[site] = n;
-        Ok(result)
+        Ok(take(bytes)?)
     }
 }
 
-/// Fetches the `n`-byte result `to` kept after answering MORE.
-pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<Vec<u8>, Failure> {
+/// Fetches the `n`-byte result `to` kept after answering MORE into `buf[..n]`.
+pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<(), Failure> {
     let req = Request { kind: kind::FETCH, flags: 0, method: 0, fingerprint: 0, len: 0 };
     let mut msg = req.encode(&[]);
     buf.resize(n, 0);
     p.send_with(&mut msg, to, Some(SegmentRef::Write(&mut buf[..n])), SendOptions::default())?;
     match read_answer(&msg) {
-        (status::OK, got, _) if got as usize == n => Ok(buf[..n].to_vec()),
+        (status::OK, got, _) if got as usize == n => Ok(()),
         (st, _, inline) => Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
     }
 }
@@ -152,21 +171,21 @@ impl Kept {
 }
 
 /// Answers `g.to` with status OK and `result`, the cheapest way its grant allows.
-pub(crate) fn send_result(p: &Process, g: Grant, result: Vec<u8>, kept: &mut Kept) -> Result<()> {
+pub(crate) fn send_result(p: &Process, g: Grant, result: &[u8], kept: &mut Kept) -> Result<()> {
     let n = result.len();
     let len = u32::try_from(n).map_err(|_| Error::Encode("a result over 4 GiB".into()))?;
     if n <= ANSWER_INLINE {
-        return Ok(p.reply(&answer(status::OK, len, &result), g.to)?);
+        return Ok(p.reply(&answer(status::OK, len, result), g.to)?);
     }
     if !g.write || n > g.size as usize {
-        kept.put(g.to, result);
+        kept.put(g.to, result.to_vec());
         return Ok(p.reply(&answer(status::MORE, len, &[]), g.to)?);
     }
     let ok = answer(status::OK, len, &[]);
     if n <= REPLY_SEGMENT_MAX {
-        return Ok(p.reply_with_segment(&ok, g.to, 0, &result)?);
+        return Ok(p.reply_with_segment(&ok, g.to, 0, result)?);
     }
-    p.move_to(g.to, 0, &result)?;
+    p.move_to(g.to, 0, result)?;
     Ok(p.reply(&ok, g.to)?)
 }
 
@@ -184,18 +203,35 @@ pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<()> {
 /// The encoded arguments of `req`: inline, appended (`rbuf[..info.len]`),
 /// and the rest read with MoveFrom.
 pub(crate) fn read_args(p: &Process, req: &Request, msg: &Message, info: ReceiveInfo, rbuf: &[u8]) -> Result<Vec<u8>> {
+    let mut args = Vec::new();
+    read_args_into(p, req, msg, info, rbuf, &mut args)?;
+    Ok(args)
+}
+
+/// [`read_args`] into `args` (replacing its contents): a server reusing one
+/// buffer takes no page faults for large arguments.
+pub(crate) fn read_args_into(
+    p: &Process,
+    req: &Request,
+    msg: &Message,
+    info: ReceiveInfo,
+    rbuf: &[u8],
+    args: &mut Vec<u8>,
+) -> Result<()> {
+    args.clear();
     if let Some(inline) = req.inline(msg) {
-        return Ok(inline);
+        args.extend_from_slice(&inline);
+        return Ok(());
     }
     let n = req.len as usize;
     if !info.access.read || (info.segment_size as usize) < n {
         return Err(Error::Malformed(format!("{n} bytes of arguments but a {}-byte segment", info.segment_size)));
     }
-    let mut args = vec![0u8; n];
     let have = info.len.min(n);
-    args[..have].copy_from_slice(&rbuf[..have]);
+    args.extend_from_slice(&rbuf[..have]);
+    args.resize(n, 0);
     if have < n {
         p.move_from(info.from, have as u32, &mut args[have..])?;
     }
-    Ok(args)
+    Ok(())
 }
