@@ -16,6 +16,7 @@ pub mod bars;
 pub mod condvar;
 pub mod error;
 pub mod files;
+pub mod filestyles;
 pub mod groups;
 pub mod grpc;
 pub mod ipc;
