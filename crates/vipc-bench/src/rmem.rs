@@ -75,7 +75,7 @@ pub(crate) fn hex(name: &SegmentName) -> String {
 }
 
 pub(crate) fn unhex(s: &str) -> Result<SegmentName> {
-    let bad = || BenchError::Other(format!("rmem-owner: bad segment name {s:?}"));
+    let bad = || BenchError::Other(format!("bench: bad segment name {s:?}"));
     if s.len() != 32 {
         return Err(bad());
     }

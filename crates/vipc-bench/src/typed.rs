@@ -108,7 +108,7 @@ pub fn server_peer(a: &PeerArgs) -> Result<()> {
     vipc::services::spawn_group_member(&node, vipc::well_known_group(RAW_GROUP))?;
     let opts = SegmentOptions { access: Access::READ, notify: Notify::Never, protection: ProtectionGroup::Any };
     let seg = node.export_segment(4096, opts)?;
-    let name: String = seg.name().iter().map(|b| format!("{b:02x}")).collect();
+    let name = crate::rmem::hex(&seg.name());
     announce(&[("addr", node.local_addr().to_string()), ("raw", raw.0.to_string()), ("seg", name)]);
     let lines = stdin_lines();
     while lines.recv().is_ok() {}
@@ -220,11 +220,7 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let seg_hex = peer.field("seg")?.to_string();
-    let mut name = [0u8; 16];
-    for (i, b) in name.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&seg_hex[2 * i..2 * i + 2], 16).map_err(|_| "typed: bad segment name")?;
-    }
+    let name = crate::rmem::unhex(peer.field("seg")?)?;
     let raw_seg = node.import_segment(name, Access::READ, Duration::from_secs(1))?;
     let into = node.anonymous_segment(4096)?;
     let vars = RemoteVars::connect(&node, &me, host).map_err(ports_err)?;
