@@ -23,6 +23,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     }
 }
 
+/// A `T` from the front of `bytes` (the rest is padding).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    postcard::take_from_bytes(bytes).map(|(v, _)| v).map_err(|e| Error::Decode(e.to_string()))
+}
+
 /// A stable 64-bit fingerprint of a description (interfaces, port types).
 pub fn fingerprint(description: &str) -> u64 {
     let h = blake3::hash(description.as_bytes());

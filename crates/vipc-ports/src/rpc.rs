@@ -4,9 +4,9 @@
 //!
 //! How the bytes travel (inline, segments, MORE/FETCH) is in `transfer.rs`.
 
-use crate::codec::{decode, encode};
-use crate::frame::{answer, kind, status, Request};
-use crate::transfer::{fetched, read_args_into, send_result, status_error, Caller, Failure, Grant, Kept};
+use crate::codec::{decode, encode, encode_into};
+use crate::frame::{answer, flags, kind, status, Request, REQUEST_INLINE};
+use crate::transfer::{fetched, read_args_into, read_bulk, send_result, status_error, Caller, Failure, Grant, Kept};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,7 +46,39 @@ impl<'p> Client<'p> {
 
     /// Calls method `method` with `args`; decodes its result.
     pub fn call<A: Serialize + ?Sized, R: DeserializeOwned>(&self, method: u16, args: &A) -> Result<R> {
-        self.call_encoded(method, &encode(args)?, decode)
+        self.call_with(method, args, decode)
+    }
+
+    /// Calls method `method` with `args`; hands the result's bytes to `take`.
+    pub fn call_with<A: Serialize + ?Sized, T>(
+        &self,
+        method: u16,
+        args: &A,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        self.call_encoded(method, &encode(args)?, take)
+    }
+
+    /// Calls method `method` whose arguments are `head` (a tuple of all
+    /// but the last) and the byte vector `bulk`: `bulk` is the segment the
+    /// server reads (flag BULK), unless it is small or `head` does not fit
+    /// the request, when the call is encoded as [`Client::call_with`] would.
+    pub fn call_bulk<H: Serialize, T>(
+        &self,
+        method: u16,
+        head: &H,
+        bulk: Vec<u8>,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        let mut args = encode(head)?;
+        if args.len() > REQUEST_INLINE || bulk.len() <= REQUEST_INLINE {
+            // A tuple's encoding is its fields' in order: the head's, then the bytes'.
+            encode_into(serde_bytes::Bytes::new(&bulk), &mut args)?;
+            return self.call_encoded(method, &args, take);
+        }
+        let req = Request { kind: kind::CALL, flags: flags::BULK, method, fingerprint: self.fingerprint, len: 0 };
+        let r = self.caller.call_bulk(self.process, self.server, req, &args, bulk, method as usize, take);
+        r.map_err(|f| self.failed(method, f))
     }
 
     /// Calls method `method` with encoded `args`; returns the encoded result.
@@ -56,10 +88,16 @@ impl<'p> Client<'p> {
 
     fn call_encoded<T>(&self, method: u16, args: &[u8], take: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
         let req = Request { kind: kind::CALL, flags: 0, method, fingerprint: self.fingerprint, len: 0 };
-        self.caller.call_with(self.process, self.server, req, args, method as usize, take).map_err(|f| match f {
+        self.caller
+            .call_with(self.process, self.server, req, args, method as usize, take)
+            .map_err(|f| self.failed(method, f))
+    }
+
+    fn failed(&self, method: u16, f: Failure) -> Error {
+        match f {
             Failure::Vipc(e) => e,
             Failure::Status(st, inline) => self.failure(method, st, &inline),
-        })
+        }
     }
 
     fn failure(&self, method: u16, st: u8, inline: &[u8]) -> Error {
@@ -101,8 +139,22 @@ pub trait Dispatch: Send + Sync {
     fn fingerprint(&self) -> u64;
     /// Runs method `method` on encoded `args`; appends the encoded result
     /// to `result` (empty, and reused between calls: no fresh pages for a
-    /// large result).
+    /// large result) or replaces it by the result's own bytes (a method
+    /// returning `Vec<u8>`: no copy).
     fn dispatch(&self, method: u16, args: &[u8], result: &mut Vec<u8>) -> Result<(), DispatchError>;
+    /// Runs method `method` whose last argument, a byte vector, travelled
+    /// as the segment (flag BULK): `head` holds the other arguments'
+    /// encoding, zero-padded. Interfaces with no such method keep the default.
+    fn dispatch_bulk(
+        &self,
+        method: u16,
+        head: &[u8],
+        bulk: Vec<u8>,
+        result: &mut Vec<u8>,
+    ) -> Result<(), DispatchError> {
+        let _ = (method, head, bulk, result);
+        Err(DispatchError::NoSuchMethod)
+    }
 }
 
 /// A server process's state between requests.
@@ -166,16 +218,23 @@ impl<'a> Server<'a> {
                 self.answer(from, status::MISMATCH, &self.dispatch.fingerprint().to_le_bytes())
             }
             kind::CALL => {
-                let mut args = std::mem::take(&mut self.args);
-                let read = read_args_into(self.process, &req, msg, info, &self.rbuf, &mut args);
                 let d = self.dispatch;
                 let mut result = std::mem::take(&mut self.result);
                 result.clear();
-                let outcome =
-                    read.map(|()| catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args, &mut result))));
-                if args.capacity() <= KEEP_BUFFER {
-                    self.args = args;
-                }
+                let outcome = if req.flags & flags::BULK != 0 {
+                    read_bulk(self.process, &req, info, &self.rbuf).map(|bulk| {
+                        catch_unwind(AssertUnwindSafe(|| d.dispatch_bulk(req.method, &msg[16..], bulk, &mut result)))
+                    })
+                } else {
+                    let mut args = std::mem::take(&mut self.args);
+                    let read = read_args_into(self.process, &req, msg, info, &self.rbuf, &mut args);
+                    let outcome =
+                        read.map(|()| catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args, &mut result))));
+                    if args.capacity() <= KEEP_BUFFER {
+                        self.args = args;
+                    }
+                    outcome
+                };
                 let answered = match outcome {
                     Ok(Ok(Ok(()))) => send_result(self.process, Grant::of(&info), &result, &mut self.kept),
                     Ok(Ok(Err(DispatchError::NoSuchMethod))) => self.answer(from, status::NO_SUCH, &[]),
