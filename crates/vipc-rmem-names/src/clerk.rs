@@ -23,7 +23,10 @@ pub struct ClerkParams {
     pub peers: Vec<HostId>,
     /// Buckets read per remote read while probing (003 read one).
     pub window: u32,
-    /// How long a remote read or import waits for its answer before it is sent again.
+    /// How long a remote read or import waits for its answer before it is
+    /// sent again. At least 100 ms keeps the fast path: a shorter wait does
+    /// not read the answer off the socket itself (vipc's receive poll is
+    /// 100 ms) but sleeps until the node's reader hands it over (~2 ms).
     pub read_wait: Duration,
     /// How long a lookup may spend on one host's table.
     pub timeout: Duration,
@@ -39,7 +42,7 @@ impl Default for ClerkParams {
             buckets: 1024,
             peers: Vec::new(),
             window: 1,
-            read_wait: Duration::from_millis(100),
+            read_wait: Duration::from_millis(200),
             timeout: Duration::from_secs(2),
             cache_ttl: Duration::from_secs(30),
             protection: ProtectionGroup::Any,
