@@ -21,6 +21,7 @@ pub mod groups;
 pub mod grpc;
 pub mod ipc;
 pub mod layers;
+pub mod names;
 pub mod peer;
 pub mod plots;
 pub mod probe;

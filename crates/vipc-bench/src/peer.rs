@@ -239,6 +239,7 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "block-receiver" => crate::layers::receiver_peer(&a),
         "rapid-server" => crate::layers::rapid_peer(&a),
         "file-styles-server" => crate::filestyles::server_peer(&a),
+        "names-clerk" => crate::names::clerk_peer(&a),
         "vipc-client" => crate::vserver::client_peer(&a),
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
         "group-host" => crate::groups::peers::host_peer(&a),

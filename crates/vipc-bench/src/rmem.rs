@@ -12,6 +12,7 @@
 //! | `block` | 1 MiB read into an anonymous segment against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
+//! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
 //! | `file_styles` | file reads in the transfer styles of 003 §7.4 against a Send–Receive–Reply read, and the server's CPU per transfer ([`crate::filestyles`]) |
 
 use crate::error::{BenchError, Result};
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "file_styles"];
+pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "names", "file_styles"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -49,6 +50,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "block" => block(ctx),
         "block_transfer" => crate::layers::block_transfer(ctx),
         "rapid" => crate::layers::rapid(ctx),
+        "names" => crate::names::names(ctx),
         "file_styles" => crate::filestyles::file_styles(ctx),
         other => Err(BenchError::Other(format!("unknown item rmem/{other} (items: {})", ITEMS.join(", ")))),
     }

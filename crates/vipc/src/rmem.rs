@@ -38,6 +38,20 @@ impl Node {
     pub fn export_segment(&self, size: usize, opts: SegmentOptions) -> Result<ExportedSegment> {
         let mut name: SegmentName = [0; 16];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut name);
+        self.export_segment_named(name, size, opts)
+    }
+
+    /// Exports `size` zeroed bytes under a name the caller chose: for
+    /// well-known segments that services bootstrap from (003 §4.2.6 reserves
+    /// such segments for the name server's clerks). Such a name is guessable
+    /// by design — restrict the segment with its protection group and access,
+    /// not its name. Fails if this node already exports a segment of that name.
+    pub fn export_segment_named(
+        &self,
+        name: SegmentName,
+        size: usize,
+        opts: SegmentOptions,
+    ) -> Result<ExportedSegment> {
         let shared = self.shared().clone();
         let id = shared.call(None, |e, _| e.export_segment(Some(name), size, opts))?;
         Ok(ExportedSegment { seg: Local { shared, id, size: size as u32 }, name })
