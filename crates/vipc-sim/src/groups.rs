@@ -12,7 +12,7 @@ use crate::history::{History, ProcId, Span};
 use crate::net::{LinkParams, Net, Queue};
 use crate::report::Report;
 use crate::scenario::{GroupLoad, Scenario};
-use crate::sim::{describe, engine_config, node_addr, MARGIN, TIMEOUT};
+use crate::sim::{describe, engine_config, mix, node_addr, MARGIN, TIMEOUT};
 use crate::Options;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -45,15 +45,6 @@ fn segment_byte(sid: u64, i: usize) -> u8 {
 
 fn segment_of(sid: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| segment_byte(sid, i)).collect()
-}
-
-fn mix(a: u64, b: u64) -> u64 {
-    let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 #[derive(Clone, Debug)]

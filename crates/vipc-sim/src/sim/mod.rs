@@ -43,7 +43,7 @@ const WATCHDOG: Duration = Duration::from_millis(50);
 /// A logical host no node has: sends there must time out.
 const BOGUS_HOST: HostId = 0x7ABC;
 
-fn mix(a: u64, b: u64) -> u64 {
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^= x >> 30;
     x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
