@@ -43,6 +43,19 @@ pub enum Invariant {
     /// A node listens on a group's multicast address exactly while it has a
     /// local member of the group (`GroupJoined`/`GroupLeft` events).
     GroupListen,
+    /// Remote memory (1): a read returns bytes the owner held when it served
+    /// it; CAS-II and import answers and refusals are ones the owner gave.
+    MemRead,
+    /// Remote memory (2): segment bytes equal the reference model's (refused
+    /// requests change nothing, applied ones land whole).
+    MemModel,
+    /// Remote memory (3): CAS-II increments retried with the same nonce count exactly once.
+    MemExactlyOnce,
+    /// Remote memory (4): the owner's counters (refusals per reason, served,
+    /// applied, queued, notified) equal the model's.
+    MemCounters,
+    /// Remote memory (5): control and data channel records are exactly the model's.
+    MemChannels,
     /// The engine panicked.
     Panic,
     /// The run did not finish within its event budget (livelock).
@@ -64,6 +77,11 @@ impl fmt::Display for Invariant {
             Invariant::Naming => "GetPid answers correctly",
             Invariant::HostIds => "logical host ids are distinct",
             Invariant::GroupListen => "a node listens on a group's address exactly while it has members",
+            Invariant::MemRead => "remote reads and answers are what the owner served",
+            Invariant::MemModel => "segment bytes match the reference model",
+            Invariant::MemExactlyOnce => "CAS-II increments count exactly once",
+            Invariant::MemCounters => "the owner's remote-memory counters match the model",
+            Invariant::MemChannels => "control and data channel records match the model",
             Invariant::Panic => "the engine does not panic",
             Invariant::Budget => "the run finishes (no livelock)",
         };

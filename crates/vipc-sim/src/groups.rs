@@ -12,7 +12,7 @@ use crate::history::{History, ProcId, Span};
 use crate::net::{LinkParams, Net, Queue};
 use crate::report::Report;
 use crate::scenario::{GroupLoad, Scenario};
-use crate::sim::{describe, engine_config, node_addr, MARGIN, TIMEOUT};
+use crate::sim::{describe, digest, engine_config, mix, next_timer, node_addr, MARGIN, TIMEOUT};
 use crate::Options;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -45,15 +45,6 @@ fn segment_byte(sid: u64, i: usize) -> u8 {
 
 fn segment_of(sid: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| segment_byte(sid, i)).collect()
-}
-
-fn mix(a: u64, b: u64) -> u64 {
-    let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 #[derive(Clone, Debug)]
@@ -424,11 +415,8 @@ impl GroupSim {
             }
         }
         let epoch = self.nodes[node].epoch;
-        let Some(t) = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()) else { return };
-        let t = Time(t.0.saturating_sub(self.nodes[node].clock)).max(self.now);
-        let armed = self.nodes[node].timers.first().is_some_and(|&a| a <= t);
-        if !armed {
-            self.nodes[node].timers.insert(t);
+        let n = &mut self.nodes[node];
+        if let Some(t) = next_timer(n.engine.as_ref(), n.clock, self.now, &mut n.timers) {
             self.queue.push(t, Ev::Timer { node, epoch });
         }
     }
@@ -474,7 +462,7 @@ impl GroupSim {
             return;
         }
         self.report.delivered += 1;
-        let digest = bytes.iter().fold(bytes.len() as u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
+        let digest = digest(&bytes);
         self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
         self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, None)));
         if let Ok(p) = vipc_wire::parse(&bytes, None) {

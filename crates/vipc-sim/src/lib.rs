@@ -81,6 +81,8 @@ mod net;
 mod pattern;
 mod proto;
 mod report;
+mod rmem;
+mod rmodel;
 mod scenario;
 mod sim;
 mod workload;
@@ -89,6 +91,7 @@ pub use check::{fmt_time, Invariant, Violation};
 pub use groups::GroupStats;
 pub use net::{LinkParams, NetStats};
 pub use report::{Failure, Report};
+pub use rmem::RmemStats;
 pub use scenario::{GroupLoad, HostIds, Scenario};
 pub use sim::{describe, engine_config, node_addr, MARGIN, RETRANSMIT, TIMEOUT};
 
@@ -118,24 +121,38 @@ pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, Failure> {
 /// reported as a [`Failure`] of [`Invariant::Panic`].
 pub fn run_with(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report, Failure> {
     if scenario.group.is_some() {
-        return run_groups(seed, scenario, opts);
+        let mut sim = groups::GroupSim::new(seed, scenario, opts);
+        return drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report);
+    }
+    if scenario.rmem {
+        let mut sim = rmem::RmemSim::new(seed, scenario, opts);
+        return drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report);
     }
     let mut sim = sim::Sim::new(seed, scenario, opts);
-    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run()));
+    drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report)
+}
+
+/// Runs a simulation to its end; a panic inside an engine becomes a
+/// [`Failure`] of [`Invariant::Panic`].
+fn drive<S>(
+    seed: u64,
+    scenario: &Scenario,
+    sim: &mut S,
+    run: impl FnOnce(&mut S) -> Result<(), Violation>,
+    now: impl Fn(&S) -> vipc_engine::Time,
+    report: impl Fn(&mut S) -> &mut Report,
+) -> Result<Report, Failure> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| run(sim)));
     let violation = match outcome {
-        Ok(Ok(())) => return Ok(sim.report),
+        Ok(Ok(())) => return Ok(std::mem::take(report(sim))),
         Ok(Err(v)) => v,
         Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "non-string panic".to_string());
-            sim.report.end = sim.now();
-            Violation { invariant: Invariant::Panic, at: sim.now(), detail: msg }
+            let at = now(sim);
+            report(sim).end = at;
+            Violation { invariant: Invariant::Panic, at, detail: panic_text(panic) }
         }
     };
-    Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(sim.report) })
+    Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(std::mem::take(report(sim))) })
 }
 
 fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
@@ -144,19 +161,4 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "non-string panic".to_string())
-}
-
-/// [`run_with`] for a group scenario.
-fn run_groups(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report, Failure> {
-    let mut sim = groups::GroupSim::new(seed, scenario, opts);
-    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run()));
-    let violation = match outcome {
-        Ok(Ok(())) => return Ok(sim.report),
-        Ok(Err(v)) => v,
-        Err(panic) => {
-            sim.report.end = sim.now();
-            Violation { invariant: Invariant::Panic, at: sim.now(), detail: panic_text(panic) }
-        }
-    };
-    Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(sim.report) })
 }

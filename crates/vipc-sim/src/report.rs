@@ -61,6 +61,8 @@ pub struct Report {
     pub fingerprint: u64,
     /// Counters of the group scenarios.
     pub group: crate::groups::GroupStats,
+    /// Counters of the rmem scenarios.
+    pub rmem: crate::rmem::RmemStats,
 }
 
 /// A failed run: the seed, its scenario and the broken invariant.

@@ -82,6 +82,12 @@ pub struct Scenario {
     /// A group workload (`groups`, `reliable`, ...) instead of the
     /// request/reply one: see [`GroupLoad`] and `crate::groups`.
     pub group: Option<GroupLoad>,
+    /// A remote-memory workload (`rmem-calm`, `rmem`) instead of the
+    /// request/reply one: see `crate::rmem`.
+    pub rmem: bool,
+    /// Owners unexport data segments and export them again (same name, new
+    /// generation) during an rmem run.
+    pub rmem_unexport: bool,
 }
 
 /// The group workload of a scenario: senders sending to one group in every
@@ -143,6 +149,8 @@ impl Scenario {
             workload: Duration::from_millis(1500),
             drain: Duration::from_secs(1),
             group: None,
+            rmem: false,
+            rmem_unexport: false,
         }
     }
 
@@ -371,6 +379,56 @@ impl Scenario {
         }
     }
 
+    fn rmem_base(name: &'static str) -> Scenario {
+        Scenario {
+            name,
+            min_nodes: 3,
+            max_nodes: 5,
+            destroy: false,
+            probes: false,
+            bad_targets: 0.0,
+            segments: 0.0,
+            workload: Duration::from_millis(1500),
+            drain: Duration::from_millis(500),
+            rmem: true,
+            rmem_unexport: true,
+            ..Scenario::calm()
+        }
+    }
+
+    /// Remote memory on a network with 1% loss and duplication and a little
+    /// reordering: every operation kind, refusal, notify policy, inhibited
+    /// range, unexport and re-export (see `crate::rmem`).
+    pub fn rmem_calm() -> Scenario {
+        Scenario {
+            loss: 0.01,
+            duplicate: 0.01,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(2),
+            ..Scenario::rmem_base("rmem-calm")
+        }
+    }
+
+    /// Remote memory under 10% loss, duplication, reordering, partitions
+    /// (some longer than `rmem_timeout`) and owner crashes and restarts.
+    pub fn rmem() -> Scenario {
+        Scenario {
+            loss: 0.10,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            partitions: true,
+            crashes: true,
+            restarts: true,
+            ..Scenario::rmem_base("rmem")
+        }
+    }
+
+    /// The remote-memory scenarios, run by their own tests.
+    pub fn rmem_suite() -> Vec<Scenario> {
+        vec![Scenario::rmem_calm(), Scenario::rmem()]
+    }
+
     /// The group scenarios, run by their own tests (their seeds do not
     /// shift the round-robin mapping of [`Scenario::all`]).
     pub fn group_suite() -> Vec<Scenario> {
@@ -402,7 +460,11 @@ impl Scenario {
 
     /// A scenario of the standard suite by name.
     pub fn by_name(name: &str) -> Option<Scenario> {
-        Scenario::all().into_iter().chain(Scenario::group_suite()).find(|s| s.name == name)
+        Scenario::all()
+            .into_iter()
+            .chain(Scenario::group_suite())
+            .chain(Scenario::rmem_suite())
+            .find(|s| s.name == name)
     }
 
     /// Applies comma-separated tweaks that switch parts of the workload off,

@@ -43,7 +43,30 @@ const WATCHDOG: Duration = Duration::from_millis(50);
 /// A logical host no node has: sends there must time out.
 const BOGUS_HOST: HostId = 0x7ABC;
 
-fn mix(a: u64, b: u64) -> u64 {
+/// A datagram's hash, for the run fingerprint.
+pub(crate) fn digest(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(bytes.len() as u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3))
+}
+
+/// When a node's timer event must fire for its engine's next timeout
+/// (engine time shifted by the node's `clock`), or None if one already
+/// armed at or before then will do; records it in `timers`.
+pub(crate) fn next_timer(
+    engine: Option<&Engine>,
+    clock: u64,
+    now: Time,
+    timers: &mut std::collections::BTreeSet<Time>,
+) -> Option<Time> {
+    let t = engine?.poll_timeout()?;
+    let t = Time(t.0.saturating_sub(clock)).max(now);
+    if timers.first().is_some_and(|&a| a <= t) {
+        return None;
+    }
+    timers.insert(t);
+    Some(t)
+}
+
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^= x >> 30;
     x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -482,11 +505,8 @@ impl Sim {
             }
         }
         let epoch = self.nodes[node].epoch;
-        let Some(t) = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()) else { return };
-        let t = Time(t.0.saturating_sub(self.nodes[node].clock)).max(self.now);
-        let armed = self.nodes[node].timers.first().is_some_and(|&a| a <= t);
-        if !armed {
-            self.nodes[node].timers.insert(t);
+        let n = &mut self.nodes[node];
+        if let Some(t) = next_timer(n.engine.as_ref(), n.clock, self.now, &mut n.timers) {
             self.queue.push(t, Ev::Timer { node, epoch });
         }
     }
@@ -543,7 +563,7 @@ impl Sim {
         if self.net.corrupt(&mut bytes) {
             self.trace(|| "  (this datagram was damaged on purpose)".to_string());
         }
-        let digest = bytes.iter().fold(bytes.len() as u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
+        let digest = digest(&bytes);
         self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
         self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, self.key.as_ref())));
         if let Ok(p) = vipc_wire::parse(&bytes, self.key.as_ref()) {
