@@ -132,7 +132,6 @@ pub fn block_transfer(ctx: &mut Ctx<'_>) -> Result<()> {
         find(&probes, &mv)?.rounds.median(),
     );
     drop(probes);
-    drop(txc);
     // The receiver took every block, and the last one is the data sent (it
     // may still be returning the last block when the sender's send returns).
     let want = format!("LAST blocks={} digest={}", tx.stats().blocks, digest(&data));
