@@ -13,6 +13,7 @@
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
 //! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
+//! | `chandy_misra` | a vector through the simulated 32-bit adder (003 §6.3.2) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 
 use crate::error::{BenchError, Result};
 use crate::ipc::{label, Ctx, PENALTY_PACKET};
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "ising"];
+pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "ising", "chandy_misra"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -50,6 +51,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "block_transfer" => crate::layers::block_transfer(ctx),
         "rapid" => crate::layers::rapid(ctx),
         "ising" => crate::apps::ising(ctx),
+        "chandy_misra" => crate::apps::chandy_misra(ctx),
         other => Err(BenchError::Other(format!("unknown item rmem/{other} (items: {})", ITEMS.join(", ")))),
     }
 }

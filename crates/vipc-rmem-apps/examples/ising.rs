@@ -3,17 +3,13 @@
 //! prints the time per sweep, the exchange costs, and whether the grid
 //! equals the sequential run's.
 
+mod common;
+
+use common::arg;
 use std::time::Instant;
 use vipc::FaultConfig;
 use vipc_rmem_apps::ising::{model, IsingCluster, IsingParams};
 use vipc_rmem_apps::loopback_nodes;
-
-fn arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or(format!("{name} wants a number")),
-    }
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

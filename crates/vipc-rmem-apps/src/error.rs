@@ -19,3 +19,8 @@ pub enum Error {
 
 /// Result with the applications' [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A read or CAS-II lost on the way (its request or its answer), rather than refused.
+pub(crate) fn lost(e: &vipc::Error) -> bool {
+    matches!(e, vipc::Error::StillPending) || matches!(e.protocol(), Some(vipc::ProtocolError::Timeout(_)))
+}

@@ -18,6 +18,7 @@
 mod error;
 pub mod ising;
 mod loopback;
+pub mod sim;
 
 pub use error::{Error, Result};
 pub use loopback::loopback_nodes;

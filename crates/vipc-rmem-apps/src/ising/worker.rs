@@ -10,7 +10,7 @@ use super::layout::{decode, encode, inbox, outbox, segment_len, slot_len, Ghost}
 use super::model::{Band, IsingParams};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
-use vipc::{Access, AnonSegment, ExportedSegment, Node, Notify, ProtectionGroup, ProtocolError, RemoteSegment};
+use vipc::{Access, AnonSegment, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment};
 use vipc::{SegmentName, SegmentOptions};
 
 /// Where a worker sits and how patient it is.
@@ -206,7 +206,7 @@ impl IsingWorker {
         let op = from.read(outbox(n, g, h), slot_len(n) as u32, (&self.anon, 0), false)?;
         let row = match op.wait(self.cfg.rto) {
             Ok(_) => decode(g, h, &self.anon.to_vec(0, slot_len(n))?),
-            Err(e) if lost(&e) => None,
+            Err(e) if crate::error::lost(&e) => None,
             Err(e) => return Err(e.into()),
         };
         match row {
@@ -223,9 +223,4 @@ impl IsingWorker {
         };
         self.band.set_row(k, row);
     }
-}
-
-/// A read lost on the way (its request or its answer), rather than refused.
-fn lost(e: &vipc::Error) -> bool {
-    matches!(e, vipc::Error::StillPending) || matches!(e.protocol(), Some(ProtocolError::Timeout(_)))
 }
