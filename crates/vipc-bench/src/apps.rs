@@ -20,8 +20,10 @@ use vipc_rmem_apps::ising::{IsingCluster, IsingParams};
 use vipc_rmem_apps::loopback_nodes;
 use vipc_rmem_apps::sim::{reference, Circuit, Placement, SimCluster, Vector};
 
-/// Grid sizes, each with the sweeps one timed operation runs.
-const GRIDS: [(usize, u64); 2] = [(80, 20), (320, 2)];
+/// Grid sizes, each with the sweeps one timed operation runs (long enough
+/// that starting the threads and filling the pipeline of neighbours do not
+/// count) and the operations per round.
+const GRIDS: [(usize, u64, usize); 2] = [(80, 50, 10), (320, 10, 4)];
 /// Node counts; the first is the baseline.
 const NODES: [usize; 3] = [1, 2, 4];
 
@@ -53,8 +55,8 @@ fn against_first(ctx: &mut Ctx<'_>, probes: &mut [Probe<'_>], rounds: usize, war
 
 /// Item `ising`.
 pub fn ising(ctx: &mut Ctx<'_>) -> Result<()> {
-    for (size, chunk) in GRIDS {
-        let (rounds, n, warm) = ctx.scale(7, 10, 2);
+    for (size, chunk, per_round) in GRIDS {
+        let (rounds, n, warm) = ctx.scale(7, per_round, 1);
         let params = IsingParams::new(size, 1);
         let mut held = Vec::new();
         let mut clusters = Vec::new();

@@ -8,6 +8,13 @@
 //!   synchronisation the neighbours need. A row that is lost, duplicated
 //!   or overtaken is fetched by a remote read of the writer's own copy, so
 //!   every run equals the sequential one bit for bit.
+//! - [`sim`]: a conservative (Chandy–Misra) gate-level simulation of a
+//!   32-bit adder, its gates placed on P nodes. A gate's input queue fed
+//!   from another node is a ring in that node's exported segment; the
+//!   producer remote-writes each event (and null message) into it as a
+//!   checked, numbered record, the reader acknowledges by remote write, and
+//!   records unacknowledged after `rto` are written again. Every run makes
+//!   exactly the output changes of the sequential event-driven simulation.
 //!
 //! What each promises and how it uses write, read and notification is in
 //! `docs/RMEM.md`, "Applications".
