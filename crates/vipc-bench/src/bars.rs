@@ -45,7 +45,7 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "remote SRR / UDP ping-pong",
         record: "srr_remote_32B",
-        baseline: None,
+        baseline: Some("udp_pingpong_32B"),
         field: Field::Ratio,
         cmp: Cmp::AtMost,
         limit: 1.15,

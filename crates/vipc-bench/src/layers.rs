@@ -103,14 +103,14 @@ pub fn block_transfer(ctx: &mut Ctx<'_>) -> Result<()> {
     let host = ctx.host().to_string();
     let mut peer = Peer::spawn(&ctx.exe, "block-receiver", &["--host".to_string(), host])?;
     let node = Node::start(node_config(ctx.host(), vec![peer.parsed("addr")?], None))?;
-    let mut tx = BlockSender::connect(&node, unhex(peer.field("name")?)?, OP_TIMEOUT).map_err(layer_err)?;
+    let tx = BlockSender::connect(&node, unhex(peer.field("name")?)?, OP_TIMEOUT).map_err(layer_err)?;
     let srv = spawn_server(ctx, None)?;
     let rem = local(ctx, vec![srv.addr], None)?;
     let tcp = Peer::spawn(&ctx.exe, "tcp-echo", &[])?;
     let tc = RefCell::new(TcpClient::connect(tcp.parsed("addr")?)?);
     let data: Vec<u8> = (0..BLOCK).map(|i| (i * 31 % 251) as u8).collect();
     let seg = RefCell::new(vec![0u8; BLOCK]);
-    let txc = RefCell::new(&mut tx);
+    let txc = RefCell::new(tx);
     let l = label(BLOCK);
     let (v, tcp_name, mv) = (format!("rmem_block_transfer_{l}"), format!("tcp_bulk_{l}"), format!("moveto_remote_{l}"));
     let mut probes = vec![
@@ -132,6 +132,7 @@ pub fn block_transfer(ctx: &mut Ctx<'_>) -> Result<()> {
         find(&probes, &mv)?.rounds.median(),
     );
     drop(probes);
+    let tx = txc.into_inner();
     // The receiver took every block, and the last one is the data sent (it
     // may still be returning the last block when the sender's send returns).
     let want = format!("LAST blocks={} digest={}", tx.stats().blocks, digest(&data));

@@ -238,6 +238,8 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "typed-server" => crate::typed::server_peer(&a),
         "block-receiver" => crate::layers::receiver_peer(&a),
         "rapid-server" => crate::layers::rapid_peer(&a),
+        "file-styles-server" => crate::filestyles::server_peer(&a),
+        "names-clerk" => crate::names::clerk_peer(&a),
         "vipc-client" => crate::vserver::client_peer(&a),
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
         "group-host" => crate::groups::peers::host_peer(&a),

@@ -12,6 +12,8 @@
 //! | `block` | 1 MiB read into an anonymous segment against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
+//! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
+//! | `file_styles` | file reads in the transfer styles of 003 §7.4 against a Send–Receive–Reply read, and the server's CPU per transfer ([`crate::filestyles`]) |
 //! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 //! | `chandy_misra` | a vector through the simulated 32-bit adder (003 §6.3.2) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 
@@ -28,7 +30,8 @@ use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "ising", "chandy_misra"];
+pub const ITEMS: &[&str] =
+    &["latency", "write", "block", "block_transfer", "rapid", "names", "file_styles", "ising", "chandy_misra"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -50,6 +53,8 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "block" => block(ctx),
         "block_transfer" => crate::layers::block_transfer(ctx),
         "rapid" => crate::layers::rapid(ctx),
+        "names" => crate::names::names(ctx),
+        "file_styles" => crate::filestyles::file_styles(ctx),
         "ising" => crate::apps::ising(ctx),
         "chandy_misra" => crate::apps::chandy_misra(ctx),
         other => Err(BenchError::Other(format!("unknown item rmem/{other} (items: {})", ITEMS.join(", ")))),
@@ -77,7 +82,7 @@ pub(crate) fn hex(name: &SegmentName) -> String {
 }
 
 pub(crate) fn unhex(s: &str) -> Result<SegmentName> {
-    let bad = || BenchError::Other(format!("rmem-owner: bad segment name {s:?}"));
+    let bad = || BenchError::Other(format!("bench: bad segment name {s:?}"));
     if s.len() != 32 {
         return Err(bad());
     }

@@ -9,20 +9,21 @@
 //! |---|---|
 //! | `calls` | typed RPC (remote and local) against Send–Receive–Reply; asynchronous (`OnReceipt`) against synchronous (`OnReturn`) port calls; RPC against a synchronous port call |
 //! | `reads` | remote variable read (whole, qualified; blocking and spinning) against one raw remote-memory read and against an asynchronous port call; network port call against a raw reliable `ALL_REPLY` Send |
+//! | `bulk` | 1 MiB as a typed argument and a typed result (`Vec<u8>` and `serde_bytes::ByteBuf`) against a raw MoveFrom and MoveTo of 1 MiB: what marshalling costs on bulk data |
 //! | `multicast` | one network port call to N importers against a series of N RPCs, N = 1, 2, 4, 8 (002 Fig. 6-1) |
 
 use crate::error::{BenchError, Result};
 use crate::ipc::Ctx;
 use crate::peer::{announce, stdin_lines, Peer, PeerArgs};
 use crate::probe::{find, interleave, Probe};
-use crate::vserver::{call, node_config, request, serve, OP_ECHO};
+use crate::vserver::{call, node_config, request, serve, OP_ECHO, OP_MOVE_FROM, OP_MOVE_TO};
 use std::time::{Duration, Instant};
 use vipc::{Access, Node, Notify, Pid, ProtectionGroup, Reliable, SegmentOptions, SendOptions};
 use vipc_ports::rpc::spawn_server;
 use vipc_ports::{Checkpoint, NetPort, Ports, Region, RemoteVars, Variables};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["calls", "reads", "multicast"];
+pub const ITEMS: &[&str] = &["calls", "reads", "bulk", "multicast"];
 
 /// The suite name of its records.
 pub const SUITE: &str = "typed";
@@ -32,6 +33,14 @@ pub const SUITE: &str = "typed";
 pub trait Bench {
     /// Returns its argument.
     fn echo(&self, x: u64) -> u64;
+    /// Takes bulk data as a plain `Vec<u8>` (serde: a sequence of bytes); returns its length.
+    fn sink(&self, data: Vec<u8>) -> u64;
+    /// Returns `n` bytes as a plain `Vec<u8>`.
+    fn source(&self, n: u64) -> Vec<u8>;
+    /// Takes bulk data as `serde_bytes::ByteBuf` (serde: one byte string); returns its length.
+    fn sink_bytes(&self, data: serde_bytes::ByteBuf) -> u64;
+    /// Returns `n` bytes as `serde_bytes::ByteBuf`.
+    fn source_bytes(&self, n: u64) -> serde_bytes::ByteBuf;
 }
 
 struct Echo;
@@ -39,6 +48,18 @@ struct Echo;
 impl Bench for Echo {
     fn echo(&self, x: u64) -> u64 {
         x
+    }
+    fn sink(&self, data: Vec<u8>) -> u64 {
+        data.len() as u64
+    }
+    fn source(&self, n: u64) -> Vec<u8> {
+        vec![0x5a; n as usize]
+    }
+    fn sink_bytes(&self, data: serde_bytes::ByteBuf) -> u64 {
+        data.len() as u64
+    }
+    fn source_bytes(&self, n: u64) -> serde_bytes::ByteBuf {
+        serde_bytes::ByteBuf::from(vec![0x5a; n as usize])
     }
 }
 
@@ -55,6 +76,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
     match item {
         "calls" => calls(ctx),
         "reads" => reads(ctx),
+        "bulk" => bulk(ctx),
         "multicast" => multicast(ctx),
         other => Err(BenchError::Other(format!("unknown item typed/{other} (items: {})", ITEMS.join(", ")))),
     }
@@ -86,7 +108,7 @@ pub fn server_peer(a: &PeerArgs) -> Result<()> {
     vipc::services::spawn_group_member(&node, vipc::well_known_group(RAW_GROUP))?;
     let opts = SegmentOptions { access: Access::READ, notify: Notify::Never, protection: ProtectionGroup::Any };
     let seg = node.export_segment(4096, opts)?;
-    let name: String = seg.name().iter().map(|b| format!("{b:02x}")).collect();
+    let name = crate::rmem::hex(&seg.name());
     announce(&[("addr", node.local_addr().to_string()), ("raw", raw.0.to_string()), ("seg", name)]);
     let lines = stdin_lines();
     while lines.recv().is_ok() {}
@@ -171,7 +193,6 @@ fn calls(ctx: &mut Ctx<'_>) -> Result<()> {
         ("typed_call_local", "srr_local_32B"),
         ("port_call_on_return", "srr_remote_32B"),
         ("port_send_on_receipt", "srr_remote_32B"),
-        ("srr_remote_32B", "srr_local_32B"),
         // 002's relationships (Fig. 4-1, 4-5): asynchronous against synchronous port calls, RPC against a synchronous port.
         ("port_send_on_receipt", "port_call_on_return"),
         ("typed_call_remote", "port_call_on_return"),
@@ -180,6 +201,8 @@ fn calls(ctx: &mut Ctx<'_>) -> Result<()> {
         let (v, b) = (m(name)?, m(base)?);
         ctx.rec(name, v, "us", base, b);
     }
+    // Named as suite ipc names it: a record `srr_remote_32B` would be read by that suite's bar.
+    ctx.rec("srr_remote_over_local", m("srr_remote_32B")?, "us", "srr_local_32B", m("srr_local_32B")?);
     Ok(())
 }
 
@@ -198,11 +221,7 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let seg_hex = peer.field("seg")?.to_string();
-    let mut name = [0u8; 16];
-    for (i, b) in name.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&seg_hex[2 * i..2 * i + 2], 16).map_err(|_| "typed: bad segment name")?;
-    }
+    let name = crate::rmem::unhex(peer.field("seg")?)?;
     let raw_seg = node.import_segment(name, Access::READ, Duration::from_secs(1))?;
     let into = node.anonymous_segment(4096)?;
     let vars = RemoteVars::connect(&node, &me, host).map_err(ports_err)?;
@@ -287,6 +306,82 @@ fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
     ] {
         let (v, b) = (m(name)?, m(base)?);
         ctx.rec(name, v, "us", base, b);
+    }
+    Ok(())
+}
+
+/// 1 MiB through a typed call each way against the raw move of the same
+/// size, timed by the caller: the typed call adds marshalling (encode into
+/// a buffer, decode out of it) to the same MoveFrom or MoveTo.
+fn bulk(ctx: &mut Ctx<'_>) -> Result<()> {
+    const SIZE: usize = 1 << 20;
+    let (rounds, n, warm) = ctx.scale(7, 30, 5);
+    let peer = spawn_peer(ctx)?;
+    let node = Node::start(node_config(ctx.host(), vec![peer.parsed("addr")?], None))?;
+    let raw = Pid(peer.parsed("raw")?);
+    let me = node.attach()?;
+    let typed = BenchClient::connect(&me, "bench-typed").map_err(ports_err)?;
+    let data = vec![0x5au8; SIZE];
+    let bytes = serde_bytes::ByteBuf::from(data.clone());
+    let buf = std::cell::RefCell::new(vec![0u8; SIZE]);
+    let mbps = |t: Instant| SIZE as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e6;
+    let sent = |len: u64| -> Result<()> {
+        match len as usize {
+            SIZE => Ok(()),
+            other => Err(format!("typed: the server took {other} bytes of {SIZE}").into()),
+        }
+    };
+    let got = |len: usize| -> Result<()> {
+        match len {
+            SIZE => Ok(()),
+            other => Err(format!("typed: a result of {other} bytes, not {SIZE}").into()),
+        }
+    };
+    let mut probes = vec![
+        Probe::new("move_from_1MiB", n, || {
+            let t = Instant::now();
+            call(&me, raw, &mut request(OP_MOVE_FROM, SIZE, 0), Some(vipc::SegmentRef::Read(&data)))?;
+            Ok(mbps(t))
+        }),
+        Probe::new("typed_arg_1MiB", n, || {
+            let owned = data.clone();
+            let t = Instant::now();
+            sent(typed.sink(owned).map_err(ports_err)?)?;
+            Ok(mbps(t))
+        }),
+        Probe::new("typed_arg_bytes_1MiB", n, || {
+            let owned = bytes.clone();
+            let t = Instant::now();
+            sent(typed.sink_bytes(owned).map_err(ports_err)?)?;
+            Ok(mbps(t))
+        }),
+        Probe::new("move_to_1MiB", n, || {
+            let t = Instant::now();
+            let mut b = buf.borrow_mut();
+            call(&me, raw, &mut request(OP_MOVE_TO, SIZE, 0), Some(vipc::SegmentRef::Write(&mut b)))?;
+            Ok(mbps(t))
+        }),
+        Probe::new("typed_result_1MiB", n, || {
+            let t = Instant::now();
+            got(typed.source(SIZE as u64).map_err(ports_err)?.len())?;
+            Ok(mbps(t))
+        }),
+        Probe::new("typed_result_bytes_1MiB", n, || {
+            let t = Instant::now();
+            got(typed.source_bytes(SIZE as u64).map_err(ports_err)?.len())?;
+            Ok(mbps(t))
+        }),
+    ];
+    interleave(&mut probes, rounds, warm)?;
+    let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
+    for (name, base) in [
+        ("typed_arg_1MiB", "move_from_1MiB"),
+        ("typed_arg_bytes_1MiB", "move_from_1MiB"),
+        ("typed_result_1MiB", "move_to_1MiB"),
+        ("typed_result_bytes_1MiB", "move_to_1MiB"),
+    ] {
+        let (v, b) = (m(name)?, m(base)?);
+        ctx.rec(name, v, "MB/s", base, b);
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ pub struct BenchArgs {
     /// penalty, exchange, moves, pages, units, saturation, memory; `files` (against sshfs and
     /// the local file system) or `files/ITEM` with ITEM one of pages, sequential, tree, clients, pipe;
     /// `groups` (network namespaces, root) or `groups/ITEM` with ITEM one of sizes, soak, detect;
-    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, write, block.
+    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, write, block, block_transfer, rapid, names.
     pub suites: Vec<String>,
     /// Few iterations: every item once, in under a minute (CI smoke run).
     #[arg(long)]

@@ -111,6 +111,19 @@ fn methods(tr: &ItemTrait) -> syn::Result<Vec<Method>> {
     Ok(out)
 }
 
+/// `Vec<u8>`, written so: an argument is marshalled as one byte string
+/// rather than serde's sequence of `u8` (same bytes, one copy instead of a
+/// loop) or, as the last argument, sent as the segment itself; a result
+/// travels as its raw bytes.
+fn is_bytes(ty: &syn::Type) -> bool {
+    let syn::Type::Path(p) = ty else { return false };
+    let Some(last) = p.path.segments.last() else { return false };
+    let syn::PathArguments::AngleBracketed(a) = &last.arguments else { return false };
+    last.ident == "Vec"
+        && a.args.len() == 1
+        && matches!(a.args.first(), Some(syn::GenericArgument::Type(syn::Type::Path(u))) if u.path.is_ident("u8"))
+}
+
 /// Arguments and results cross the network by value (002): no borrowed
 /// or `impl Trait` types, whose meaning stays on the caller's side.
 fn by_value(ty: &syn::Type) -> syn::Result<()> {
@@ -132,7 +145,8 @@ fn by_value(ty: &syn::Type) -> syn::Result<()> {
 
 /// The fingerprint: BLAKE3 of a canonical description of the interface.
 fn fingerprint(name: &str, version: u64, methods: &[Method]) -> u64 {
-    let mut d = format!("vipc interface {name} version {version}\n");
+    // "/2": `Vec<u8>` results travel raw and a last `Vec<u8>` argument may be the segment.
+    let mut d = format!("vipc interface/2 {name} version {version}\n");
     for m in methods {
         let args: Vec<String> = m.args.iter().map(|(_, t)| quote!(#t).to_string()).collect();
         let out = &m.output;
@@ -156,10 +170,21 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
         let (mname, out, attrs) = (&m.name, &m.output, &m.attrs);
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
         let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let take = take_result(out);
+        let call = match m.args.split_last() {
+            Some(((last, t), head)) if is_bytes(t) => {
+                let head = head.iter().map(wire_value);
+                quote!(self.inner.call_bulk(#i, &(#(#head,)*), #last, #take))
+            }
+            _ => {
+                let wire = m.args.iter().map(wire_value);
+                quote!(self.inner.call_with(#i, &(#(#wire,)*), #take))
+            }
+        };
         quote! {
             #(#attrs)*
             pub fn #mname(&self #(, #names: #types)*) -> ::vipc_ports::Result<#out> {
-                self.inner.call(#i, &(#(#names,)*))
+                #call
             }
         }
     });
@@ -167,11 +192,53 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
         let i = i as u16;
         let mname = &m.name;
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
-        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let wire_types = m.args.iter().map(|(_, t)| wire_type(t));
+        let values = m.args.iter().map(handler_value);
+        let store = store_result(&m.output);
         quote! {
             #i => {
-                let (#(#names,)*): (#(#types,)*) = ::vipc_ports::codec::decode(args)?;
-                Ok(::vipc_ports::codec::encode(&self.0.#mname(#(#names),*))?)
+                let (#(#names,)*): (#(#wire_types,)*) = ::vipc_ports::codec::decode(args)?;
+                let result = self.0.#mname(#(#values),*);
+                #store
+            }
+        }
+    });
+    let bulk_arms: Vec<_> = methods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let i = i as u16;
+            let ((_, t), head) = m.args.split_last()?;
+            if !is_bytes(t) {
+                return None;
+            }
+            let mname = &m.name;
+            let names: Vec<_> = head.iter().map(|(n, _)| n).collect();
+            let wire_types = head.iter().map(|(_, t)| wire_type(t));
+            let values = head.iter().map(handler_value);
+            let store = store_result(&m.output);
+            Some(quote! {
+                #i => {
+                    let (#(#names,)*): (#(#wire_types,)*) = ::vipc_ports::codec::decode_prefix(head)?;
+                    let result = self.0.#mname(#(#values,)* bulk);
+                    #store
+                }
+            })
+        })
+        .collect();
+    let dispatch_bulk = (!bulk_arms.is_empty()).then(|| {
+        quote! {
+            fn dispatch_bulk(
+                &self,
+                method: u16,
+                head: &[u8],
+                bulk: Vec<u8>,
+                out: &mut Vec<u8>,
+            ) -> ::std::result::Result<(), ::vipc_ports::rpc::DispatchError> {
+                match method {
+                    #(#bulk_arms)*
+                    _ => Err(::vipc_ports::rpc::DispatchError::NoSuchMethod),
+                }
             }
         }
     });
@@ -218,12 +285,66 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
             fn fingerprint(&self) -> u64 {
                 #fp
             }
-            fn dispatch(&self, method: u16, args: &[u8]) -> ::std::result::Result<Vec<u8>, ::vipc_ports::rpc::DispatchError> {
+            fn dispatch(
+                &self,
+                method: u16,
+                args: &[u8],
+                out: &mut Vec<u8>,
+            ) -> ::std::result::Result<(), ::vipc_ports::rpc::DispatchError> {
                 match method {
                     #(#arms)*
                     _ => Err(::vipc_ports::rpc::DispatchError::NoSuchMethod),
                 }
             }
+            #dispatch_bulk
         }
     })
+}
+
+/// An argument as the client encodes it: `Vec<u8>` as one byte string.
+fn wire_value((name, ty): &(syn::Ident, syn::Type)) -> Tokens {
+    if is_bytes(ty) {
+        quote!(::vipc_ports::serde_bytes::Bytes::new(&#name))
+    } else {
+        quote!(#name)
+    }
+}
+
+/// An argument's type as the server decodes it.
+fn wire_type(ty: &syn::Type) -> Tokens {
+    if is_bytes(ty) {
+        quote!(::vipc_ports::serde_bytes::ByteBuf)
+    } else {
+        quote!(#ty)
+    }
+}
+
+/// A decoded argument as the handler takes it.
+fn handler_value((name, ty): &(syn::Ident, syn::Type)) -> Tokens {
+    if is_bytes(ty) {
+        quote!(#name.into_vec())
+    } else {
+        quote!(#name)
+    }
+}
+
+/// The client's reading of a result: a `Vec<u8>` result is its raw bytes.
+fn take_result(out: &syn::Type) -> Tokens {
+    if is_bytes(out) {
+        quote!(|b: &[u8]| Ok(b.to_vec()))
+    } else {
+        quote!(::vipc_ports::codec::decode::<#out>)
+    }
+}
+
+/// The server's answer bytes: a `Vec<u8>` result moved in whole, others encoded.
+fn store_result(out: &syn::Type) -> Tokens {
+    if is_bytes(out) {
+        quote! {
+            *out = result;
+            Ok(())
+        }
+    } else {
+        quote!(Ok(::vipc_ports::codec::encode_into(&result, out)?))
+    }
 }

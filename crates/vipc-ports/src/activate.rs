@@ -178,7 +178,7 @@ impl Serving {
                     report(&p, me, outcome);
                 })?;
                 self.remember(pid);
-                send_result(&self.p, Grant::of(&info), encode(&pid.0)?, &mut self.kept)
+                send_result(&self.p, Grant::of(&info), &encode(&pid.0)?, &mut self.kept)
             }
             kind::ACTIVATION_RESULT => {
                 let pid = Pid(req.fingerprint as u32);
@@ -229,7 +229,7 @@ impl Serving {
 
     fn deliver(&mut self, g: Grant, outcome: Outcome) -> Result<()> {
         match outcome {
-            Ok(bytes) => send_result(&self.p, g, bytes, &mut self.kept),
+            Ok(bytes) => send_result(&self.p, g, &bytes, &mut self.kept),
             Err(st) => self.answer(g.to, st),
         }
     }

@@ -9,6 +9,11 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     postcard::to_stdvec(value).map_err(|e| Error::Encode(e.to_string()))
 }
 
+/// `value` appended to `out` (a buffer reused between calls).
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<()> {
+    postcard::to_io(value, out).map(|_| ()).map_err(|e| Error::Encode(e.to_string()))
+}
+
 /// `bytes` as a `T`; trailing bytes are an error (a type mismatch, not padding).
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     match postcard::take_from_bytes(bytes) {
@@ -16,6 +21,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         Ok((_, rest)) => Err(Error::Decode(format!("{} unexpected trailing byte(s)", rest.len()))),
         Err(e) => Err(Error::Decode(e.to_string())),
     }
+}
+
+/// A `T` from the front of `bytes` (the rest is padding).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    postcard::take_from_bytes(bytes).map(|(v, _)| v).map_err(|e| Error::Decode(e.to_string()))
 }
 
 /// A stable 64-bit fingerprint of a description (interfaces, port types).
@@ -35,6 +45,10 @@ mod tests {
         assert_eq!(decode::<(String, Vec<u32>, Option<u64>)>(&b).unwrap(), v);
         assert!(matches!(decode::<(String, Vec<u32>)>(&b), Err(Error::Decode(_))), "trailing bytes");
         assert!(matches!(decode::<u64>(&[0xff; 3]), Err(Error::Decode(_))), "truncated varint");
+        // `#[interface]` sends `Vec<u8>` as one byte string: the same bytes as serde's sequence of u8.
+        let bulk: Vec<u8> = (0..=255).collect();
+        assert_eq!(encode(&serde_bytes::Bytes::new(&bulk)).unwrap(), encode(&bulk).unwrap());
+        assert_eq!(decode::<serde_bytes::ByteBuf>(&encode(&bulk).unwrap()).unwrap().into_vec(), bulk);
         assert_ne!(fingerprint("a"), fingerprint("b"));
         assert_eq!(fingerprint("a"), fingerprint("a"));
     }

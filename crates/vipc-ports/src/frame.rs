@@ -35,6 +35,14 @@ pub mod kind {
     pub const NET_CALL: u8 = 0xC8;
 }
 
+/// Flags of a CALL request.
+pub mod flags {
+    /// The method's last argument, a byte vector, is the granted segment
+    /// itself (`len` is its length); the 16 inline bytes hold the other
+    /// arguments' encoding, zero-padded.
+    pub const BULK: u8 = 0x01;
+}
+
 /// Answer statuses.
 pub mod status {
     /// Done; the result follows.

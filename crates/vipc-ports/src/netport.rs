@@ -10,7 +10,7 @@
 //! carried); results of any size come back (larger ones fetched from each
 //! importer with one more exchange).
 
-use crate::codec::{decode, encode, fingerprint};
+use crate::codec::{decode, encode, encode_into, fingerprint};
 use crate::frame::{kind, read_answer, status, Request, ANSWER_INLINE, REQUEST_INLINE};
 use crate::port::port_key;
 use crate::rpc::{serve, Dispatch, DispatchError};
@@ -104,17 +104,18 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
         let mut buf = Vec::new();
         for (from, m) in answers {
             let (st, n, inline) = read_answer(&m);
+            let n = n as usize;
             let bytes = match st {
-                status::OK if n as usize <= ANSWER_INLINE => inline[..n as usize].to_vec(),
-                status::MORE => match fetch(p, from, n as usize, &mut buf) {
-                    Ok(b) => b,
+                status::OK if n <= ANSWER_INLINE => &inline[..n],
+                status::MORE => match fetch(p, from, n, &mut buf) {
+                    Ok(()) => &buf[..n],
                     Err(Failure::Vipc(e)) => return Err(e),
                     Err(Failure::Status(..)) => continue,
                 },
                 // Another port's importer that shares the group, or a failed handler.
                 _ => continue,
             };
-            results.entry(from.host()).or_insert(decode(&bytes)?);
+            results.entry(from.host()).or_insert(decode(bytes)?);
         }
         let missing = if outcome.met { Vec::new() } else { p.reliable_missing()? };
         Ok(Gathered { results, missing })
@@ -140,10 +141,10 @@ where
     fn fingerprint(&self) -> u64 {
         self.key
     }
-    fn dispatch(&self, method: u16, args: &[u8]) -> std::result::Result<Vec<u8>, DispatchError> {
+    fn dispatch(&self, method: u16, args: &[u8], result: &mut Vec<u8>) -> std::result::Result<(), DispatchError> {
         if method != 0 {
             return Err(DispatchError::NoSuchMethod);
         }
-        Ok(encode(&(self.handler)(decode(args)?))?)
+        Ok(encode_into(&(self.handler)(decode(args)?), result)?)
     }
 }

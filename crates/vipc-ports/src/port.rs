@@ -315,7 +315,7 @@ impl Keeper {
                 let _ = self.answer(from, status::OK);
                 let Some(sender) = self.serving.remove(&req.fingerprint) else { return Ok(()) };
                 match (req.flags, result) {
-                    (status::OK, Ok(r)) => send_result(&self.process, sender, r, &mut self.kept),
+                    (status::OK, Ok(r)) => send_result(&self.process, sender, &r, &mut self.kept),
                     (status::OK, Err(_)) => self.answer(sender.to, status::BAD_ARGUMENTS),
                     (st, _) => self.answer(sender.to, st),
                 }

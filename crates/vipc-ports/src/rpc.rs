@@ -4,9 +4,9 @@
 //!
 //! How the bytes travel (inline, segments, MORE/FETCH) is in `transfer.rs`.
 
-use crate::codec::{decode, encode};
-use crate::frame::{answer, kind, status, Request};
-use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept};
+use crate::codec::{decode, encode, encode_into};
+use crate::frame::{answer, flags, kind, status, Request, REQUEST_INLINE};
+use crate::transfer::{fetched, read_args_into, read_bulk, send_result, status_error, Caller, Failure, Grant, Kept};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,17 +46,58 @@ impl<'p> Client<'p> {
 
     /// Calls method `method` with `args`; decodes its result.
     pub fn call<A: Serialize + ?Sized, R: DeserializeOwned>(&self, method: u16, args: &A) -> Result<R> {
-        let args = encode(args)?;
-        decode(&self.call_raw(method, &args)?)
+        self.call_with(method, args, decode)
+    }
+
+    /// Calls method `method` with `args`; hands the result's bytes to `take`.
+    pub fn call_with<A: Serialize + ?Sized, T>(
+        &self,
+        method: u16,
+        args: &A,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        self.call_encoded(method, &encode(args)?, take)
+    }
+
+    /// Calls method `method` whose arguments are `head` (a tuple of all
+    /// but the last) and the byte vector `bulk`: `bulk` is the segment the
+    /// server reads (flag BULK), unless it is small or `head` does not fit
+    /// the request, when the call is encoded as [`Client::call_with`] would.
+    pub fn call_bulk<H: Serialize, T>(
+        &self,
+        method: u16,
+        head: &H,
+        bulk: Vec<u8>,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        let mut args = encode(head)?;
+        if args.len() > REQUEST_INLINE || bulk.len() <= REQUEST_INLINE {
+            // A tuple's encoding is its fields' in order: the head's, then the bytes'.
+            encode_into(serde_bytes::Bytes::new(&bulk), &mut args)?;
+            return self.call_encoded(method, &args, take);
+        }
+        let req = Request { kind: kind::CALL, flags: flags::BULK, method, fingerprint: self.fingerprint, len: 0 };
+        let r = self.caller.call_bulk(self.process, self.server, req, &args, bulk, method as usize, take);
+        r.map_err(|f| self.failed(method, f))
     }
 
     /// Calls method `method` with encoded `args`; returns the encoded result.
     pub fn call_raw(&self, method: u16, args: &[u8]) -> Result<Vec<u8>> {
+        self.call_encoded(method, args, |b| Ok(b.to_vec()))
+    }
+
+    fn call_encoded<T>(&self, method: u16, args: &[u8], take: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
         let req = Request { kind: kind::CALL, flags: 0, method, fingerprint: self.fingerprint, len: 0 };
-        self.caller.call(self.process, self.server, req, args, method as usize).map_err(|f| match f {
+        self.caller
+            .call_with(self.process, self.server, req, args, method as usize, take)
+            .map_err(|f| self.failed(method, f))
+    }
+
+    fn failed(&self, method: u16, f: Failure) -> Error {
+        match f {
             Failure::Vipc(e) => e,
             Failure::Status(st, inline) => self.failure(method, st, &inline),
-        })
+        }
     }
 
     fn failure(&self, method: u16, st: u8, inline: &[u8]) -> Error {
@@ -96,8 +137,24 @@ pub trait Dispatch: Send + Sync {
     fn interface(&self) -> &'static str;
     /// Its fingerprint: a hash of its name, version and method signatures.
     fn fingerprint(&self) -> u64;
-    /// Runs method `method` on encoded `args`; returns the encoded result.
-    fn dispatch(&self, method: u16, args: &[u8]) -> Result<Vec<u8>, DispatchError>;
+    /// Runs method `method` on encoded `args`; appends the encoded result
+    /// to `result` (empty, and reused between calls: no fresh pages for a
+    /// large result) or replaces it by the result's own bytes (a method
+    /// returning `Vec<u8>`: no copy).
+    fn dispatch(&self, method: u16, args: &[u8], result: &mut Vec<u8>) -> Result<(), DispatchError>;
+    /// Runs method `method` whose last argument, a byte vector, travelled
+    /// as the segment (flag BULK): `head` holds the other arguments'
+    /// encoding, zero-padded. Interfaces with no such method keep the default.
+    fn dispatch_bulk(
+        &self,
+        method: u16,
+        head: &[u8],
+        bulk: Vec<u8>,
+        result: &mut Vec<u8>,
+    ) -> Result<(), DispatchError> {
+        let _ = (method, head, bulk, result);
+        Err(DispatchError::NoSuchMethod)
+    }
 }
 
 /// A server process's state between requests.
@@ -106,13 +163,28 @@ pub struct Server<'a> {
     dispatch: &'a dyn Dispatch,
     /// Receives the appended first part of the arguments; grows to the largest arguments.
     rbuf: Vec<u8>,
+    /// The arguments of the call being handled, reused between calls (up to
+    /// [`KEEP_BUFFER`] bytes) so that large arguments cost no fresh pages.
+    args: Vec<u8>,
+    /// The encoded result, reused the same way.
+    result: Vec<u8>,
     kept: Kept,
 }
+
+/// The largest argument or result buffer a server keeps between calls.
+const KEEP_BUFFER: usize = 16 << 20;
 
 impl<'a> Server<'a> {
     /// A server of `dispatch` in `process`.
     pub fn new(process: &'a Process, dispatch: &'a dyn Dispatch) -> Server<'a> {
-        Server { process, dispatch, rbuf: vec![0; 64 << 10], kept: Kept::default() }
+        Server {
+            process,
+            dispatch,
+            rbuf: vec![0; 64 << 10],
+            args: Vec::new(),
+            result: Vec::new(),
+            kept: Kept::default(),
+        }
     }
 
     /// Receives and answers requests until the node stops or the process is
@@ -146,19 +218,36 @@ impl<'a> Server<'a> {
                 self.answer(from, status::MISMATCH, &self.dispatch.fingerprint().to_le_bytes())
             }
             kind::CALL => {
-                let args = match read_args(self.process, &req, msg, info, &self.rbuf) {
-                    Ok(args) => args,
-                    Err(e @ Error::Vipc(vipc::Error::NodeStopped)) => return Err(e),
-                    // Whatever went wrong, the caller is answered, never left waiting.
-                    Err(_) => return self.answer(from, status::BAD_ARGUMENTS, &[]),
-                };
                 let d = self.dispatch;
-                match catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args))) {
-                    Ok(Ok(result)) => send_result(self.process, Grant::of(&info), result, &mut self.kept),
-                    Ok(Err(DispatchError::NoSuchMethod)) => self.answer(from, status::NO_SUCH, &[]),
-                    Ok(Err(DispatchError::BadArguments(_))) => self.answer(from, status::BAD_ARGUMENTS, &[]),
-                    Err(_) => self.answer(from, status::PANICKED, &[]),
+                let mut result = std::mem::take(&mut self.result);
+                result.clear();
+                let outcome = if req.flags & flags::BULK != 0 {
+                    read_bulk(self.process, &req, info, &self.rbuf).map(|bulk| {
+                        catch_unwind(AssertUnwindSafe(|| d.dispatch_bulk(req.method, &msg[16..], bulk, &mut result)))
+                    })
+                } else {
+                    let mut args = std::mem::take(&mut self.args);
+                    let read = read_args_into(self.process, &req, msg, info, &self.rbuf, &mut args);
+                    let outcome =
+                        read.map(|()| catch_unwind(AssertUnwindSafe(|| d.dispatch(req.method, &args, &mut result))));
+                    if args.capacity() <= KEEP_BUFFER {
+                        self.args = args;
+                    }
+                    outcome
+                };
+                let answered = match outcome {
+                    Ok(Ok(Ok(()))) => send_result(self.process, Grant::of(&info), &result, &mut self.kept),
+                    Ok(Ok(Err(DispatchError::NoSuchMethod))) => self.answer(from, status::NO_SUCH, &[]),
+                    Ok(Ok(Err(DispatchError::BadArguments(_)))) => self.answer(from, status::BAD_ARGUMENTS, &[]),
+                    Ok(Err(_)) => self.answer(from, status::PANICKED, &[]),
+                    Err(e @ Error::Vipc(vipc::Error::NodeStopped)) => Err(e),
+                    // Whatever went wrong, the caller is answered, never left waiting.
+                    Err(_) => self.answer(from, status::BAD_ARGUMENTS, &[]),
+                };
+                if result.capacity() <= KEEP_BUFFER {
+                    self.result = result;
                 }
+                answered
             }
             kind::FETCH => fetched(self.process, Grant::of(&info), &mut self.kept),
             _ => self.answer(from, status::NOT_A_REQUEST, &[]),

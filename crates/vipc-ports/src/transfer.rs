@@ -10,9 +10,11 @@
 //! otherwise). The caller learns, per call site, how large results are and
 //! grants a large enough segment; when one is too small the answerer keeps
 //! the result and the caller fetches it once (status MORE, then FETCH) — a
-//! handler never runs twice for one call.
+//! handler never runs twice for one call. A call whose last argument is a
+//! byte vector may send it as the segment itself (flag BULK): no copy on
+//! either side but the transfer.
 
-use crate::frame::{answer, kind, read_answer, status, Request, ANSWER_INLINE, REQUEST_INLINE};
+use crate::frame::{answer, flags, kind, read_answer, status, Request, ANSWER_INLINE, REQUEST_INLINE};
 use crate::{Error, Result};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -24,6 +26,9 @@ const REPLY_SEGMENT_MAX: usize = 1024;
 const MIN_RESULT_SEGMENT: usize = 4096;
 /// Results an answerer keeps for a FETCH, the oldest dropped first.
 const KEPT_MAX: usize = 64;
+/// The most bytes of arguments a server reads for one call (the caller's
+/// claim allocates that much on the server).
+pub const MAX_ARGUMENTS: usize = 256 << 20;
 
 /// Why a call failed: the IPC, or the answerer said so (status, its 24 trailing bytes).
 pub(crate) enum Failure {
@@ -53,14 +58,27 @@ impl Caller {
         &self,
         p: &Process,
         to: Pid,
-        mut req: Request,
+        req: Request,
         args: &[u8],
         site: usize,
     ) -> std::result::Result<Vec<u8>, Failure> {
+        self.call_with(p, to, req, args, site, |b| Ok(b.to_vec()))
+    }
+
+    /// Sends `req` with `args` to `to` and hands the result bytes, where
+    /// they landed, to `take` (a decoder reads them without a copy first).
+    pub fn call_with<T>(
+        &self,
+        p: &Process,
+        to: Pid,
+        mut req: Request,
+        args: &[u8],
+        site: usize,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> std::result::Result<T, Failure> {
         req.len = u32::try_from(args.len()).map_err(|_| Error::Encode("arguments over 4 GiB".into()))?;
         let mut msg = req.encode(args);
-        let hint = self.hints.borrow().get(site).copied().unwrap_or(0);
-        let grant = if hint > ANSWER_INLINE { hint.next_power_of_two().max(MIN_RESULT_SEGMENT) } else { 0 };
+        let grant = self.grant(site);
         let big_args = args.len() > REQUEST_INLINE;
         // What the answerer may write into: the result lands at offset 0.
         let writable = if grant > 0 { grant.max(if big_args { args.len() } else { 0 }) } else { 0 };
@@ -80,31 +98,93 @@ impl Caller {
             }
         };
         p.send_with(&mut msg, to, segment, SendOptions::default())?;
-        let (st, n, inline) = read_answer(&msg);
+        self.finish(p, to, &msg, &mut buf, writable, site, take)
+    }
+
+    /// Sends `req` (flag BULK) with the other arguments' encoding `head`
+    /// (at most [`REQUEST_INLINE`] bytes) inline and `bulk` as the segment
+    /// itself: the caller's bytes are read by the server where they are.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_bulk<T>(
+        &self,
+        p: &Process,
+        to: Pid,
+        mut req: Request,
+        head: &[u8],
+        mut bulk: Vec<u8>,
+        site: usize,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> std::result::Result<T, Failure> {
+        debug_assert!(head.len() <= REQUEST_INLINE);
+        req.flags |= flags::BULK;
+        req.len = u32::try_from(bulk.len()).map_err(|_| Error::Encode("arguments over 4 GiB".into()))?;
+        let mut msg = req.encode(&[]);
+        msg[16..16 + head.len()].copy_from_slice(head);
+        let grant = self.grant(site);
+        let writable = if grant > 0 { grant.max(bulk.len()) } else { 0 };
+        let segment = if grant > 0 {
+            bulk.resize(writable, 0);
+            SegmentRef::ReadWrite(&mut bulk[..])
+        } else {
+            SegmentRef::Read(&bulk)
+        };
+        p.send_with(&mut msg, to, Some(segment), SendOptions::default())?;
+        self.finish(p, to, &msg, &mut bulk, writable, site, take)
+    }
+
+    /// How much to grant for call site `site`'s result: 0 if it came inline last time.
+    fn grant(&self, site: usize) -> usize {
+        let hint = self.hints.borrow().get(site).copied().unwrap_or(0);
+        if hint > ANSWER_INLINE {
+            hint.next_power_of_two().max(MIN_RESULT_SEGMENT)
+        } else {
+            0
+        }
+    }
+
+    /// The answer `msg`: its result, inline, in `landed` (the segment the
+    /// server could write `writable` bytes of) or fetched into it, to `take`.
+    #[allow(clippy::too_many_arguments)]
+    fn finish<T>(
+        &self,
+        p: &Process,
+        to: Pid,
+        msg: &Message,
+        landed: &mut Vec<u8>,
+        writable: usize,
+        site: usize,
+        take: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> std::result::Result<T, Failure> {
+        let (st, n, inline) = read_answer(msg);
         let n = n as usize;
-        let result = match st {
-            status::OK if n <= ANSWER_INLINE => inline[..n].to_vec(),
-            status::OK if writable >= n => buf[..n].to_vec(),
-            status::MORE => fetch(p, to, n, &mut buf)?,
+        {
+            let mut hints = self.hints.borrow_mut();
+            if hints.len() <= site {
+                hints.resize(site + 1, 0);
+            }
+            hints[site] = n;
+        }
+        let bytes = match st {
+            status::OK if n <= ANSWER_INLINE => &inline[..n],
+            status::OK if writable >= n => &landed[..n],
+            status::MORE => {
+                fetch(p, to, n, landed)?;
+                &landed[..n]
+            }
             st => return Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
         };
-        let mut hints = self.hints.borrow_mut();
-        if hints.len() <= site {
-            hints.resize(site + 1, 0);
-        }
-        hints[site] = n;
-        Ok(result)
+        Ok(take(bytes)?)
     }
 }
 
-/// Fetches the `n`-byte result `to` kept after answering MORE.
-pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<Vec<u8>, Failure> {
+/// Fetches the `n`-byte result `to` kept after answering MORE into `buf[..n]`.
+pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<(), Failure> {
     let req = Request { kind: kind::FETCH, flags: 0, method: 0, fingerprint: 0, len: 0 };
     let mut msg = req.encode(&[]);
     buf.resize(n, 0);
     p.send_with(&mut msg, to, Some(SegmentRef::Write(&mut buf[..n])), SendOptions::default())?;
     match read_answer(&msg) {
-        (status::OK, got, _) if got as usize == n => Ok(buf[..n].to_vec()),
+        (status::OK, got, _) if got as usize == n => Ok(()),
         (st, _, inline) => Err(Failure::Status(st, inline.try_into().expect("24 bytes"))),
     }
 }
@@ -152,21 +232,21 @@ impl Kept {
 }
 
 /// Answers `g.to` with status OK and `result`, the cheapest way its grant allows.
-pub(crate) fn send_result(p: &Process, g: Grant, result: Vec<u8>, kept: &mut Kept) -> Result<()> {
+pub(crate) fn send_result(p: &Process, g: Grant, result: &[u8], kept: &mut Kept) -> Result<()> {
     let n = result.len();
     let len = u32::try_from(n).map_err(|_| Error::Encode("a result over 4 GiB".into()))?;
     if n <= ANSWER_INLINE {
-        return Ok(p.reply(&answer(status::OK, len, &result), g.to)?);
+        return Ok(p.reply(&answer(status::OK, len, result), g.to)?);
     }
     if !g.write || n > g.size as usize {
-        kept.put(g.to, result);
+        kept.put(g.to, result.to_vec());
         return Ok(p.reply(&answer(status::MORE, len, &[]), g.to)?);
     }
     let ok = answer(status::OK, len, &[]);
     if n <= REPLY_SEGMENT_MAX {
-        return Ok(p.reply_with_segment(&ok, g.to, 0, &result)?);
+        return Ok(p.reply_with_segment(&ok, g.to, 0, result)?);
     }
-    p.move_to(g.to, 0, &result)?;
+    p.move_to(g.to, 0, result)?;
     Ok(p.reply(&ok, g.to)?)
 }
 
@@ -184,18 +264,56 @@ pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<()> {
 /// The encoded arguments of `req`: inline, appended (`rbuf[..info.len]`),
 /// and the rest read with MoveFrom.
 pub(crate) fn read_args(p: &Process, req: &Request, msg: &Message, info: ReceiveInfo, rbuf: &[u8]) -> Result<Vec<u8>> {
+    let mut args = Vec::new();
+    read_args_into(p, req, msg, info, rbuf, &mut args)?;
+    Ok(args)
+}
+
+/// [`read_args`] into `args` (replacing its contents): a server reusing one
+/// buffer takes no page faults for large arguments.
+pub(crate) fn read_args_into(
+    p: &Process,
+    req: &Request,
+    msg: &Message,
+    info: ReceiveInfo,
+    rbuf: &[u8],
+    args: &mut Vec<u8>,
+) -> Result<()> {
+    args.clear();
     if let Some(inline) = req.inline(msg) {
-        return Ok(inline);
+        args.extend_from_slice(&inline);
+        return Ok(());
     }
-    let n = req.len as usize;
-    if !info.access.read || (info.segment_size as usize) < n {
-        return Err(Error::Malformed(format!("{n} bytes of arguments but a {}-byte segment", info.segment_size)));
-    }
-    let mut args = vec![0u8; n];
+    let n = arguments_len(req, info)?;
     let have = info.len.min(n);
-    args[..have].copy_from_slice(&rbuf[..have]);
+    args.extend_from_slice(&rbuf[..have]);
+    args.resize(n, 0);
     if have < n {
         p.move_from(info.from, have as u32, &mut args[have..])?;
     }
-    Ok(args)
+    Ok(())
+}
+
+/// The bytes of arguments `req` announces, if the caller's segment holds
+/// them and they are within [`MAX_ARGUMENTS`].
+fn arguments_len(req: &Request, info: ReceiveInfo) -> Result<usize> {
+    let n = req.len as usize;
+    if n > MAX_ARGUMENTS || !info.access.read || (info.segment_size as usize) < n {
+        return Err(Error::Malformed(format!("{n} bytes of arguments but a {}-byte segment", info.segment_size)));
+    }
+    Ok(n)
+}
+
+/// The byte vector of a BULK request: the appended part, then the rest by
+/// MoveFrom straight into the vector handed to the handler.
+pub(crate) fn read_bulk(p: &Process, req: &Request, info: ReceiveInfo, rbuf: &[u8]) -> Result<Vec<u8>> {
+    let n = arguments_len(req, info)?;
+    let have = info.len.min(n);
+    let mut bulk = Vec::with_capacity(n);
+    bulk.extend_from_slice(&rbuf[..have]);
+    bulk.resize(n, 0);
+    if have < n {
+        p.move_from(info.from, have as u32, &mut bulk[have..])?;
+    }
+    Ok(bulk)
 }

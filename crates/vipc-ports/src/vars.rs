@@ -24,7 +24,7 @@
 //! another thread); on a node with `poll_spin` it first spins on the socket
 //! for that long — 002's processor-synchronous wait — and then blocks.
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode, encode, encode_into};
 use crate::rpc::{serve, Client, Dispatch, DispatchError};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
@@ -79,13 +79,13 @@ impl Dispatch for Names {
     fn fingerprint(&self) -> u64 {
         NAMES_FINGERPRINT
     }
-    fn dispatch(&self, method: u16, args: &[u8]) -> std::result::Result<Vec<u8>, DispatchError> {
+    fn dispatch(&self, method: u16, args: &[u8], result: &mut Vec<u8>) -> std::result::Result<(), DispatchError> {
         if method != 0 {
             return Err(DispatchError::NoSuchMethod);
         }
         let name: String = decode(args)?;
         let found = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(&name).copied();
-        Ok(encode(&found)?)
+        Ok(encode_into(&found, result)?)
     }
 }
 

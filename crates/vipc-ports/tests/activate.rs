@@ -16,7 +16,7 @@ fn a_process_starts_on_the_other_node_at_once_and_its_result_comes_later() {
     let act = Activator::start(&a).unwrap();
     act.register("square", |p: &Process, x: u64| {
         assert_eq!(p.pid().host(), 1, "runs as a process of the activator's node");
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(400));
         x * x
     });
     act.register("bytes", |_: &Process, n: u32| vec![7u8; n as usize]);
@@ -24,14 +24,15 @@ fn a_process_starts_on_the_other_node_at_once_and_its_result_comes_later() {
     let me = b.attach().unwrap();
     let t = Instant::now();
     let runs: Vec<_> = (0..8u64).map(|i| activate::<u64, u64>(&me, 1, "square", &i).unwrap()).collect();
-    assert!(t.elapsed() < Duration::from_millis(200), "activation does not wait for the process: {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_millis(400), "activation does not wait for the process: {:?}", t.elapsed());
     let pids: std::collections::BTreeSet<_> = runs.iter().map(|r| r.pid).collect();
     assert_eq!(pids.len(), 8, "eight distinct processes");
     assert!(pids.iter().all(|p| p.host() == 1));
     for (i, r) in runs.iter().enumerate() {
         assert_eq!(r.result(&me).unwrap(), (i * i) as u64);
     }
-    assert!(t.elapsed() < Duration::from_millis(1000), "the eight ran side by side: {:?}", t.elapsed());
+    // One after another they would take 3.2 s.
+    assert!(t.elapsed() < Duration::from_millis(2000), "the eight ran side by side: {:?}", t.elapsed());
     assert!(matches!(runs[0].result(&me), Err(Error::NotFound(_))), "a result is handed out once");
     for n in [0u32, 30, 100_000] {
         let r = activate::<u32, Vec<u8>>(&me, 1, "bytes", &n).unwrap();

@@ -25,8 +25,11 @@ fn time_checkpoint(cp: Checkpoint) -> Duration {
     let ports = Arc::new(Ports::start(&a).unwrap());
     let port = ports.open::<u32, u32>("slow").unwrap();
     let (pa, aa) = (ports.clone(), a.clone());
+    // The server's first wait starts after the sender's clock does.
+    let (go, started) = mpsc::channel::<()>();
     let server = thread::spawn(move || {
         let me = aa.attach().unwrap();
+        started.recv().unwrap();
         thread::sleep(SLOW);
         let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
             thread::sleep(SLOW);
@@ -38,6 +41,7 @@ fn time_checkpoint(cp: Checkpoint) -> Duration {
     let me = b.attach().unwrap();
     let to = sender_ports.connect::<u32, u32>(&me, "slow").unwrap();
     let t = Instant::now();
+    go.send(()).unwrap();
     to.send(&me, &41, cp).unwrap();
     let took = t.elapsed();
     server.join().unwrap();

@@ -16,6 +16,8 @@ pub trait Store {
     fn sum(&self, data: Vec<u8>) -> (u64, u32);
     /// `data` reversed.
     fn reverse(&self, data: Vec<u8>) -> Vec<u8>;
+    /// `label`'s bytes, then `data`, then `tail` (byte vectors inside and last).
+    fn join(&self, label: String, data: Vec<u8>, tail: Vec<u8>) -> Vec<u8>;
     fn nothing(&self);
     fn boom(&self, really: bool) -> u8;
     fn sleep(&self, ms: u64) -> u64;
@@ -36,6 +38,12 @@ impl Store for Impl {
     fn reverse(&self, mut data: Vec<u8>) -> Vec<u8> {
         data.reverse();
         data
+    }
+    fn join(&self, label: String, mut data: Vec<u8>, tail: Vec<u8>) -> Vec<u8> {
+        let mut v = label.into_bytes();
+        v.append(&mut data);
+        v.extend_from_slice(&tail);
+        v
     }
     fn nothing(&self) {}
     fn boom(&self, really: bool) -> u8 {
@@ -103,6 +111,33 @@ fn remote_calls_in_every_size_class_return_the_right_values() {
         assert_eq!(s.reverse(data).unwrap(), rev, "both of {len} bytes");
     }
     assert_eq!(calls.load(Ordering::SeqCst), 10 + 16, "a large result never runs the handler twice");
+    // A last byte vector travels as the segment when the other arguments fit
+    // the request (a short label), encoded with them otherwise (a long one).
+    for label in ["k", "a label longer than the sixteen inline bytes"] {
+        for (mid, tail) in [(0usize, 0usize), (3, 40), (20, 5), (100, 70_000), (70_000, 300_000)] {
+            let (data, end) = (expected(mid as u32, 1), expected(tail as u32, 2));
+            let want: Vec<u8> = label.bytes().chain(data.iter().copied()).chain(end.iter().copied()).collect();
+            assert_eq!(s.join(label.into(), data, end).unwrap(), want, "{label:?} {mid} {tail}");
+        }
+    }
+}
+
+#[test]
+fn the_dispatcher_takes_a_last_byte_vector_apart_from_the_other_arguments() {
+    use vipc_ports::rpc::{Dispatch, DispatchError};
+    let server = StoreServer(Impl { calls: Arc::default() });
+    let mut out = Vec::new();
+    // Method 2 is `reverse(data)`: no other argument, so an empty (zero-padded) head.
+    server.dispatch_bulk(2, &[0; 16], vec![1, 2, 3], &mut out).unwrap();
+    assert_eq!(out, vec![3, 2, 1], "a Vec<u8> result is its raw bytes");
+    // Method 3 is `join(label, data, tail)`: the head is (label, data) encoded.
+    let head = vipc_ports::codec::encode(&("ab", vipc_ports::serde_bytes::Bytes::new(&[9]))).unwrap();
+    let mut padded = [0u8; 16];
+    padded[..head.len()].copy_from_slice(&head);
+    server.dispatch_bulk(3, &padded, vec![7, 7], &mut out).unwrap();
+    assert_eq!(out, b"ab\x09\x07\x07".to_vec());
+    assert!(matches!(server.dispatch_bulk(0, &[0; 16], vec![1], &mut out), Err(DispatchError::NoSuchMethod)));
+    assert!(matches!(server.dispatch_bulk(3, &[0xff; 16], vec![], &mut out), Err(DispatchError::BadArguments(_))));
 }
 
 #[test]
@@ -141,7 +176,7 @@ fn a_panicking_handler_is_an_error_and_the_server_lives_on() {
     start(&n[0], "store-boom");
     let me = n[1].attach().unwrap();
     let s = StoreClient::connect(&me, "store-boom").unwrap();
-    assert!(matches!(s.boom(true), Err(Error::HandlerPanicked { interface: "Store", method: 4 })));
+    assert!(matches!(s.boom(true), Err(Error::HandlerPanicked { interface: "Store", method: 5 })));
     assert_eq!(s.boom(false).unwrap(), 1);
 }
 
@@ -179,6 +214,10 @@ fn unknown_names_and_foreign_messages_are_typed_errors() {
         len: 5000,
     };
     let mut m = req.encode(&[]);
+    me.send(&mut m, s.server()).unwrap();
+    assert_eq!(m[0], vipc_ports::frame::status::BAD_ARGUMENTS);
+    // The same with the byte vector apart (flag BULK): BAD_ARGUMENTS.
+    let mut m = vipc_ports::frame::Request { flags: vipc_ports::frame::flags::BULK, method: 2, ..req }.encode(&[]);
     me.send(&mut m, s.server()).unwrap();
     assert_eq!(m[0], vipc_ports::frame::status::BAD_ARGUMENTS);
     // Arguments that do not decode as the method's: BAD_ARGUMENTS too.

@@ -16,6 +16,10 @@
 //!   with a flag word the server polls, the stack write-protected while the
 //!   procedure runs, and the result written into the client's segment;
 //!   retransmission with sequence numbers runs each call at most once (003 §5.2–5.4).
+//! - [`styles`]: the four file-service transfer styles of 003 §7.4 over a
+//!   server's exported block cache: read-only and write-only (pure data
+//!   transfer, no server thread) and hybrid-1/-2 (a notify-write of the
+//!   parameters, the block written back).
 //!
 //! What each promises, packet by packet, is in `docs/RMEM.md`, "Reliability layers".
 
@@ -26,5 +30,6 @@ pub mod block;
 mod check;
 mod common;
 pub mod rapid;
+pub mod styles;
 
 pub use common::{import_retrying, Error, Result};

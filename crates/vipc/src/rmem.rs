@@ -38,6 +38,20 @@ impl Node {
     pub fn export_segment(&self, size: usize, opts: SegmentOptions) -> Result<ExportedSegment> {
         let mut name: SegmentName = [0; 16];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut name);
+        self.export_segment_named(name, size, opts)
+    }
+
+    /// Exports `size` zeroed bytes under a name the caller chose: for
+    /// well-known segments that services bootstrap from (003 §4.2.6 reserves
+    /// such segments for the name server's clerks). Such a name is guessable
+    /// by design — restrict the segment with its protection group and access,
+    /// not its name. Fails if this node already exports a segment of that name.
+    pub fn export_segment_named(
+        &self,
+        name: SegmentName,
+        size: usize,
+        opts: SegmentOptions,
+    ) -> Result<ExportedSegment> {
         let shared = self.shared().clone();
         let id = shared.call(None, |e, _| e.export_segment(Some(name), size, opts))?;
         Ok(ExportedSegment { seg: Local { shared, id, size: size as u32 }, name })
@@ -196,6 +210,11 @@ impl ExportedSegment {
             if control || data || now >= deadline {
                 return Ok(control || data);
             }
+            // Unlike an operation's waiter, this one does not read the socket
+            // itself: a server waiting here for long would become the node's
+            // reader, and every other process's datagrams would reach it
+            // through one more thread (measured: twice the server CPU of a
+            // Send–Receive–Reply on the same node).
             st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
@@ -341,32 +360,22 @@ impl PendingOp {
         // (002's processor-synchronous wait), then blocks.
         let spin_until = shared.poll_spin.map(|d| Instant::now() + d);
         let mut st = shared.lock();
-        Shared::op_waiting(&mut st, true);
-        let r = loop {
-            let Some(op) = self.op else { break Err(Error::Internal("operation already collected".into())) };
+        loop {
+            let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
             if st.stopped {
-                break Err(Error::NodeStopped);
+                return Err(Error::NodeStopped);
             }
             if let Some(r) = st.engine.mem_poll(op) {
                 self.op = None;
-                break r.map_err(Error::from);
+                return r.map_err(Error::from);
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 let cut = within.is_some_and(|left| left < timeout);
-                break Err(if cut { vipc_engine::Error::Deadline.into() } else { Error::StillPending });
+                return Err(if cut { vipc_engine::Error::Deadline.into() } else { Error::StillPending });
             }
-            // Read the answer ourselves (see Shared::read_for_op) while the
-            // wait is long enough for a receive's own timeout; else sleep until it is in.
-            let (back, read) =
-                if deadline - now >= crate::net::RECV_POLL { shared.read_for_op(st, spin_until) } else { (st, false) };
-            st = back;
-            if !read {
-                st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-            }
-        };
-        Shared::op_waiting(&mut st, false);
-        r
+            // Read the answer ourselves (see Shared::wait_mem), else sleep until it is in.
+            st = shared.wait_mem(st, deadline, spin_until);
+        }
     }
 
     /// [`PendingOp::wait`] for a CAS-II: its answer.

@@ -712,8 +712,34 @@ impl Shared {
         self.flush_locked(st)
     }
 
+    /// A thread waiting for a remote-memory event (an operation's answer, a
+    /// segment's record) until `deadline`, after checking that it has not
+    /// come: reads one datagram itself if it can ([`Shared::read_for_op`]),
+    /// else sleeps until the event or the token is free. Only a waiter with
+    /// a whole receive's timeout left asks for the token: the background
+    /// thread hands it to a waiter after each datagram and leaves it idle for
+    /// [`GRACE`], which a waiter that will not read would turn into a 2 ms stall.
+    pub(crate) fn wait_mem<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Instant,
+        spin_until: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < net::RECV_POLL {
+            return self.rmem_cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        Self::op_waiting(&mut st, true);
+        let (mut st, read) = self.read_for_op(st, spin_until);
+        if !read {
+            st = self.rmem_cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        Self::op_waiting(&mut st, false);
+        st
+    }
+
     /// Counts a thread waiting for a remote-memory operation that wants the token.
-    pub(crate) fn op_waiting(st: &mut State, waiting: bool) {
+    fn op_waiting(st: &mut State, waiting: bool) {
         if waiting {
             st.op_waiters += 1;
         } else {

@@ -256,3 +256,21 @@ fn cas_contention_counts_exactly() {
     assert_eq!(seg.cas_cell(0).unwrap().value, total);
     eprintln!("{total} increments by CAS-II from {} hosts took {attempts} attempts", nodes.len());
 }
+
+#[test]
+fn a_segment_exported_at_a_chosen_name_is_imported_by_it_and_the_name_is_taken_once() {
+    let nodes = cluster(2);
+    let name = [0x42u8; 16];
+    let seg = nodes[0].export_segment_named(name, 256, rw()).unwrap();
+    assert_eq!(seg.name(), name);
+    seg.write(8, b"known").unwrap();
+    let again = nodes[0].export_segment_named(name, 256, rw());
+    assert!(again.is_err(), "a second export at the same name must fail");
+    let remote = nodes[1].import_segment(name, Access::READ, WAIT).unwrap();
+    let local = nodes[1].anonymous_segment(16).unwrap();
+    remote.read(8, 5, (&local, 0), false).unwrap().wait(WAIT).unwrap();
+    assert_eq!(local.to_vec(0, 5).unwrap(), b"known");
+    // Unexported, the name is free again.
+    drop(seg);
+    nodes[0].export_segment_named(name, 64, rw()).unwrap();
+}

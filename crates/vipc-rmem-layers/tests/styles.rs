@@ -1,0 +1,106 @@
+//! The file-service transfer styles on loopback nodes: every style moves
+//! exactly the cached bytes, the direct styles with no server thread
+//! running, the hybrids also under loss, duplication and reordering.
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use vipc_rmem_layers::styles::{CacheClient, CacheParams, CacheServer};
+use vipc_rmem_layers::Error;
+
+const WAIT: Duration = Duration::from_secs(10);
+const PARAMS: CacheParams = CacheParams { block: 8192, blocks: 8, slots: 2 };
+
+/// Serves hybrid requests on a thread until `stop`; returns how many it answered.
+fn serve(mut server: CacheServer, stop: Arc<AtomicBool>) -> thread::JoinHandle<usize> {
+    thread::spawn(move || {
+        let mut n = 0;
+        while !stop.load(Ordering::Relaxed) {
+            n += server.serve_for(Duration::from_millis(20)).unwrap();
+        }
+        n
+    })
+}
+
+#[test]
+fn direct_styles_move_exact_bytes_with_no_server_thread() {
+    let nodes = cluster(2, 21, clean());
+    let server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    for b in 0..PARAMS.blocks {
+        server.fill(b, &pattern(PARAMS.block, b as u8)).unwrap();
+    }
+    // No thread serves: the server's node alone answers reads and applies writes.
+    let client = CacheClient::connect(&nodes[1], server.names(), PARAMS, 0, WAIT).unwrap();
+    for b in 0..PARAMS.blocks {
+        assert_eq!(client.read_direct(b, PARAMS.block, WAIT).unwrap(), pattern(PARAMS.block, b as u8));
+    }
+    assert_eq!(client.read_direct(3, 100, WAIT).unwrap(), pattern(100, 3));
+    client.write_direct(5, &pattern(PARAMS.block, 0xee)).unwrap();
+    // A read issued after the write on a clean network sees it (one path, in order).
+    assert_eq!(client.read_direct(5, PARAMS.block, WAIT).unwrap(), pattern(PARAMS.block, 0xee));
+    assert!(matches!(client.read_direct(PARAMS.blocks, 1, WAIT), Err(Error::TooLarge { .. })));
+    assert!(matches!(client.write_direct(0, &[0; PARAMS.block + 1]), Err(Error::TooLarge { .. })));
+    drop(server);
+}
+
+#[test]
+fn hybrid_styles_return_the_block_and_answer_once_per_request_on_a_clean_network() {
+    let nodes = cluster(2, 23, clean());
+    let server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    for b in 0..PARAMS.blocks {
+        server.fill(b, &pattern(PARAMS.block, b as u8)).unwrap();
+    }
+    let names = server.names();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve(server, stop.clone());
+    let mut client = CacheClient::connect(&nodes[1], names, PARAMS, 1, WAIT).unwrap();
+    client.set_rto(Duration::from_millis(500)); // a loaded machine is not a lossy network
+    let mut calls = 0;
+    for notify_last in [false, true] {
+        for b in 0..PARAMS.blocks {
+            let len = PARAMS.block - b * 100;
+            assert_eq!(client.read_hybrid(b, len, notify_last, WAIT).unwrap(), pattern(len, b as u8));
+            calls += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let served = t.join().unwrap();
+    assert_eq!(served as u64, calls + client.retransmitted, "one answer per request written");
+    assert_eq!(client.retransmitted, 0, "a clean network needs no retransmission");
+    assert!(matches!(CacheClient::connect(&nodes[1], names, PARAMS, 2, WAIT), Err(Error::NoFreeSlot)));
+}
+
+#[test]
+fn hybrid_styles_return_exact_bytes_under_loss_duplication_and_reordering() {
+    let nodes = cluster(2, 25, lossy(0.15, 7));
+    let server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    for b in 0..PARAMS.blocks {
+        server.fill(b, &pattern(PARAMS.block, b as u8 ^ 0x55)).unwrap();
+    }
+    let names = server.names();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve(server, stop.clone());
+    let mut client = CacheClient::connect(&nodes[1], names, PARAMS, 0, WAIT).unwrap();
+    for i in 0..60 {
+        let b = i % PARAMS.blocks;
+        let got = client.read_hybrid(b, PARAMS.block, i % 2 == 0, WAIT).unwrap();
+        assert!(got == pattern(PARAMS.block, b as u8 ^ 0x55), "request {i}: wrong bytes");
+    }
+    assert!(client.retransmitted > 0, "15% loss must have cost some request a retransmission");
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}
+
+#[test]
+fn a_hybrid_request_to_a_server_that_never_serves_times_out() {
+    let nodes = cluster(2, 27, clean());
+    let server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    let mut client = CacheClient::connect(&nodes[1], server.names(), PARAMS, 0, WAIT).unwrap();
+    let t = std::time::Instant::now();
+    assert!(matches!(client.read_hybrid(0, 10, true, Duration::from_millis(200)), Err(Error::Timeout)));
+    assert!(t.elapsed() < Duration::from_secs(2), "bounded: {:?}", t.elapsed());
+}
