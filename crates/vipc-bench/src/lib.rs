@@ -12,6 +12,7 @@
 
 #![deny(missing_docs)]
 
+pub mod apps;
 pub mod bars;
 pub mod condvar;
 pub mod error;

@@ -14,6 +14,8 @@
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
 //! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
 //! | `file_styles` | file reads in the transfer styles of 003 §7.4 against a Send–Receive–Reply read, and the server's CPU per transfer ([`crate::filestyles`]) |
+//! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
+//! | `chandy_misra` | a vector through the simulated 32-bit adder (003 §6.3.2) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 
 use crate::error::{BenchError, Result};
 use crate::ipc::{label, Ctx, PENALTY_PACKET};
@@ -28,7 +30,8 @@ use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["latency", "write", "block", "block_transfer", "rapid", "names", "file_styles"];
+pub const ITEMS: &[&str] =
+    &["latency", "write", "block", "block_transfer", "rapid", "names", "file_styles", "ising", "chandy_misra"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -52,6 +55,8 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "rapid" => crate::layers::rapid(ctx),
         "names" => crate::names::names(ctx),
         "file_styles" => crate::filestyles::file_styles(ctx),
+        "ising" => crate::apps::ising(ctx),
+        "chandy_misra" => crate::apps::chandy_misra(ctx),
         other => Err(BenchError::Other(format!("unknown item rmem/{other} (items: {})", ITEMS.join(", ")))),
     }
 }
