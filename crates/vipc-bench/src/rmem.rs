@@ -7,9 +7,9 @@
 //!
 //! | item | what |
 //! |---|---|
-//! | `latency` | read 8 B – 32 KB and CAS-II, medians and p99, against UDP |
+//! | `latency` | read 8 B – 64 KB and CAS-II, medians and p99, against UDP; a ping-pong of notified writes (a write with notify wakes the owner's thread, which writes back with notify) against the UDP ping-pong |
 //! | `write` | time to issue a write (no round trip) against a UDP `send_to` |
-//! | `block` | 1 MiB read into an anonymous segment against TCP bulk, MB/s |
+//! | `block` | 1 MiB read into an anonymous segment, and 1 MiB written then confirmed by a read of its last word, against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
 //! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
@@ -36,7 +36,7 @@ pub const ITEMS: &[&str] =
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
 /// Read sizes of item `latency`: each answer fits one datagram.
-const READ_SIZES: [usize; 5] = [8, 64, 1024, 8192, 32768];
+const READ_SIZES: [usize; 6] = [8, 64, 1024, 8192, 32768, 65536];
 /// Write sizes of item `write`.
 const WRITE_SIZES: [usize; 3] = [8, 1024, 8192];
 /// How long one operation may take before the item fails.
@@ -68,13 +68,48 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
 pub fn owner_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("host")?, Vec::new(), None))?;
     let opts = SegmentOptions { access: Access::READ_WRITE, notify: Notify::Never, protection: ProtectionGroup::Any };
-    let seg = node.export_segment(SEGMENT, opts)?;
+    let seg = node.export_segment(SEGMENT, opts.clone())?;
     seg.write(0, &vec![0x5a; SEGMENT])?;
-    announce(&[("addr", node.local_addr().to_string()), ("name", hex(&seg.name()))]);
+    let pong = node.export_segment(PONG, SegmentOptions { notify: Notify::Conditional, ..opts })?;
+    announce(&[("addr", node.local_addr().to_string()), ("name", hex(&seg.name())), ("pong", hex(&pong.name()))]);
+    let n = node.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = answer_pings(&n, &pong) {
+            eprintln!("rmem-owner: {e}");
+        }
+    });
     let lines = stdin_lines();
     while lines.recv().is_ok() {}
     drop(seg);
     Ok(())
+}
+
+/// The pong segment: the pinger's segment name (16 bytes), then the ping word.
+const PONG: usize = 24;
+
+/// The owner's thread of the notified ping-pong: each notified write of
+/// the ping word is written back, with notify, into the pinger's segment
+/// (named in the pong segment's first 16 bytes).
+fn answer_pings(node: &Node, pong: &vipc::ExportedSegment) -> Result<()> {
+    let mut back: Option<(SegmentName, RemoteSegment)> = None;
+    loop {
+        if !pong.wait_record(Duration::from_secs(1))? {
+            continue;
+        }
+        while let Some(rec) = pong.poll_control()? {
+            if rec.offset != 16 {
+                continue;
+            }
+            let all = pong.to_vec(0, PONG)?;
+            let name: SegmentName = all[..16].try_into().map_err(|_| BenchError::Other("pong layout".into()))?;
+            if back.as_ref().is_none_or(|(n, _)| *n != name) {
+                back = Some((name, node.import_segment(name, Access::WRITE, OP_TIMEOUT)?));
+            }
+            if let Some((_, seg)) = &back {
+                seg.write(0, &all[16..24], true)?;
+            }
+        }
+    }
 }
 
 pub(crate) fn hex(name: &SegmentName) -> String {
@@ -97,9 +132,11 @@ pub(crate) fn unhex(s: &str) -> Result<SegmentName> {
 struct Reader {
     _owner: Peer,
     owner_addr: SocketAddr,
-    _node: Node,
+    node: Node,
     remote: RemoteSegment,
     anon: AnonSegment,
+    /// The owner's pong segment (item `latency`'s notified ping-pong).
+    pong: SegmentName,
 }
 
 fn reader(ctx: &mut Ctx<'_>) -> Result<Reader> {
@@ -110,7 +147,44 @@ fn reader(ctx: &mut Ctx<'_>) -> Result<Reader> {
     let node = Node::start(node_config(ctx.host(), vec![owner_addr], None))?;
     let remote = node.import_segment(name, Access::READ_WRITE, OP_TIMEOUT)?;
     let anon = node.anonymous_segment(SEGMENT)?;
-    Ok(Reader { _owner: owner, owner_addr, _node: node, remote, anon })
+    let pong = unhex(owner.field("pong")?)?;
+    Ok(Reader { _owner: owner, owner_addr, node, remote, anon, pong })
+}
+
+/// The pinger's side of the notified ping-pong.
+struct Pinger {
+    pong: RemoteSegment,
+    ping: vipc::ExportedSegment,
+    seq: u64,
+}
+
+impl Pinger {
+    fn new(r: &Reader) -> Result<Pinger> {
+        let opts =
+            SegmentOptions { access: Access::WRITE, notify: Notify::Conditional, protection: ProtectionGroup::Any };
+        let ping = r.node.export_segment(8, opts)?;
+        let pong = r.node.import_segment(r.pong, Access::WRITE, OP_TIMEOUT)?;
+        pong.write(0, &ping.name(), false)?;
+        Ok(Pinger { pong, ping, seq: 0 })
+    }
+
+    /// One notified write there, one notified write back.
+    fn round_trip(&mut self) -> Result<Duration> {
+        self.seq += 1;
+        let t = Instant::now();
+        self.pong.write(16, &self.seq.to_le_bytes(), true)?;
+        loop {
+            if !self.ping.wait_record(OP_TIMEOUT)? {
+                return Err(BenchError::Other("rmem: a notified ping was not answered".into()));
+            }
+            while self.ping.poll_control()?.is_some() {}
+            let mut word = [0u8; 8];
+            self.ping.read(0, &mut word)?;
+            if u64::from_le_bytes(word) == self.seq {
+                return Ok(t.elapsed());
+            }
+        }
+    }
 }
 
 impl Reader {
@@ -118,6 +192,23 @@ impl Reader {
         let t = Instant::now();
         self.remote.read(0, len as u32, (&self.anon, 0), false)?.wait(OP_TIMEOUT)?;
         Ok(t.elapsed())
+    }
+
+    /// `data` written at offset 0 with a fresh stamp in its last 8 bytes,
+    /// then a read of those 8 bytes: the owner's node answers it after the
+    /// write's datagrams (one path, in order), so it confirms they landed.
+    fn write_confirmed(&self, data: &mut [u8]) -> Result<Duration> {
+        let at = data.len() - 8;
+        let stamp = u64::from_le_bytes(data[at..].try_into().map_err(|_| BenchError::Other("stamp".into()))?) + 1;
+        data[at..].copy_from_slice(&stamp.to_le_bytes());
+        let t = Instant::now();
+        self.remote.write(0, data, false)?;
+        self.remote.read(at as u32, 8, (&self.anon, 0), false)?.wait(OP_TIMEOUT)?;
+        let took = t.elapsed();
+        if self.anon.to_vec(0, 8)? != stamp.to_le_bytes() {
+            return Err(BenchError::Other("rmem: a block write did not land whole before the read after it".into()));
+        }
+        Ok(took)
     }
 
     /// A CAS-II that fails on purpose (the cell never holds `u32::MAX`):
@@ -136,9 +227,11 @@ fn latency(ctx: &mut Ctx<'_>) -> Result<()> {
     let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
     let ub = RefCell::new(UdpClient::new(udp.parsed("addr")?, false)?);
     let (r, ub) = (&r, &ub);
+    let pinger = RefCell::new(Pinger::new(r)?);
     let mut probes = vec![
         Probe::micros("udp_pingpong_32B", n, || ub.borrow_mut().round_trip(32, PENALTY_PACKET, 0)),
         Probe::micros("rmem_cas", n, || r.cas()),
+        Probe::micros("rmem_notify_pingpong", n, || pinger.borrow_mut().round_trip()),
     ];
     for size in READ_SIZES {
         let l = label(size);
@@ -150,6 +243,8 @@ fn latency(ctx: &mut Ctx<'_>) -> Result<()> {
     let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
     ctx.rec("rmem_cas", m("rmem_cas")?, "us", "udp_pingpong_32B", m("udp_pingpong_32B")?);
     ctx.rec("rmem_cas_p99", p99("rmem_cas")?, "us", "udp_pingpong_32B_p99", p99("udp_pingpong_32B")?);
+    // Two notified writes: each wakes a thread that the UDP ping-pong's blocked receive also wakes.
+    ctx.rec("rmem_notify_pingpong", m("rmem_notify_pingpong")?, "us", "udp_pingpong_32B", m("udp_pingpong_32B")?);
     for size in READ_SIZES {
         let l = label(size);
         let (v, b) = (format!("rmem_read_{l}"), format!("udp_answer_{l}"));
@@ -208,13 +303,17 @@ fn block(ctx: &mut Ctx<'_>) -> Result<()> {
     let tc = RefCell::new(TcpClient::connect(tcp.parsed("addr")?)?);
     let mbps = |t: Duration| size as f64 / t.as_secs_f64().max(1e-9) / 1e6;
     let l = label(size);
+    let data = RefCell::new(vec![0xc3u8; size]);
     let mut probes = vec![
         Probe::new(&format!("tcp_bulk_{l}"), n, || Ok(mbps(tc.borrow_mut().bulk(size)?))),
         Probe::new(&format!("rmem_block_read_{l}"), n, || Ok(mbps(r.read(size)?))),
+        Probe::new(&format!("rmem_block_write_{l}"), n, || Ok(mbps(r.write_confirmed(&mut data.borrow_mut())?))),
     ];
     interleave(&mut probes, rounds, warm)?;
-    let (v, b) = (format!("rmem_block_read_{l}"), format!("tcp_bulk_{l}"));
-    ctx.rec(&v, find(&probes, &v)?.rounds.median(), "MB/s", &b, find(&probes, &b)?.rounds.median());
+    let b = format!("tcp_bulk_{l}");
+    for v in [format!("rmem_block_read_{l}"), format!("rmem_block_write_{l}")] {
+        ctx.rec(&v, find(&probes, &v)?.rounds.median(), "MB/s", &b, find(&probes, &b)?.rounds.median());
+    }
     Ok(())
 }
 

@@ -98,6 +98,15 @@ fn recv(
     }
 }
 
+/// Largest datagram of an answer.
+const ANSWER_PACKET: usize = 65_000;
+
+/// An answer of `len` bytes: its length (at least a header) and its datagrams.
+fn answer_parts(len: usize) -> (usize, usize) {
+    let len = len.max(HEADER);
+    (len, len.div_ceil(ANSWER_PACKET))
+}
+
 /// The echo peer (`udp-echo [--spin]`): answers streams until stdin closes.
 pub fn echo_peer(a: &PeerArgs) -> Result<()> {
     let spin = a.flag("spin");
@@ -129,8 +138,14 @@ pub fn echo_peer(a: &PeerArgs) -> Result<()> {
         }
         out[..HEADER].copy_from_slice(&buf[..HEADER]);
         if reply_len > 0 {
-            let len = (reply_len as usize).clamp(HEADER, out.len());
-            sock.send_to(&out[..len], from)?;
+            // One datagram, or as many as an answer larger than one needs.
+            let (mut left, parts) = answer_parts(reply_len as usize);
+            for i in 0..parts {
+                let len = left.clamp(HEADER, ANSWER_PACKET);
+                left = left.saturating_sub(len);
+                put_header(&mut out, id, i as u16, parts as u16, reply_len);
+                sock.send_to(&out[..len], from)?;
+            }
         } else {
             for (i, len) in lens.iter().enumerate() {
                 put_header(&mut out, id, i as u16, total, 0);
@@ -168,7 +183,8 @@ impl UdpClient {
 
     /// Sends `bytes` as datagrams of at most `packet` bytes (at least the
     /// header each) and waits for the answer: `reply_len` bytes in one
-    /// datagram, or (0) the same datagrams back. Returns the round-trip time.
+    /// datagram (in datagrams of 65,000 bytes beyond that), or (0) the same
+    /// datagrams back. Returns the round-trip time.
     pub fn round_trip(&mut self, bytes: usize, packet: usize, reply_len: usize) -> Result<Duration> {
         let packet = packet.clamp(HEADER, 65_000);
         let bytes = bytes.max(HEADER);
@@ -176,7 +192,7 @@ impl UdpClient {
         if total > usize::from(u16::MAX) {
             return Err(BenchError::Other(format!("a {bytes}-byte stream needs too many datagrams")));
         }
-        let expect = if reply_len > 0 { 1 } else { total };
+        let expect = if reply_len > 0 { answer_parts(reply_len).1 } else { total };
         for _attempt in 0..10 {
             self.id = self.id.wrapping_add(1);
             let start = Instant::now();

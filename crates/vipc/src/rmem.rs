@@ -287,15 +287,31 @@ impl RemoteSegment {
 
     /// Writes `data` at `offset`; `notify` asks for a notification under the
     /// Conditional policy. Returns once the packets are handed to the
-    /// network: nothing says they arrived (003 §3.3).
+    /// network: nothing says they arrived (003 §3.3). A plain write is
+    /// queued for the node's sender thread (the writer pays for the engine
+    /// and a queue); a notifying one is sent by the writer itself — it
+    /// exists to wake someone, and the hand-off would delay that by a thread
+    /// switch. Order is kept either way.
     pub fn write(&self, offset: u32, data: &[u8], notify: bool) -> Result<()> {
-        self.shared.call_deferred(|e, _| e.mem_write(&self.target, offset, data, notify))
+        self.send(notify, |e| e.mem_write(&self.target, offset, data, notify))
     }
 
     /// Writes `data`, elements of `elem` bytes, at `base`, `base + stride`, …
     pub fn writev(&self, base: u32, stride: u32, elem: u32, data: &[u8], notify: bool) -> Result<()> {
         let shape = Strided { stride, elem };
-        self.shared.call_deferred(|e, _| e.mem_writev(&self.target, base, shape, data, notify))
+        self.send(notify, |e| e.mem_writev(&self.target, base, shape, data, notify))
+    }
+
+    fn send(
+        &self,
+        now: bool,
+        f: impl FnOnce(&mut vipc_engine::Engine) -> Result<(), vipc_engine::Error>,
+    ) -> Result<()> {
+        if now {
+            self.shared.call(None, |e, _| f(e))
+        } else {
+            self.shared.call_deferred(|e, _| f(e))
+        }
     }
 
     /// Reads `len` bytes at `offset` into `into.1` of the anonymous segment
