@@ -516,6 +516,14 @@ pub const BARS: &[Bar] = &[
         limit: 1.1,
     },
     Bar {
+        what: "rmem: remote read 64 KB / UDP exchange with the same answer",
+        record: "rmem_read_64KB",
+        baseline: None,
+        field: Field::Ratio,
+        cmp: Cmp::AtMost,
+        limit: 1.1,
+    },
+    Bar {
         what: "rmem: CAS-II / UDP ping-pong 32 B",
         record: "rmem_cas",
         baseline: None,
@@ -550,6 +558,14 @@ pub const BARS: &[Bar] = &[
     Bar {
         what: "rmem: block read 1 MiB / TCP bulk",
         record: "rmem_block_read_1MiB",
+        baseline: None,
+        field: Field::Ratio,
+        cmp: Cmp::AtLeast,
+        limit: 0.8,
+    },
+    Bar {
+        what: "rmem: block write 1 MiB / TCP bulk",
+        record: "rmem_block_write_1MiB",
         baseline: None,
         field: Field::Ratio,
         cmp: Cmp::AtLeast,
