@@ -3,11 +3,10 @@
 //! packets went over the wire.
 
 use crate::error::{CliError, CliResult};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use vipc::{
-    services, Access, Message, Node, NodeConfig, Notify, Pid, Process, ProtectionGroup, ProtocolError, ReplyMode,
-    Scope, SegmentOptions, SegmentRef, SendOptions,
+    services, Access, Message, Node, Notify, Pid, Process, ProtectionGroup, ProtocolError, ReplyMode, Scope,
+    SegmentOptions, SegmentRef, SendOptions,
 };
 
 const OP_ECHO: u8 = 0x10;
@@ -86,28 +85,8 @@ fn server(p: Process) {
     }
 }
 
-/// Three free UDP ports on 127.0.0.1 (bound together so they differ, then released).
-fn free_addrs(n: usize) -> std::io::Result<Vec<SocketAddr>> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))).collect::<Result<_, _>>()?;
-    socks.iter().map(UdpSocket::local_addr).collect()
-}
-
 fn start_cluster() -> CliResult<Vec<Node>> {
-    let mut last = None;
-    for _ in 0..5 {
-        let addrs = free_addrs(3)?;
-        let started: Result<Vec<Node>, vipc::Error> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| Node::start(NodeConfig::fixed(i as u16 + 1, *a, addrs.clone())))
-            .collect();
-        match started {
-            Ok(nodes) => return Ok(nodes),
-            Err(e @ vipc::Error::Bind { .. }) => last = Some(e), // a port was taken meanwhile: retry
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(last.map(CliError::from).unwrap_or_else(|| "cannot start the demo cluster".into()))
+    Ok(vipc::loopback_cluster(3, 1, |_, _| {})?)
 }
 
 /// Packets on the wire so far: everything the cluster's nodes sent, except

@@ -3,40 +3,14 @@
 //! bad requests.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use vipc::{Error, Node, NodeConfig, SegmentRef, SendOptions};
+use vipc::{Node, SegmentRef, SendOptions};
 use vipc_pipe::{proto, stat, PipeConfig, PipeError, PipeReader, PipeServer, PipeWriter};
-
-fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
-    socks.iter().map(|s| s.local_addr().unwrap()).collect()
-}
 
 /// `n` nodes with fixed host ids from `first`, every node a static peer of every other, no multicast.
 fn cluster(n: usize, first: u16) -> Vec<Node> {
-    for _ in 0..5 {
-        let addrs = free_addrs(n);
-        let mut nodes = Vec::new();
-        let mut retry = false;
-        for (i, a) in addrs.iter().enumerate() {
-            let mut cfg = NodeConfig::fixed(first + i as u16, *a, addrs.clone());
-            cfg.engine.timeout = Duration::from_millis(500);
-            match Node::start(cfg) {
-                Ok(node) => nodes.push(node),
-                Err(Error::Bind { .. }) => {
-                    retry = true;
-                    break;
-                }
-                Err(e) => panic!("node {i} failed to start: {e}"),
-            }
-        }
-        if !retry {
-            return nodes;
-        }
-    }
-    panic!("could not bind a cluster's ports");
+    vipc::loopback_cluster(n, first, |_, cfg| cfg.engine.timeout = Duration::from_millis(500)).unwrap()
 }
 
 fn small(capacity: usize) -> PipeConfig {

@@ -2,18 +2,13 @@
 //! results of any size come back keyed by node, a slow importer is named
 //! as missing with the others' results kept, and misuse is a typed error.
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use vipc::{Node, NodeConfig};
+use vipc::Node;
 use vipc_ports::{Error, NetPort};
 
 /// `n` nodes (hosts 1..=n) that list each other as static peers, with full alive-host tables.
 fn cluster(n: u16) -> Vec<Node> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
-    let addrs: Vec<SocketAddr> = socks.iter().map(|s| s.local_addr().unwrap()).collect();
-    drop(socks);
-    let nodes: Vec<Node> =
-        (0..n).map(|i| Node::start(NodeConfig::fixed(i + 1, addrs[i as usize], addrs.clone())).unwrap()).collect();
+    let nodes = vipc::loopback_cluster(n as usize, 1, |_, _| {}).unwrap();
     let t = Instant::now();
     while nodes.iter().any(|x| x.alive_hosts().unwrap().hosts().count() + 1 < n as usize) {
         assert!(t.elapsed() < Duration::from_secs(5), "alive-host tables did not fill");

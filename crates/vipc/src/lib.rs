@@ -51,6 +51,7 @@ mod config;
 mod error;
 mod faults;
 pub mod locate;
+mod loopback;
 mod net;
 mod node;
 mod process;
@@ -61,6 +62,7 @@ mod within;
 
 pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};
 pub use error::{Error, Result};
+pub use loopback::{free_loopback_addrs, loopback_cluster};
 pub use node::Node;
 pub use process::{Process, ReceiveInfo, SegmentRef};
 pub use rmem::{AnonSegment, ExportedSegment, PendingOp, RemoteSegment};

@@ -1,7 +1,7 @@
 //! Helpers of the file-service tests: a server node and a client node on loopback.
 #![allow(dead_code)]
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -10,8 +10,7 @@ use vipc_fs::{ExportConfig, FileServer, FsClient, Tuning};
 
 /// `n` distinct free UDP ports on 127.0.0.1.
 pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
-    socks.iter().map(|s| s.local_addr().unwrap()).collect()
+    vipc::free_loopback_addrs(n).unwrap()
 }
 
 /// Short T_t (300 ms) so that failure tests run fast.

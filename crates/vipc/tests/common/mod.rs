@@ -1,40 +1,18 @@
 //! Helpers shared by the integration tests: clusters of nodes on loopback.
 #![allow(dead_code)]
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::Duration;
-use vipc::{Error, Node, NodeConfig};
+use vipc::{Node, NodeConfig};
 
-/// `n` distinct free UDP ports on 127.0.0.1 (bound together, then released).
+/// `n` distinct free UDP ports on 127.0.0.1.
 pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
-    socks.iter().map(|s| s.local_addr().unwrap()).collect()
+    vipc::free_loopback_addrs(n).unwrap()
 }
 
-/// `n` nodes on loopback with fixed host ids `first..first+n`, each listing
-/// every node as a static peer, no multicast; `tweak` adjusts each config.
+/// `n` nodes on loopback with fixed host ids `first..first+n` (see [`vipc::loopback_cluster`]).
 pub fn cluster_with(n: usize, first: u16, tweak: impl Fn(usize, &mut NodeConfig)) -> Vec<Node> {
-    for _ in 0..5 {
-        let addrs = free_addrs(n);
-        let mut nodes = Vec::new();
-        let mut retry = false;
-        for (i, a) in addrs.iter().enumerate() {
-            let mut cfg = NodeConfig::fixed(first + i as u16, *a, addrs.clone());
-            tweak(i, &mut cfg);
-            match Node::start(cfg) {
-                Ok(node) => nodes.push(node),
-                Err(Error::Bind { .. }) => {
-                    retry = true; // another test took the port meanwhile
-                    break;
-                }
-                Err(e) => panic!("node {i} failed to start: {e}"),
-            }
-        }
-        if !retry {
-            return nodes;
-        }
-    }
-    panic!("could not bind a cluster's ports");
+    vipc::loopback_cluster(n, first, tweak).unwrap()
 }
 
 /// `n` nodes with default settings (see [`cluster_with`]).
