@@ -3,10 +3,11 @@
 //! sshfs figures are there when this machine can run sshd and FUSE (else a
 //! reason is printed), and what cannot run says "not measured" instead of a number.
 
+mod common;
+
+use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
 
 fn sshfs_possible() -> bool {
     let root = std::fs::read_to_string("/proc/self/status")
@@ -20,22 +21,7 @@ fn sshfs_possible() -> bool {
 #[test]
 fn files_suite_quick_json() {
     let start = Instant::now();
-    let out = Command::new(VIPC)
-        .args(["bench", "--quick", "--json", "files/pages", "files/tree", "files/clients"])
-        .output()
-        .expect("run vipc bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "vipc bench failed: {stderr}\n{stdout}");
-    let mut names = Vec::new();
-    for line in stdout.lines() {
-        let o: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}"));
-        assert_eq!(o["suite"], "files", "{line}");
-        let (v, b, r) =
-            (o["value"].as_f64().unwrap(), o["baseline_value"].as_f64().unwrap(), o["ratio"].as_f64().unwrap());
-        assert!(v > 0.0 && b > 0.0 && r > 0.0 && r.is_finite(), "{line}");
-        names.push(o["name"].as_str().unwrap().to_string());
-    }
+    let (names, stderr) = quick_bench("files", &["files/pages", "files/tree", "files/clients"]);
     for want in [
         "files_page_read_4KB_lib",
         "files_page_read_4KB_lib_vs_srr_pread",

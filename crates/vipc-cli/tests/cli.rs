@@ -1,23 +1,12 @@
 //! The `vipc` binary as a user runs it: nodes as separate OS processes on
 //! loopback, `ping`, `stat`, `keygen`, `demo`, and one-line errors.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use common::*;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
-
-/// A child process that is killed when the guard is dropped (also on panic).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A running `vipc node`, with what its first line said.
 struct NodeProc {
@@ -26,80 +15,20 @@ struct NodeProc {
     addr: SocketAddr,
 }
 
-/// Starts `vipc node ARGS` and waits for its "listening" line.
+/// Starts `vipc node ARGS` and reads host and address from its "listening" line.
 fn start_node(args: &[&str]) -> NodeProc {
-    let mut child = Command::new(VIPC)
-        .arg("node")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn vipc node");
-    let stdout = child.stdout.take().unwrap();
-    let guard = Guard(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc node printed nothing");
+    let (guard, line) = start(&[&["node"], args].concat(), "vipc node: host ");
     // "vipc node: host HHHH listening on ADDR"
     let words: Vec<&str> = line.split_whitespace().collect();
-    assert!(line.starts_with("vipc node: host ") && words.len() == 7, "unexpected first line {line:?}");
+    assert_eq!(words.len(), 7, "unexpected first line {line:?}");
     let host = u16::from_str_radix(words[3], 16).unwrap();
     let addr = words[6].parse().unwrap();
     NodeProc { guard, host, addr }
 }
 
-/// Runs `vipc ARGS` to completion (with a time limit).
-fn run(args: &[&str]) -> Output {
-    let child =
-        Command::new(VIPC).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn vipc");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("vipc {args:?} did not finish within 120 s");
-        }
-    }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts the command failed with exactly one `vipc: error:` line containing `want`.
-fn assert_one_line_error(o: &Output, want: &str) {
-    let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success; stdout {}", stdout(o));
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected, got {err:?}");
-    assert!(lines[0].starts_with("vipc: error: "), "{err:?}");
-    assert!(lines[0].contains(want), "{err:?} lacks {want:?}");
-}
-
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
     let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
     socks.iter().map(|s| s.local_addr().unwrap()).collect()
-}
-
-/// A multicast group of this test's own (random address and port).
-fn random_group() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
-    let r = h.finish();
-    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r >> 16) as u16 % 40_000)
 }
 
 fn packets_per_exchange(out: &str) -> f64 {

@@ -1,30 +1,12 @@
 //! `vipc node --team` and `vipc exec` as separate processes on loopback:
 //! output, exit status, Ctrl-C, and the error without a team server.
 
+mod common;
+
+use common::*;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
-
-/// A child process killed when dropped (also on panic).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A multicast group and port of this run's own.
-fn own_group() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    let r = h.finish();
-    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r % 40_000) as u16)
-}
 
 fn exec(args: &[&str]) -> Command {
     let mut c = Command::new(VIPC);
@@ -34,7 +16,7 @@ fn exec(args: &[&str]) -> Command {
 
 #[test]
 fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
-    let g = own_group();
+    let g = random_group();
     // Without a team server: one clear line, non-zero, soon.
     let t = Instant::now();
     let o = exec(&["--group", &g, "--", "true"]).output().unwrap();

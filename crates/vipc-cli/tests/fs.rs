@@ -2,88 +2,13 @@
 //! them: a node process exporting directories, commands as separate
 //! processes on loopback, one-line errors.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod common;
 
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
-
-/// A child process killed when dropped (also on panic).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A multicast group of this test's own.
-fn random_group() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
-    let r = h.finish();
-    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r >> 16) as u16 % 40_000)
-}
+use common::*;
 
 /// Starts `vipc node ARGS` and waits for its "listening" line.
 fn start_node(args: &[&str]) -> Guard {
-    let mut child = Command::new(VIPC)
-        .arg("node")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn vipc node");
-    let stdout = child.stdout.take().unwrap();
-    let guard = Guard(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc node printed nothing");
-    assert!(line.starts_with("vipc node: host "), "unexpected first line {line:?}");
-    guard
-}
-
-/// Runs `vipc ARGS` to completion (with a time limit).
-fn run(args: &[&str]) -> Output {
-    let child =
-        Command::new(VIPC).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn vipc");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("vipc {args:?} did not finish within 120 s");
-        }
-    }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts the command failed with exactly one `vipc: error:` line containing `want`.
-fn assert_one_line_error(o: &Output, want: &str) {
-    let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success; stdout {}", stdout(o));
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected, got {err:?}");
-    assert!(lines[0].starts_with("vipc: error: "), "{err:?}");
-    assert!(lines[0].contains(want), "{err:?} lacks {want:?}");
+    start(&[&["node"], args].concat(), "vipc node: host ").0
 }
 
 fn pattern(len: usize) -> Vec<u8> {

@@ -3,15 +3,16 @@
 //! next `vipc mount`, and one-line errors. Skipped (with the reason printed) without root, /dev/fuse or
 //! fusermount3.
 
+mod common;
+
+use common::*;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use vipc::{Node, NodeConfig};
 use vipc_fs::{ExportConfig, FileServer};
-
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
 
 fn fuse_unavailable() -> Option<&'static str> {
     if !nix::unistd::geteuid().is_root() {
@@ -119,10 +120,6 @@ fn wait_exit(p: &mut MountProc, limit: Duration) -> std::process::ExitStatus {
         assert!(t0.elapsed() < limit, "vipc mount still running after {limit:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(VIPC).args(args).output().expect("run vipc")
 }
 
 #[test]

@@ -1,64 +1,12 @@
 //! `vipc pipe` from the shell: a pipe server, a writer and a reader as three
 //! separate OS processes (each its own node) on loopback, and `vipc node --pipe`.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use common::*;
+use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
-
-const VIPC: &str = env!("CARGO_BIN_EXE_vipc");
-
-/// A child process killed when dropped (also on panic).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A multicast group of this test's own (random address and port).
-fn random_group() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
-    let r = h.finish();
-    format!("239.255.{}.{}:{}", (r >> 8) as u8, r as u8 | 1, 20_000 + (r >> 16) as u16 % 40_000)
-}
-
-/// Starts a long-running `vipc ARGS` and waits for its first line, which must start with `prefix`.
-fn start(args: &[&str], prefix: &str) -> Guard {
-    let mut child =
-        Command::new(VIPC).args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn vipc");
-    let stdout = child.stdout.take().unwrap();
-    let guard = Guard(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc printed nothing");
-    assert!(line.starts_with(prefix), "unexpected first line {line:?}");
-    guard
-}
-
-/// Waits for a child with a time limit and returns its output.
-fn finish(child: Child, secs: u64) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("vipc did not finish within {secs} s");
-        }
-    }
-}
 
 fn spawn(args: &[&str]) -> Child {
     Command::new(VIPC)
