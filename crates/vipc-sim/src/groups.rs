@@ -6,19 +6,20 @@
 //! restarts), with slow repliers, members joining and leaving mid-send, and
 //! nodes short of aliens. Every completion is judged by [`crate::gcheck`].
 
-use crate::check::{Call, CallKind, Calls, Invariant, Violation};
+use crate::check::{Call, CallKind, Invariant, Violation};
 use crate::gcheck::{self, GroupSend, Membership, Mode, Stable};
 use crate::history::{History, ProcId};
+use crate::procs::{Proc, Procs};
 use crate::scenario::{GroupLoad, Scenario};
-use crate::world::{engine_config, App, Driver, Plumbing, World, MARGIN, TIMEOUT};
+use crate::world::{App, Driver, Plumbing, World, TIMEOUT};
 use crate::Options;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use vipc_engine::{
-    well_known_group, Completion, Config, Error, Event, GroupOutcome, HostId, HostIdConfig, Pid, Reliable, ReplyMode,
-    Segment, SendOptions, SendOutcome, Time,
+    well_known_group, Completion, Config, Error, Event, GroupOutcome, HostId, Pid, Reliable, ReplyMode, Segment,
+    SendOptions, SendOutcome, Time,
 };
 
 /// The alive-host period of every engine.
@@ -49,12 +50,6 @@ enum Role {
     /// A member (or former member) blocked in Receive, or holding `sid` from `from` until it replies;
     /// `reading`: the (offset, length) of the send's segment it is MoveFrom-ing.
     Member { holding: Option<(u64, Pid)>, membership: Option<usize>, reading: Option<(usize, usize)> },
-}
-
-struct Proc {
-    node: usize,
-    pid: Pid,
-    role: Role,
 }
 
 /// The group workload's own events.
@@ -99,17 +94,13 @@ pub struct GroupSim {
     load: GroupLoad,
     /// Each node's `max_aliens` (some nodes are short of them in `exhaust`).
     max_aliens: Vec<usize>,
-    procs: BTreeMap<ProcId, Proc>,
-    by_pid: BTreeMap<Pid, ProcId>,
-    hist: History,
-    calls: Calls,
+    procs: Procs<Role>,
     sends: BTreeMap<u64, GroupSend>,
     /// The segment length of each send that lent one.
     segments: BTreeMap<u64, usize>,
     members: Vec<Membership>,
     group: Pid,
     next_sid: u64,
-    last_completion: Time,
     tight: bool,
 }
 
@@ -134,16 +125,12 @@ impl GroupSim {
             w,
             load,
             max_aliens: aliens,
-            procs: BTreeMap::new(),
-            by_pid: BTreeMap::new(),
-            hist: History::default(),
-            calls: Calls::default(),
+            procs: Procs::new(History::default()),
             sends: BTreeMap::new(),
             segments: BTreeMap::new(),
             members: Vec::new(),
             group: well_known_group(7),
             next_sid: 1,
-            last_completion: Time::ZERO,
             tight,
         }
     }
@@ -157,10 +144,7 @@ impl App for GroupSim {
     }
 
     fn config(&self, node: usize, epoch: u32) -> Config {
-        let mut cfg = engine_config(&self.w.sc, self.w.seed, node, epoch, HostIdConfig::Fixed(node as HostId + 1));
-        cfg.alive_period = Some(ALIVE);
-        cfg.max_aliens = self.max_aliens[node];
-        cfg
+        Config { alive_period: Some(ALIVE), max_aliens: self.max_aliens[node], ..self.w.fixed_config(node, epoch) }
     }
 
     fn setup(&mut self) {
@@ -181,13 +165,13 @@ impl App for GroupSim {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Act { proc } => {
-                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
+                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
                     self.sender_act(proc);
                     self.settle(node);
                 }
             }
             Ev::Reply { proc } => {
-                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
+                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
                     self.member_reply(proc);
                     self.settle(node);
                 }
@@ -207,16 +191,10 @@ impl App for GroupSim {
     fn on_event(&mut self, node: usize, ev: Event) {
         match ev {
             Event::Wake { pid, completion } => {
-                self.w.fingerprint(&[self.w.now.0, pid.0 as u64]);
                 self.w.trace(|| format!("n{node} wake {pid}: {completion:?}"));
-                let Some(&proc) = self.by_pid.get(&pid) else {
-                    let detail = format!("{pid} (no live process) was woken with {completion:?}");
-                    return self.w.fail_with(Invariant::OneCompletion, detail);
-                };
-                self.last_completion = self.w.now;
-                match self.calls.complete(self.w.now, proc, pid, &completion) {
-                    Ok(call) => self.on_completion(proc, call, completion),
-                    Err(v) => self.w.fail(v),
+                let shown = |c: &Completion| format!("{c:?}");
+                if let Some((proc, call)) = self.procs.woken(&mut self.w, node, pid, &completion, shown) {
+                    self.on_completion(proc, call, completion);
                 }
             }
             Event::HostReady(_) => {
@@ -235,23 +213,9 @@ impl App for GroupSim {
         }
     }
 
-    fn started(&mut self, node: usize) {
-        self.hist.node_up(node, self.w.now);
-    }
-
-    fn crashed(&mut self, node: usize) {
-        self.hist.node_down(node, self.w.now);
-        let victims: Vec<ProcId> = self.procs.iter().filter(|(_, p)| p.node == node).map(|(&id, _)| id).collect();
-        for id in victims {
-            self.bury(id);
-        }
-    }
-
     fn arriving(&mut self, _to: usize, _from: usize, _from_epoch: u32, bytes: &[u8]) {
         if let Ok(p) = vipc_wire::parse(bytes, self.w.key.as_ref()) {
-            if let Some(&proc) = self.by_pid.get(&p.header.dst) {
-                self.calls.progress(proc, self.w.now);
-            }
+            self.procs.progress_to(p.header.dst, self.w.now);
         }
     }
 
@@ -270,21 +234,34 @@ impl App for GroupSim {
         }
     }
 
-    fn watchdog(&mut self) {
-        if let Some(v) = self.calls.overdue(self.w.now, TIMEOUT + MARGIN) {
-            self.w.fail(v);
+    fn crashed(&mut self, node: usize) {
+        for p in self.procs.crashed(node, self.w.now) {
+            self.forget(p);
         }
+    }
+
+    fn watchdog(&mut self) {
+        self.procs.watch(&mut self.w);
+    }
+
+    fn started(&mut self, node: usize) {
+        self.procs.hist.node_up(node, self.w.now);
     }
 
     /// Ends once no call is pending and no member owes a reply, and all has
     /// been quiet long enough for the engines to drop their copies.
     fn end_check(&mut self) -> Option<Time> {
-        let holding = self.procs.values().any(|p| matches!(p.role, Role::Member { holding: Some(_), .. }));
-        self.w.end_when(self.calls.busy() || holding, self.last_completion + QUIET, MAX_DRAIN, Duration::from_secs(1))
+        let holding = self.procs.live.values().any(|p| matches!(p.role, Role::Member { holding: Some(_), .. }));
+        self.w.end_when(
+            self.procs.calls.busy() || holding,
+            self.procs.last_completion + QUIET,
+            MAX_DRAIN,
+            Duration::from_secs(1),
+        )
     }
 
     fn final_checks(&mut self) -> Result<(), Violation> {
-        self.calls.leftovers(self.w.now)?;
+        self.procs.calls.leftovers(self.w.now)?;
         if let Some(s) = self.sends.values().find(|s| s.ended.is_none()) {
             return Err(self.w.violation_at(Invariant::Liveness, format!("group send #{} never completed", s.sid)));
         }
@@ -306,11 +283,8 @@ impl App for GroupSim {
 }
 
 impl GroupSim {
-    fn bury(&mut self, id: ProcId) {
-        let Some(p) = self.procs.remove(&id) else { return };
-        self.by_pid.remove(&p.pid);
-        self.hist.died(id, self.w.now);
-        self.calls.abandon(id, p.pid);
+    /// What dies with a process: its membership, its send.
+    fn forget(&mut self, p: Proc<Role>) {
         match p.role {
             Role::Member { membership: Some(m), .. } => {
                 self.members[m].to.get_or_insert(self.w.now);
@@ -334,23 +308,20 @@ impl GroupSim {
                 return self.w.fail_with(Invariant::Success, format!("create_process on node {node} failed: {e}"));
             }
         };
-        let id = self.hist.born(pid, node, self.w.now);
-        self.by_pid.insert(pid, id);
         self.w.trace(|| format!("n{node} spawn {} {pid}", if member { "member" } else { "sender" }));
         if !member {
-            self.procs.insert(id, Proc { node, pid, role: Role::Sender { current: None, gets: 0 } });
+            let id = self.procs.add(node, pid, Role::Sender { current: None, gets: 0 }, self.w.now);
             let at = (Time::ZERO + WARMUP).max(self.w.now) + Duration::from_micros(self.w.rng.gen_range(0..20_000));
             self.w.push(at, Ev::Act { proc: id });
             return;
         }
+        let membership = Some(self.members.len());
+        let id = self.procs.add(node, pid, Role::Member { holding: None, membership, reading: None }, self.w.now);
         let group = self.group;
         if let Err(e) = self.w.with_engine(node, |e, _| e.join_group(pid, group)) {
             return self.w.fail_with(Invariant::Success, format!("join_group({pid}) failed: {e}"));
         }
         self.members.push(Membership { proc: id, pid, node, from: self.w.now, to: None });
-        let m = self.members.len() - 1;
-        self.procs
-            .insert(id, Proc { node, pid, role: Role::Member { holding: None, membership: Some(m), reading: None } });
         if self.load.leaves && self.w.rng.gen_bool(0.2) {
             let at = self.w.now + Duration::from_millis(self.w.rng.gen_range(100..2000));
             self.w.push(at, Ev::Leave { proc: id });
@@ -358,16 +329,8 @@ impl GroupSim {
         self.member_receive(id);
     }
 
-    fn begin(&mut self, id: ProcId, kind: CallKind, bounded: bool) {
-        let pid = self.procs[&id].pid;
-        let call = Call { kind, pid, started: self.w.now, progress: self.w.now, bounded };
-        if let Err(v) = self.calls.begin(self.w.now, id, call) {
-            self.w.fail(v);
-        }
-    }
-
     fn leave(&mut self, id: ProcId) {
-        let Some(p) = self.procs.get_mut(&id) else { return };
+        let Some(p) = self.procs.live.get_mut(&id) else { return };
         let Role::Member { membership, .. } = &mut p.role else { return };
         let Some(m) = membership.take() else { return };
         let (node, pid, group) = (p.node, p.pid, self.group);
@@ -384,7 +347,7 @@ impl GroupSim {
     fn member_receive(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         match self.w.with_engine(node, |e, now| e.receive(now, pid, None, SEGMENT_CAPACITY)) {
-            Ok(()) => self.begin(id, CallKind::Receive, false),
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Receive, false),
             Err(e) => self.w.fail_with(Invariant::Success, format!("receive by member {pid} refused: {e}")),
         }
     }
@@ -408,10 +371,10 @@ impl GroupSim {
         let s = self.sends.get_mut(&sid).expect("checked");
         s.received.push((id, pid, now));
         let sender = s.sender;
-        if let Some(&sp) = self.by_pid.get(&sender) {
-            self.calls.progress(sp, now);
+        if let Some(&sp) = self.procs.by_pid.get(&sender) {
+            self.procs.calls.progress(sp, now);
         }
-        if let Some(Proc { role: Role::Member { holding, .. }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Member { holding, .. }) = self.procs.role_mut(id) {
             *holding = Some((sid, sender));
         }
         if let Some(&len) = self.segments.get(&sid) {
@@ -448,10 +411,10 @@ impl GroupSim {
         let from = m.from;
         match self.w.with_engine(node, |e, now| e.move_from(now, pid, from, off as u32, n as u32)) {
             Ok(()) => {
-                if let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) {
+                if let Some(Role::Member { reading, .. }) = self.procs.role_mut(id) {
                     *reading = Some((off, n));
                 }
-                self.begin(id, CallKind::Move(sid), true);
+                self.procs.begin(&mut self.w, id, CallKind::Move(sid), true);
             }
             // The send completed already (its sender is on this node).
             Err(Error::NotAwaitingReply(_)) => self.schedule_reply(id),
@@ -462,7 +425,7 @@ impl GroupSim {
     /// The member's MoveFrom of send `sid`'s segment completed.
     fn member_moved(&mut self, id: ProcId, sid: u64, r: Result<Vec<u8>, Error>) {
         let pid = self.procs[&id].pid;
-        let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) else { return };
+        let Some(Role::Member { reading, .. }) = self.procs.role_mut(id) else { return };
         let Some((off, n)) = reading.take() else { return };
         match r {
             Ok(data) if data.len() == n && data.iter().enumerate().all(|(i, &b)| b == segment_byte(sid, off + i)) => {
@@ -496,7 +459,7 @@ impl GroupSim {
 
     fn member_reply(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
-        let Role::Member { holding, .. } = &mut self.procs.get_mut(&id).expect("live").role else { return };
+        let Some(Role::Member { holding, .. }) = self.procs.role_mut(id) else { return };
         let Some((sid, to)) = holding.take() else { return };
         let msg = gcheck::reply_msg(sid, pid);
         // Every member writes its pid into a lent segment: only the first reply's lands.
@@ -508,8 +471,8 @@ impl GroupSim {
             if let Some(s) = self.sends.get_mut(&sid) {
                 s.replied.insert(pid, now);
             }
-            if let Some(&sp) = self.by_pid.get(&to) {
-                self.calls.progress(sp, now);
+            if let Some(&sp) = self.procs.by_pid.get(&to) {
+                self.procs.calls.progress(sp, now);
             }
         }
         self.member_receive(id);
@@ -538,7 +501,7 @@ impl GroupSim {
             if let Some(sid) = current {
                 let limit = Duration::from_millis(self.w.rng.gen_range(0..200));
                 match self.w.with_engine(node, |e, now| e.get_reply(now, pid, limit)) {
-                    Ok(()) => self.begin(id, CallKind::GetReply(sid), true),
+                    Ok(()) => self.procs.begin(&mut self.w, id, CallKind::GetReply(sid), true),
                     Err(e) => self.w.fail_with(Invariant::Success, format!("get_reply by {pid} after #{sid}: {e}")),
                 }
                 return;
@@ -571,7 +534,7 @@ impl GroupSim {
                 replied: BTreeMap::new(),
             },
         );
-        if let Some(Proc { role: Role::Sender { current, gets }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Sender { current, gets }) = self.procs.role_mut(id) {
             *current = Some(sid);
             *gets = 0;
         }
@@ -595,7 +558,7 @@ impl GroupSim {
         self.w.report.group.sends += 1;
         self.w.report.sends += 1;
         match r {
-            Ok(()) => self.begin(id, CallKind::Group(sid), true),
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Group(sid), true),
             Err(e) => self.w.fail_with(Invariant::Success, format!("group send #{sid} {mode:?} refused: {e}")),
         }
     }
@@ -622,7 +585,7 @@ impl GroupSim {
             self.w.report.group.long_sends += 1;
         }
         let n = if gets && self.w.rng.gen_bool(0.7) { self.w.rng.gen_range(1..=6) } else { 0 };
-        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
             *gets = n;
         }
         self.think(id);
@@ -690,7 +653,7 @@ impl GroupSim {
         let local_owed = stable.members.iter().any(|m| m.host() == s.sender.host() && !s.replied.contains_key(m));
         // A member that left mid-send may never receive the copy it was counted for.
         let left = self.members.iter().any(|m| m.to.is_some_and(|t| t >= s.started));
-        self.load.must_meet && self.hist.outages.is_empty() && !self.tight && !local_owed && !left
+        self.load.must_meet && self.procs.hist.outages.is_empty() && !self.tight && !local_owed && !left
     }
 
     /// The members that stayed put through send `sid` (so far), and how many
@@ -699,11 +662,11 @@ impl GroupSim {
         let s = &self.sends[&sid];
         let (a, b) = (s.started, self.w.now);
         let host_of = |n: usize| n as HostId + 1;
-        let sender_down = self.hist.down_during(s.node, a, b);
+        let sender_down = self.procs.hist.down_during(s.node, a, b);
         let members = self
             .members
             .iter()
-            .filter(|m| m.throughout(a, b) && m.pid != s.sender && !self.hist.down_during(m.node, a, b))
+            .filter(|m| m.throughout(a, b) && m.pid != s.sender && !self.procs.hist.down_during(m.node, a, b))
             .filter(|m| m.node == s.node || !reliable || s.snapshot.contains(&host_of(m.node)))
             .filter(|_| !sender_down)
             .map(|m| m.pid)
@@ -746,7 +709,7 @@ impl GroupSim {
 
     fn got_reply(&mut self, id: ProcId, sid: u64, r: Option<(Pid, vipc_engine::Message)>) {
         let Some((replier, msg)) = r else {
-            if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+            if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
                 *gets = 0;
             }
             return self.think(id);
@@ -763,7 +726,7 @@ impl GroupSim {
         }
         self.w.report.group.get_replies += 1;
         self.sends.get_mut(&sid).expect("known").repliers.insert(replier);
-        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
             *gets = gets.saturating_sub(1);
         }
         self.think(id);

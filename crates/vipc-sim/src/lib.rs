@@ -79,6 +79,7 @@ mod groups;
 mod history;
 mod net;
 mod pattern;
+mod procs;
 mod proto;
 mod report;
 mod rmem;

@@ -56,15 +56,15 @@
 use crate::check::{fmt_time, Invariant, Violation};
 use crate::rmodel::{Counters, NodeModel, Served};
 use crate::scenario::Scenario;
-use crate::world::{engine_config, mix, App, Driver, Plumbing, World, MARGIN};
+use crate::world::{mix, App, Driver, Plumbing, World, MARGIN};
 use crate::Options;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use vipc_engine::{
-    Access, Cas, CasAnswer, Config, Descriptor, Error, Event, HostId, HostIdConfig, Imported, MemOpId, MemOutcome,
-    Notify, ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, Time,
+    Access, Cas, CasAnswer, Config, Descriptor, Error, Event, HostId, Imported, MemOpId, MemOutcome, Notify,
+    ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, Time,
 };
 use vipc_wire::rmem::{CasFields, ImportFields, ReadFields, WriteFields, WritevFields};
 use vipc_wire::{Flags, PacketType};
@@ -330,7 +330,7 @@ impl App for RmemSim {
     }
 
     fn config(&self, node: usize, epoch: u32) -> Config {
-        let mut cfg = engine_config(&self.w.sc, self.w.seed, node, epoch, HostIdConfig::Fixed(node as HostId + 1));
+        let mut cfg = self.w.fixed_config(node, epoch);
         // Room for exactly the segments of a node (1 + 3 exported, 3 callers'
         // destinations): a re-export reuses the unexported slot with the next
         // generation, so stale handles meet a live slot.

@@ -28,14 +28,6 @@ impl Sim {
         }
     }
 
-    pub(super) fn begin(&mut self, id: ProcId, kind: CallKind, bounded: bool) {
-        let pid = self.procs[&id].pid;
-        let call = Call { kind, pid, started: self.w.now, progress: self.w.now, bounded };
-        if let Err(v) = self.calls.begin(self.w.now, id, call) {
-            self.w.fail(v);
-        }
-    }
-
     pub(super) fn think(&mut self, id: ProcId) {
         let d = match self.w.rng.gen_range(0..10) {
             0..=2 => Duration::ZERO,
@@ -48,7 +40,7 @@ impl Sim {
     // ---- clients
 
     pub(super) fn pick_target(&mut self) -> Pid {
-        let live: Vec<Pid> = self.servers.iter().copied().filter(|p| self.by_pid.contains_key(p)).collect();
+        let live: Vec<Pid> = self.servers.iter().copied().filter(|p| self.procs.by_pid.contains_key(p)).collect();
         let bad = self.w.rng.gen_bool(self.w.sc.bad_targets);
         if !bad && !live.is_empty() && self.w.rng.gen_bool(0.9) {
             return *live.choose(&mut self.w.rng).expect("non-empty");
@@ -113,11 +105,11 @@ impl Sim {
         match r {
             Ok(()) => {
                 self.w.report.sends += 1;
-                if let Some(Role::Client { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+                if let Some(Role::Client { current }) = self.procs.role_mut(id) {
                     *current = Some(rid);
                 }
                 let remote = target.host() != pid.host();
-                self.begin(id, CallKind::Send(rid), remote);
+                self.procs.begin(&mut self.w, id, CallKind::Send(rid), remote);
             }
             Err(e) => {
                 self.w.trace(|| format!("  send refused: {e}"));
@@ -137,14 +129,14 @@ impl Sim {
                 rec.state = ReqState::Failed(now);
                 let nodes: Vec<Option<HostId>> = self.w.nodes.iter().map(|n| n.host).collect();
                 let node_of = |p: Pid| nodes.iter().position(|h| *h == Some(p.host()));
-                let j = check::justify_send_error(now, &self.requests[&rid], &e, &self.hist, node_of);
+                let j = check::justify_send_error(now, &self.requests[&rid], &e, &self.procs.hist, node_of);
                 self.w.fail_if(j);
             }
         }
     }
 
     pub(super) fn client_done(&mut self, id: ProcId, _call: Call, r: Result<vipc_engine::SendOutcome, Error>) {
-        let Some(Role::Client { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) else { return };
+        let Some(Role::Client { current }) = self.procs.role_mut(id) else { return };
         let Some(rid) = current.take() else { return };
         match r {
             Ok(out) => {
@@ -182,10 +174,10 @@ impl Sim {
         let r = self.w.with_engine(node, |e, now| e.get_pid(now, pid, name.as_bytes(), scope));
         match r {
             Ok(()) => {
-                if let Some(Role::Lookup { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+                if let Some(Role::Lookup { current }) = self.procs.role_mut(id) {
                     *current = Some((name, scope, registered, self.w.now));
                 }
-                self.begin(id, CallKind::GetPid, true);
+                self.procs.begin(&mut self.w, id, CallKind::GetPid, true);
             }
             Err(e) => self.w.fail_with(Invariant::Naming, format!("get_pid({name:?}, {scope:?}) refused: {e}")),
         }
@@ -193,7 +185,7 @@ impl Sim {
 
     pub(super) fn lookup_done(&mut self, id: ProcId, _call: Call, answer: Option<Pid>) {
         let node = self.procs[&id].node;
-        let Some(Role::Lookup { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) else { return };
+        let Some(Role::Lookup { current }) = self.procs.role_mut(id) else { return };
         let Some((name, scope, registered, started)) = current.take() else { return };
         self.w.report.lookups += 1;
         let own_host = self.w.nodes[node].host;
@@ -213,7 +205,7 @@ impl Sim {
         let now_registered = self.names.get(&name).copied();
         let visible = registered.filter(sees).or(now_registered.filter(sees));
         let alive = registered.filter(sees).is_some_and(|(_, p, _)| {
-            let l = &self.hist.procs[p as usize];
+            let l = &self.procs.hist.procs[p as usize];
             l.born <= started && l.died.is_none()
         });
         let local = visible.is_some_and(|(r, _, _)| Some(r.host()) == own_host);

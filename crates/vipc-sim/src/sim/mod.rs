@@ -3,13 +3,14 @@
 //! partitions) and the invariant checks wired to every step, in the
 //! [`crate::world`] every simulation shares.
 
-use crate::check::{self, fmt_time, Call, CallKind, Calls, Invariant, Violation};
+use crate::check::{self, fmt_time, Call, CallKind, Invariant, Violation};
 use crate::history::{ForwardRec, History, ProcId, Receipt, ReqState, RequestRec, Span};
 use crate::pattern::{fill, Expect, Writer};
+use crate::procs::{Proc, Procs};
 use crate::proto::{Reply, Request, Status};
 use crate::scenario::{HostIds, Scenario};
 use crate::workload::{self, Misuse, Step};
-use crate::world::{engine_config, node_addr, App, Driver, Plumbing, World, MARGIN, TIMEOUT};
+use crate::world::{engine_config, node_addr, App, Driver, Plumbing, World};
 use crate::Options;
 
 mod actors;
@@ -72,13 +73,6 @@ enum Role {
 /// (pid and registering process) and when the lookup started.
 type LookupCall = (String, Scope, Option<(Pid, ProcId, Scope)>, Time);
 
-#[derive(Debug)]
-struct Proc {
-    node: usize,
-    pid: Pid,
-    role: Role,
-}
-
 /// The request/reply workload's own events.
 pub(crate) enum Ev {
     Act { proc: ProcId },
@@ -93,15 +87,11 @@ pub struct Sim {
     w: World<Ev>,
     /// How each node gets its host id (in `allocate`, node 0 squats on node 1's first choice).
     host_cfg: Vec<HostIdConfig>,
-    procs: BTreeMap<ProcId, Proc>,
-    by_pid: BTreeMap<Pid, ProcId>,
-    hist: History,
-    calls: Calls,
+    procs: Procs<Role>,
     requests: BTreeMap<u64, RequestRec>,
     servers: Vec<Pid>,
     names: BTreeMap<String, (Pid, ProcId, Scope)>,
     next_rid: u64,
-    last_completion: Time,
     squatted: Option<HostId>,
 }
 
@@ -118,15 +108,11 @@ impl Sim {
         Sim {
             w,
             host_cfg: (0..n).map(|i| HostIdConfig::Fixed(i as HostId + 1)).collect(),
-            procs: BTreeMap::new(),
-            by_pid: BTreeMap::new(),
-            hist: History { bogus_hosts: vec![BOGUS_HOST], ..History::default() },
-            calls: Calls::default(),
+            procs: Procs::new(History { bogus_hosts: vec![BOGUS_HOST], ..History::default() }),
             requests: BTreeMap::new(),
             servers: Vec::new(),
             names: BTreeMap::new(),
             next_rid: 1,
-            last_completion: Time::ZERO,
             squatted: None,
         }
     }
@@ -165,7 +151,7 @@ impl App for Sim {
     }
 
     fn config(&self, node: usize, epoch: u32) -> Config {
-        engine_config(&self.w.sc, self.w.seed, node, epoch, self.host_cfg[node])
+        Config { host_id: self.host_cfg[node], ..self.w.fixed_config(node, epoch) }
     }
 
     fn setup(&mut self) {
@@ -212,7 +198,7 @@ impl App for Sim {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Act { proc } => {
-                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
+                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
                     self.act(proc);
                     self.settle(node);
                 }
@@ -227,7 +213,7 @@ impl App for Sim {
             Ev::Cut { until } => self.cut(until),
             Ev::Heal { id, span } => {
                 self.w.net.heal(id);
-                self.hist.cuts[span].1.to.get_or_insert(self.w.now);
+                self.procs.hist.cuts[span].1.to.get_or_insert(self.w.now);
                 self.w.trace(|| format!("partition {id} healed"));
             }
         }
@@ -236,18 +222,9 @@ impl App for Sim {
     fn on_event(&mut self, node: usize, ev: Event) {
         match ev {
             Event::Wake { pid, completion } => {
-                self.w.fingerprint(&[self.w.now.0, pid.0 as u64]);
                 self.w.trace(|| format!("n{node} wake {pid}: {}", short(&completion)));
-                let Some(&proc) = self.by_pid.get(&pid) else {
-                    let dead = self.hist.procs.iter().any(|l| l.pid == pid && l.node == node);
-                    let what = if dead { "a destroyed process" } else { "not a process of this node" };
-                    let detail = format!("{pid} ({what}) was woken with {}", short(&completion));
-                    return self.w.fail_with(Invariant::OneCompletion, detail);
-                };
-                self.last_completion = self.w.now;
-                match self.calls.complete(self.w.now, proc, pid, &completion) {
-                    Ok(call) => self.on_completion(proc, call, completion),
-                    Err(v) => self.w.fail(v),
+                if let Some((proc, call)) = self.procs.woken(&mut self.w, node, pid, &completion, short) {
+                    self.on_completion(proc, call, completion);
                 }
             }
             Event::HostReady(h) => self.host_ready(node, h),
@@ -257,14 +234,12 @@ impl App for Sim {
     }
 
     fn started(&mut self, node: usize) {
-        self.hist.node_up(node, self.w.now);
+        self.procs.hist.node_up(node, self.w.now);
     }
 
     fn crashed(&mut self, node: usize) {
-        self.hist.node_down(node, self.w.now);
-        let victims: Vec<ProcId> = self.procs.iter().filter(|(_, p)| p.node == node).map(|(&id, _)| id).collect();
-        for id in victims {
-            self.bury(id);
+        for p in self.procs.crashed(node, self.w.now) {
+            self.forget(p);
         }
     }
 
@@ -273,21 +248,17 @@ impl App for Sim {
             if p.header.ptype == vipc_wire::PacketType::HostComplaint {
                 self.w.report.complaints += 1;
             }
-            if let Some(&proc) = self.by_pid.get(&p.header.dst) {
-                self.calls.progress(proc, self.w.now);
-            }
+            self.procs.progress_to(p.header.dst, self.w.now);
         }
     }
 
     fn watchdog(&mut self) {
-        if let Some(v) = self.calls.overdue(self.w.now, TIMEOUT + MARGIN) {
-            self.w.fail(v);
-        }
+        self.procs.watch(&mut self.w);
     }
 
     fn stopped(&mut self) {
         let now = self.w.now;
-        for (_, s) in self.hist.cuts.iter_mut() {
+        for (_, s) in self.procs.hist.cuts.iter_mut() {
             s.to.get_or_insert(now);
         }
     }
@@ -295,15 +266,15 @@ impl App for Sim {
     /// Ends once every call but idle receives has completed and all has been
     /// quiet for a while (so that state freed after T_t of silence is gone).
     fn end_check(&mut self) -> Option<Time> {
-        self.w.end_when(self.calls.busy(), self.last_completion + QUIET, MAX_DRAIN, Duration::from_secs(1))
+        self.w.end_when(self.procs.calls.busy(), self.procs.last_completion + QUIET, MAX_DRAIN, Duration::from_secs(1))
     }
 
     fn final_checks(&mut self) -> Result<(), Violation> {
-        self.calls.leftovers(self.w.now)?;
+        self.procs.calls.leftovers(self.w.now)?;
         for i in 0..self.w.nodes.len() {
             let Some(e) = self.w.nodes[i].engine.as_ref() else { continue };
             self.w.report.mac_failures += e.stats().mac_failures;
-            let live = self.procs.values().filter(|p| p.node == i).count() as u64;
+            let live = self.procs.live.values().filter(|p| p.node == i).count() as u64;
             check::check_gauges(self.w.now, i, &e.stats(), live)?;
         }
         let hosts: Vec<HostId> = self.w.nodes.iter().filter(|n| n.engine.is_some()).filter_map(|n| n.host).collect();
@@ -339,14 +310,12 @@ impl Sim {
                 break pid;
             }
             self.w.trace(|| format!("n{node} skips former server pid {pid}"));
-            let id = self.hist.born(pid, node, self.w.now);
-            self.hist.died(id, self.w.now);
+            let id = self.procs.hist.born(pid, node, self.w.now);
+            self.procs.hist.died(id, self.w.now);
             if let Err(e) = self.w.with_engine(node, |e, now| e.destroy_process(now, pid)) {
                 return self.w.fail_with(Invariant::Success, format!("destroy_process({pid}) failed: {e}"));
             }
         };
-        let id = self.hist.born(pid, node, self.w.now);
-        self.by_pid.insert(pid, id);
         self.w.trace(|| format!("n{node} spawn {kind:?} {pid}"));
         let role = match kind {
             Kind::Server => {
@@ -356,7 +325,7 @@ impl Sim {
             Kind::Client => Role::Client { current: None },
             Kind::Lookup => Role::Lookup { current: None },
         };
-        self.procs.insert(id, Proc { node, pid, role });
+        let id = self.procs.add(node, pid, role, self.w.now);
         match kind {
             Kind::Server => {
                 let name = servers::server_name(pid);
@@ -382,11 +351,14 @@ impl Sim {
 
     /// Removes a process that was destroyed or whose node crashed.
     fn bury(&mut self, id: ProcId) {
-        let Some(p) = self.procs.remove(&id) else { return };
-        self.by_pid.remove(&p.pid);
+        if let Some(p) = self.procs.bury(id, self.w.now) {
+            self.forget(p);
+        }
+    }
+
+    /// What dies with a process: its lent buffer, its pending request.
+    fn forget(&mut self, p: Proc<Role>) {
         self.w.lent.remove(&p.pid);
-        self.hist.died(id, self.w.now);
-        self.calls.abandon(id, p.pid);
         if let Role::Client { current: Some(rid) } = p.role {
             if let Some(r) = self.requests.get_mut(&rid) {
                 if r.pending() {
@@ -400,7 +372,7 @@ impl Sim {
         if !self.w.running {
             return;
         }
-        let live: Vec<ProcId> = self.procs.keys().copied().collect();
+        let live: Vec<ProcId> = self.procs.live.keys().copied().collect();
         let Some(&id) = live.choose(&mut self.w.rng) else { return };
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let kind = match self.procs[&id].role {
@@ -443,9 +415,9 @@ impl Sim {
         self.w.trace(|| {
             format!("partition {id} cuts {pairs:?}{} until {}", if one_way { " one way" } else { "" }, fmt_time(until))
         });
-        self.hist.cuts.push((norm, Span { from: self.w.now, to: None }));
+        self.procs.hist.cuts.push((norm, Span { from: self.w.now, to: None }));
         self.w.report.partitions += 1;
-        let span = self.hist.cuts.len() - 1;
+        let span = self.procs.hist.cuts.len() - 1;
         self.w.push(until, Ev::Heal { id, span });
     }
 }

@@ -12,11 +12,11 @@ impl Sim {
         // Sometimes ReceiveSpecific for a local client whose request is known
         // to wait in our queue: it must be taken at once, whatever is ahead of it.
         let only = if self.w.sc.probes && self.w.rng.gen_bool(0.25) { self.queued_local_sender(pid) } else { None };
-        if let Some(Role::Server { specific, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { specific, .. }) = self.procs.role_mut(id) {
             *specific = only;
         }
         match self.w.with_engine(node, |e, now| e.receive(now, pid, only, cap)) {
-            Ok(()) => self.begin(id, CallKind::Receive, only.is_some()),
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Receive, only.is_some()),
             Err(e) => self.w.fail_with(Invariant::Success, format!("receive by idle server {pid} refused: {e}")),
         }
     }
@@ -26,6 +26,7 @@ impl Sim {
     pub(super) fn queued_local_sender(&mut self, server: Pid) -> Option<Pid> {
         let waiting: Vec<Pid> = self
             .procs
+            .live
             .values()
             .filter(|p| p.pid.host() == server.host())
             .filter_map(|p| match p.role {
@@ -120,7 +121,7 @@ impl Sim {
             lent: false,
             probe: None,
         };
-        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: j, .. }) = self.procs.role_mut(id) {
             *j = Some(job);
         }
         self.w.trace(|| format!("n{node} {pid} executes #{}", req.rid));
@@ -135,7 +136,8 @@ impl Sim {
         // Not to itself, nor back to the sender (whose pid a server may hold
         // after the sender's node restarted): both are SendToSelf misuse.
         let ok = |p: Pid| p != pid && p != client;
-        let live: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p) && self.by_pid.contains_key(&p)).collect();
+        let live: Vec<Pid> =
+            self.servers.iter().copied().filter(|&p| ok(p) && self.procs.by_pid.contains_key(&p)).collect();
         let any: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p)).collect();
         let to = match (live.choose(&mut self.w.rng).copied(), self.w.rng.gen_bool(0.9)) {
             (Some(p), true) => Some(p),
@@ -164,9 +166,9 @@ impl Sim {
                     }
                     self.w.report.misuses += 1;
                 }
-                if let Some(&cproc) = self.by_pid.get(&client) {
+                if let Some(&cproc) = self.procs.by_pid.get(&client) {
                     if self.requests[&req.rid].pending() {
-                        self.calls.set_bounded(cproc, to.host() != client.host(), self.w.now);
+                        self.procs.calls.set_bounded(cproc, to.host() != client.host(), self.w.now);
                     }
                 }
                 self.server_receive(id);
@@ -175,9 +177,10 @@ impl Sim {
                 self.w.trace(|| format!("  forward refused: {e}"));
                 self.requests.get_mut(&req.rid).expect("known").forwards.pop();
                 let rec = &self.requests[&req.rid];
-                let dead_target = matches!(e, Error::NoSuchProcess(p) if p == to) && !self.by_pid.contains_key(&to);
+                let dead_target =
+                    matches!(e, Error::NoSuchProcess(p) if p == to) && !self.procs.by_pid.contains_key(&to);
                 if !dead_target {
-                    let j = check::justify_server_error(self.w.now, self.w.now, rec, node, &e, &self.hist);
+                    let j = check::justify_server_error(self.w.now, self.w.now, rec, node, &e, &self.procs.hist);
                     if self.w.fail_if(j) {
                         return;
                     }
@@ -195,6 +198,7 @@ impl Sim {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let others: Vec<Pid> = self
             .procs
+            .live
             .values()
             .filter_map(|p| match p.role {
                 Role::Client { current: Some(r) } if r != rid && p.pid != client => Some((p.pid, r)),
@@ -210,7 +214,7 @@ impl Sim {
         match r {
             Ok(()) => {
                 self.set_job(id, |j| j.probe = Some(other));
-                self.begin(id, CallKind::Move(rid), true);
+                self.procs.begin(&mut self.w, id, CallKind::Move(rid), true);
                 true
             }
             Err(e) => {
@@ -224,8 +228,8 @@ impl Sim {
     pub(super) fn check_probe(&mut self, id: ProcId, other: Pid, started: Time, r: Result<(), Error>) -> bool {
         let node = self.procs[&id].node;
         let other_node = self.w.nodes.iter().position(|n| n.host == Some(other.host()));
-        let gone = !self.hist.alive_throughout(other, started, self.w.now)
-            || other_node.is_some_and(|o| self.hist.disturbed(node, &[o], started, self.w.now));
+        let gone = !self.procs.hist.alive_throughout(other, started, self.w.now)
+            || other_node.is_some_and(|o| self.procs.hist.disturbed(node, &[o], started, self.w.now));
         let ok = match &r {
             Err(Error::NotAwaitingReply(p)) => *p == other,
             Err(Error::NoSuchProcess(_) | Error::Timeout(_) | Error::Destroyed(_)) => gone,
@@ -257,7 +261,7 @@ impl Sim {
             lent: false,
             probe: None,
         };
-        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: j, .. }) = self.procs.role_mut(id) {
             *j = Some(job);
         }
         self.server_continue(id);
@@ -308,7 +312,7 @@ impl Sim {
             match r {
                 Ok(()) => {
                     self.set_job(id, |j| j.call_started = now);
-                    self.begin(id, CallKind::Move(rid), true);
+                    self.procs.begin(&mut self.w, id, CallKind::Move(rid), true);
                 }
                 Err(e) => {
                     self.move_failed(id, step, e);
@@ -326,7 +330,7 @@ impl Sim {
     }
 
     pub(super) fn set_job(&mut self, id: ProcId, f: impl FnOnce(&mut Job)) {
-        if let Some(Role::Server { job: Some(j), .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: Some(j), .. }) = self.procs.role_mut(id) {
             f(j);
         }
     }
@@ -356,7 +360,7 @@ impl Sim {
         }
         self.w.report.move_errors += 1;
         let started = if job.call_started == Time::ZERO { self.w.now } else { job.call_started };
-        let j = check::justify_server_error(self.w.now, started, &self.requests[&job.rid], node, &e, &self.hist);
+        let j = check::justify_server_error(self.w.now, started, &self.requests[&job.rid], node, &e, &self.procs.hist);
         if self.w.fail_if(j) {
             return;
         }
@@ -466,7 +470,7 @@ impl Sim {
         let msg = Reply { rid, status, executor: pid }.encode();
         let r = self.w.with_engine(node, |e, now| e.reply(now, pid, client, msg, segment));
         self.w.trace(|| format!("n{node} {pid} replies #{rid} {status:?}: {r:?}"));
-        if let Some(Role::Server { job, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job, .. }) = self.procs.role_mut(id) {
             *job = None;
         }
         match r {
@@ -484,7 +488,14 @@ impl Sim {
                 }
             }
             Err(e) => {
-                let j = check::justify_server_error(self.w.now, self.w.now, &self.requests[&rid], node, &e, &self.hist);
+                let j = check::justify_server_error(
+                    self.w.now,
+                    self.w.now,
+                    &self.requests[&rid],
+                    node,
+                    &e,
+                    &self.procs.hist,
+                );
                 if self.w.fail_if(j) {
                     return;
                 }

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
-use vipc_engine::{AuthKey, Engine, Event, HostId, Pid, Time};
+use vipc_engine::{AuthKey, Config, Engine, Event, HostId, HostIdConfig, Pid, Time};
 
 /// How often the watchdog looks at blocked calls.
 const WATCHDOG: Duration = Duration::from_millis(50);
@@ -225,6 +225,11 @@ impl<E> World<E> {
             return None;
         }
         Some(if busy { self.now + recheck } else { quiet_at })
+    }
+
+    /// The engine configuration of `node` in its incarnation `epoch`, with the fixed host id `node + 1`.
+    pub fn fixed_config(&self, node: usize, epoch: u32) -> Config {
+        engine_config(&self.sc, self.seed, node, epoch, HostIdConfig::Fixed(node as HostId + 1))
     }
 
     /// True once `node` runs an engine that has its host id.
