@@ -54,6 +54,17 @@
 //! still owing its reply) ALL modes and K ≤ members must be met; no exchange,
 //! alien or group copy left at the end.
 //!
+//! Remote-memory scenarios ([`Scenario::rmem_suite`], run by `crate::rmem`)
+//! export and import segments and check every delivered request against a
+//! reference model of the owner's table (`crate::rmodel`).
+//!
+//! Structure: every simulation runs in one simulated world (`crate::world`:
+//! the nodes' engines, the link model of `crate::net`, the virtual clock and
+//! event queue, timers, crashes and restarts, trace and fingerprint) and plugs
+//! its workload and checks into it through `world::App`: `crate::sim`
+//! (request/reply), `crate::groups` and `crate::rmem`. The two process
+//! workloads share their process bookkeeping (`crate::procs`).
+//!
 //! Running:
 //! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
 //!   (default 1000) spread round-robin over the scenarios, plus replay and
