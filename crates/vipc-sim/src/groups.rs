@@ -164,18 +164,8 @@ impl App for GroupSim {
 
     fn handle(&mut self, ev: Ev) {
         match ev {
-            Ev::Act { proc } => {
-                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
-                    self.sender_act(proc);
-                    self.settle(node);
-                }
-            }
-            Ev::Reply { proc } => {
-                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
-                    self.member_reply(proc);
-                    self.settle(node);
-                }
-            }
+            Ev::Act { proc } => self.if_live(proc, Self::sender_act),
+            Ev::Reply { proc } => self.if_live(proc, Self::member_reply),
             Ev::Leave { proc } => self.leave(proc),
             Ev::Spawn { node, epoch, member } => {
                 // `u32::MAX`: a join scheduled at setup, for whatever incarnation runs then.
@@ -283,6 +273,13 @@ impl App for GroupSim {
 }
 
 impl GroupSim {
+    /// Runs `f` for process `id` if it still lives, then settles its node.
+    fn if_live(&mut self, id: ProcId, f: fn(&mut Self, ProcId)) {
+        let Some(node) = self.procs.node_of(id) else { return };
+        f(self, id);
+        self.settle(node);
+    }
+
     /// What dies with a process: its membership, its send.
     fn forget(&mut self, p: Proc<Role>) {
         match p.role {

@@ -69,6 +69,11 @@ impl<R> Procs<R> {
         victims.into_iter().filter_map(|id| self.bury(id, now)).collect()
     }
 
+    /// The node of process `id`, if it lives.
+    pub fn node_of(&self, id: ProcId) -> Option<usize> {
+        self.live.get(&id).map(|p| p.node)
+    }
+
     /// The role of process `id`, if it lives.
     pub fn role_mut(&mut self, id: ProcId) -> Option<&mut R> {
         self.live.get_mut(&id).map(|p| &mut p.role)

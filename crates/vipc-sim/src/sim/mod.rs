@@ -198,7 +198,7 @@ impl App for Sim {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Act { proc } => {
-                if let Some(node) = self.procs.live.get(&proc).map(|p| p.node) {
+                if let Some(node) = self.procs.node_of(proc) {
                     self.act(proc);
                     self.settle(node);
                 }
