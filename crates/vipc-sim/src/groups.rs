@@ -6,23 +6,20 @@
 //! restarts), with slow repliers, members joining and leaving mid-send, and
 //! nodes short of aliens. Every completion is judged by [`crate::gcheck`].
 
-use crate::check::{fmt_time, Call, CallKind, Calls, Invariant, Violation};
+use crate::check::{Call, CallKind, Invariant, Violation};
 use crate::gcheck::{self, GroupSend, Membership, Mode, Stable};
-use crate::history::{History, ProcId, Span};
-use crate::net::{LinkParams, Net, Queue};
-use crate::report::Report;
+use crate::history::{History, ProcId};
+use crate::procs::{Proc, Procs};
 use crate::scenario::{GroupLoad, Scenario};
-use crate::sim::{describe, digest, engine_config, mix, next_timer, node_addr, MARGIN, TIMEOUT};
+use crate::world::{App, Driver, Plumbing, World, TIMEOUT};
 use crate::Options;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::SocketAddr;
+use rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use vipc_engine::{
-    well_known_group, Completion, Destination, Engine, Error, Event, GroupOutcome, HostId, HostIdConfig, Pid, Reliable,
-    ReplyMode, Segment, SendOptions, SendOutcome, Time, Transmit,
+    well_known_group, Completion, Config, Error, Event, GroupOutcome, HostId, Pid, Reliable, ReplyMode, Segment,
+    SendOptions, SendOutcome, Time,
 };
 
 /// The alive-host period of every engine.
@@ -32,7 +29,6 @@ const WARMUP: Duration = Duration::from_millis(400);
 /// Quiet time before the final checks: copies are kept 2·T_t after the sender's last packet.
 const QUIET: Duration = Duration::from_millis(3000);
 const MAX_DRAIN: Duration = Duration::from_secs(30);
-const WATCHDOG: Duration = Duration::from_millis(50);
 /// Fraction of plain sends in mode One or Many that lend a segment (000 §6.8).
 const SEGMENT_SHARE: f64 = 0.3;
 /// Bytes of an appended segment a member takes with the message.
@@ -56,41 +52,15 @@ enum Role {
     Member { holding: Option<(u64, Pid)>, membership: Option<usize>, reading: Option<(usize, usize)> },
 }
 
-struct Proc {
-    node: usize,
-    pid: Pid,
-    role: Role,
-}
-
-struct Node {
-    addr: SocketAddr,
-    engine: Option<Engine>,
-    epoch: u32,
-    host: Option<HostId>,
-    timers: BTreeSet<Time>,
-    clock: u64,
-    events: VecDeque<Event>,
-    max_aliens: usize,
-    /// The groups whose multicast address this node listens on (its engine's
-    /// `GroupJoined`/`GroupLeft` events): where a `Destination::Group` goes.
-    listening: BTreeSet<Pid>,
-}
-
-enum Ev {
-    Deliver { to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8> },
-    Timer { node: usize, epoch: u32 },
+/// The group workload's own events.
+pub(crate) enum Ev {
     Act { proc: ProcId },
     Reply { proc: ProcId },
     Leave { proc: ProcId },
     Spawn { node: usize, epoch: u32, member: bool },
-    Start { node: usize },
-    Crash,
-    Stop,
-    Watchdog,
-    End,
 }
 
-/// Counters of a group run, added to the [`Report`].
+/// Counters of a group run, added to the [`crate::Report`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupStats {
     /// Group sends made (all modes).
@@ -120,483 +90,206 @@ pub struct GroupStats {
 
 /// One group run.
 pub struct GroupSim {
-    seed: u64,
-    sc: Scenario,
+    w: World<Ev>,
     load: GroupLoad,
-    opts: Options,
-    now: Time,
-    queue: Queue<Ev>,
-    net: Net,
-    rng: ChaCha8Rng,
-    nodes: Vec<Node>,
-    procs: BTreeMap<ProcId, Proc>,
-    by_pid: BTreeMap<Pid, ProcId>,
-    hist: History,
-    calls: Calls,
+    /// Each node's `max_aliens` (some nodes are short of them in `exhaust`).
+    max_aliens: Vec<usize>,
+    procs: Procs<Role>,
     sends: BTreeMap<u64, GroupSend>,
     /// The segment length of each send that lent one.
     segments: BTreeMap<u64, usize>,
     members: Vec<Membership>,
     group: Pid,
     next_sid: u64,
-    running: bool,
-    stop_at: Time,
-    last_completion: Time,
     tight: bool,
-    /// The report so far.
-    pub report: Report,
-    violation: Option<Violation>,
 }
 
 impl GroupSim {
     /// Prepares a run of the group scenario `sc` under `seed`.
     pub fn new(seed: u64, sc: &Scenario, opts: &Options) -> GroupSim {
         let load = sc.group.clone().expect("a group scenario");
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 11));
-        let n = rng.gen_range(sc.min_nodes..=sc.max_nodes);
-        let loss = if sc.loss > 0.0 { rng.gen_range(sc.loss / 2.0..=sc.loss) } else { 0.0 };
-        let params = LinkParams {
-            loss,
-            duplicate: sc.duplicate,
-            reorder: sc.reorder,
-            reorder_delay: sc.reorder_delay,
-            ..LinkParams::default()
-        };
-        let mut aliens = vec![sc.max_aliens; n];
+        let plumbing = Plumbing { salt: 11, warmup: WARMUP, restart_ms: 100..1500, restart_grace: None };
+        let mut w = World::new(seed, sc, opts, plumbing);
+        let mut aliens = vec![sc.max_aliens; w.nodes.len()];
         let mut tight = false;
         if let Some(t) = load.tight_aliens {
             // At least one node, never all, is short of aliens; node 0 never is.
             for (i, a) in aliens.iter_mut().enumerate().skip(1) {
-                if i == 1 || rng.gen_bool(0.3) {
-                    *a = rng.gen_range(1..=t.max(1));
+                if i == 1 || w.rng.gen_bool(0.3) {
+                    *a = w.rng.gen_range(1..=t.max(1));
                     tight = true;
                 }
             }
         }
-        let nodes = (0..n)
-            .map(|i| Node {
-                addr: node_addr(i),
-                engine: None,
-                epoch: 0,
-                host: None,
-                timers: BTreeSet::new(),
-                clock: 0,
-                events: VecDeque::new(),
-                max_aliens: aliens[i],
-                listening: BTreeSet::new(),
-            })
-            .collect();
-        let stop_at = Time::ZERO + WARMUP + sc.workload;
-        let report = Report { seed, scenario: sc.name.to_string(), nodes: n, loss, ..Report::default() };
         GroupSim {
-            seed,
-            sc: sc.clone(),
+            w,
             load,
-            opts: opts.clone(),
-            now: Time::ZERO,
-            queue: Queue::default(),
-            net: Net::new(mix(seed, 12), n, params),
-            rng,
-            nodes,
-            procs: BTreeMap::new(),
-            by_pid: BTreeMap::new(),
-            hist: History::default(),
-            calls: Calls::default(),
+            max_aliens: aliens,
+            procs: Procs::new(History::default()),
             sends: BTreeMap::new(),
             segments: BTreeMap::new(),
             members: Vec::new(),
             group: well_known_group(7),
             next_sid: 1,
-            running: true,
-            stop_at,
-            last_completion: Time::ZERO,
             tight,
-            report,
-            violation: None,
         }
     }
+}
 
-    /// Virtual time now.
-    pub fn now(&self) -> Time {
-        self.now
+impl App for GroupSim {
+    type Ev = Ev;
+
+    fn world(&mut self) -> &mut World<Ev> {
+        &mut self.w
     }
 
-    /// Runs to the end and performs the final checks.
-    pub fn run(&mut self) -> Result<(), Violation> {
-        let r = self.run_to_end();
-        self.report.net = self.net.stats.clone();
-        self.report.end = self.now;
-        if let Err(v) = &r {
-            self.trace(|| format!("VIOLATION {v}"));
-        }
-        r
-    }
-
-    fn run_to_end(&mut self) -> Result<(), Violation> {
-        self.setup();
-        while let Some((at, ev)) = self.queue.pop() {
-            self.now = at;
-            self.report.events += 1;
-            if self.report.events > self.opts.max_events {
-                return Err(self.violation_at(
-                    Invariant::Budget,
-                    format!("{} events processed without reaching the end of the run", self.opts.max_events),
-                ));
-            }
-            if let Ev::End = ev {
-                if self.ready_to_end() {
-                    break;
-                }
-                continue;
-            }
-            self.handle(ev);
-            if let Some(v) = self.violation.take() {
-                return Err(v);
-            }
-        }
-        self.final_checks()
-    }
-
-    fn ready_to_end(&mut self) -> bool {
-        let busy =
-            self.calls.busy() || self.procs.values().any(|p| matches!(p.role, Role::Member { holding: Some(_), .. }));
-        let quiet_at = self.last_completion + QUIET;
-        if self.now >= self.stop_at + MAX_DRAIN || (!busy && self.now >= quiet_at) {
-            return true;
-        }
-        let next = if busy { self.now + Duration::from_secs(1) } else { quiet_at };
-        self.queue.push(next, Ev::End);
-        false
-    }
-
-    fn violation_at(&self, invariant: Invariant, detail: String) -> Violation {
-        Violation { invariant, at: self.now, detail }
-    }
-
-    fn fail(&mut self, v: Violation) {
-        if self.violation.is_none() {
-            self.violation = Some(v);
-        }
-    }
-
-    fn trace(&self, f: impl FnOnce() -> String) {
-        if self.opts.trace {
-            eprintln!("[{}] {}", fmt_time(self.now), f());
-        }
-    }
-
-    fn fingerprint(&mut self, words: &[u64]) {
-        for &w in words {
-            self.report.fingerprint = mix(self.report.fingerprint, w);
-        }
+    fn config(&self, node: usize, epoch: u32) -> Config {
+        Config { alive_period: Some(ALIVE), max_aliens: self.max_aliens[node], ..self.w.fixed_config(node, epoch) }
     }
 
     fn setup(&mut self) {
-        for i in 0..self.nodes.len() {
-            let at = Time::ZERO + Duration::from_micros(self.rng.gen_range(0..2000));
-            self.queue.push(at, Ev::Start { node: i });
-        }
-        let begin = Time::ZERO + WARMUP;
-        let w = self.sc.workload.as_micros() as u64;
-        if self.sc.crashes {
-            for _ in 0..self.rng.gen_range(1..=2) {
-                let at = begin + Duration::from_micros(self.rng.gen_range(w / 10..w));
-                self.queue.push(at, Ev::Crash);
-            }
-        }
+        self.w.start_all();
+        self.w.schedule_crashes();
         if self.load.churn {
             // Members joining mid-run, on random nodes.
-            for _ in 0..self.rng.gen_range(1..=4) {
-                let at = begin + Duration::from_micros(self.rng.gen_range(0..w));
-                let node = self.rng.gen_range(0..self.nodes.len());
-                self.queue.push(at, Ev::Spawn { node, epoch: u32::MAX, member: true });
+            let w = self.w.sc.workload.as_micros() as u64;
+            for _ in 0..self.w.rng.gen_range(1..=4) {
+                let at = self.w.begin + Duration::from_micros(self.w.rng.gen_range(0..w));
+                let node = self.w.rng.gen_range(0..self.w.nodes.len());
+                self.w.push(at, Ev::Spawn { node, epoch: u32::MAX, member: true });
             }
         }
-        self.queue.push(self.stop_at, Ev::Stop);
-        self.queue.push(self.stop_at + self.sc.drain, Ev::End);
-        self.queue.push(Time::ZERO + WATCHDOG, Ev::Watchdog);
+        self.w.schedule_end();
     }
 
     fn handle(&mut self, ev: Ev) {
         match ev {
-            Ev::Deliver { to, to_epoch, from, from_epoch, bytes } => {
-                self.deliver(to, to_epoch, from, from_epoch, bytes)
-            }
-            Ev::Timer { node, epoch } => {
-                if self.nodes[node].epoch != epoch || self.nodes[node].engine.is_none() {
-                    return;
-                }
-                self.nodes[node].timers.remove(&self.now);
-                let local = Time(self.now.0 + self.nodes[node].clock);
-                let due = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()).is_some_and(|t| t <= local);
-                if due {
-                    self.with_engine(node, |e, now| e.handle_timeout(now));
-                }
-                self.settle(node);
-            }
-            Ev::Act { proc } => {
-                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
-                    self.sender_act(proc);
-                    self.settle(node);
-                }
-            }
-            Ev::Reply { proc } => {
-                if let Some(node) = self.procs.get(&proc).map(|p| p.node) {
-                    self.member_reply(proc);
-                    self.settle(node);
-                }
-            }
+            Ev::Act { proc } => self.if_live(proc, Self::sender_act),
+            Ev::Reply { proc } => self.if_live(proc, Self::member_reply),
             Ev::Leave { proc } => self.leave(proc),
             Ev::Spawn { node, epoch, member } => {
                 // `u32::MAX`: a join scheduled at setup, for whatever incarnation runs then.
-                let ok = epoch == u32::MAX || self.nodes[node].epoch == epoch;
-                if ok && self.running && self.nodes[node].engine.is_some() && self.nodes[node].host.is_some() {
+                let ok = epoch == u32::MAX || self.w.nodes[node].epoch == epoch;
+                if ok && self.w.running && self.w.ready(node) {
                     self.spawn(node, member);
                     self.settle(node);
                 }
             }
-            Ev::Start { node } => self.start_node(node),
-            Ev::Crash => self.crash_random(),
-            Ev::Stop => {
-                self.trace(|| "workload stops".to_string());
-                self.running = false;
-            }
-            Ev::End => {}
-            Ev::Watchdog => {
-                if let Some(v) = self.calls.overdue(self.now, TIMEOUT + MARGIN) {
-                    self.fail(v);
-                }
-                self.queue.push(self.now + WATCHDOG, Ev::Watchdog);
-            }
         }
     }
 
-    // ------------------------------------------------------------- engines
-
-    fn with_engine<R>(&mut self, node: usize, f: impl FnOnce(&mut Engine, Time) -> R) -> R {
-        let now = Time(self.now.0 + self.nodes[node].clock);
-        let e = self.nodes[node].engine.as_mut().expect("engine of a live node");
-        let r = f(e, now);
-        self.collect(node);
-        r
-    }
-
-    fn collect(&mut self, node: usize) {
-        loop {
-            let Some(e) = self.nodes[node].engine.as_mut() else { return };
-            let Some(t) = e.poll_transmit() else { break };
-            self.transmit(node, t);
-        }
-        let n = &mut self.nodes[node];
-        let Some(e) = n.engine.as_mut() else { return };
-        while let Some(ev) = e.poll_event() {
-            n.events.push_back(ev);
-        }
-    }
-
-    fn settle(&mut self, node: usize) {
-        loop {
-            self.collect(node);
-            let Some(ev) = self.nodes[node].events.pop_front() else { break };
-            self.dispatch(node, ev);
-            if self.violation.is_some() {
-                return;
-            }
-        }
-        if let Some(e) = self.nodes[node].engine.as_ref() {
-            let group = self.group;
-            let members = e.group_members(group).len();
-            if self.nodes[node].listening.contains(&group) != (members > 0) {
-                let detail = format!(
-                    "node {node} has {members} members of {group} but listens: {:?}",
-                    self.nodes[node].listening
-                );
-                return self.fail(self.violation_at(Invariant::GroupListen, detail));
-            }
-        }
-        let epoch = self.nodes[node].epoch;
-        let n = &mut self.nodes[node];
-        if let Some(t) = next_timer(n.engine.as_ref(), n.clock, self.now, &mut n.timers) {
-            self.queue.push(t, Ev::Timer { node, epoch });
-        }
-    }
-
-    fn transmit(&mut self, from: usize, t: Transmit) {
-        let targets: Vec<usize> = match t.to {
-            Destination::Addr(a) => self.nodes.iter().position(|n| n.addr == a).into_iter().collect(),
-            Destination::Broadcast => (0..self.nodes.len()).filter(|&i| i != from).collect(),
-            Destination::Group(g) => {
-                (0..self.nodes.len()).filter(|&i| i != from && self.nodes[i].listening.contains(&g)).collect()
-            }
-        };
-        if self.opts.trace {
-            let to = match t.to {
-                Destination::Addr(a) => format!("{}", a.port() as usize - 7000),
-                Destination::Broadcast => "*".to_string(),
-                Destination::Group(g) => format!("group {g}"),
-            };
-            self.trace(|| format!("n{from} -> n{to} {}", describe(&t.bytes, None)));
-        }
-        if t.lent.is_some() {
-            let v = self.violation_at(Invariant::DataIntact, format!("node {from} lends bytes in a group run"));
-            return self.fail(v);
-        }
-        let bytes = t.bytes;
-        let from_epoch = self.nodes[from].epoch;
-        for (to, at) in self.net.route(self.now, from, &targets, bytes.len()) {
-            if self.nodes[to].engine.is_none() {
-                continue;
-            }
-            let to_epoch = self.nodes[to].epoch;
-            self.queue.push(at, Ev::Deliver { to, to_epoch, from, from_epoch, bytes: bytes.clone() });
-        }
-        if let Some(e) = self.nodes[from].engine.as_mut() {
-            e.recycle(bytes);
-        }
-    }
-
-    fn deliver(&mut self, to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8>) {
-        let gone = |n: &Node, e: u32| n.epoch != e || n.engine.is_none();
-        if gone(&self.nodes[to], to_epoch) || gone(&self.nodes[from], from_epoch) {
-            self.report.vanished += 1;
-            return;
-        }
-        self.report.delivered += 1;
-        let digest = digest(&bytes);
-        self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
-        self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, None)));
-        if let Ok(p) = vipc_wire::parse(&bytes, None) {
-            if let Some(&proc) = self.by_pid.get(&p.header.dst) {
-                self.calls.progress(proc, self.now);
-            }
-        }
-        let addr = self.nodes[from].addr;
-        self.with_engine(to, |e, now| e.handle_datagram(now, addr, &bytes));
-        self.settle(to);
-    }
-
-    fn dispatch(&mut self, node: usize, ev: Event) {
+    fn on_event(&mut self, node: usize, ev: Event) {
         match ev {
             Event::Wake { pid, completion } => {
-                self.fingerprint(&[self.now.0, pid.0 as u64]);
-                self.trace(|| format!("n{node} wake {pid}: {completion:?}"));
-                let Some(&proc) = self.by_pid.get(&pid) else {
-                    let detail = format!("{pid} (no live process) was woken with {completion:?}");
-                    return self.fail(self.violation_at(Invariant::OneCompletion, detail));
-                };
-                self.last_completion = self.now;
-                match self.calls.complete(self.now, proc, pid, &completion) {
-                    Ok(call) => self.on_completion(proc, call, completion),
-                    Err(v) => self.fail(v),
+                self.w.trace(|| format!("n{node} wake {pid}: {completion:?}"));
+                let shown = |c: &Completion| format!("{c:?}");
+                if let Some((proc, call)) = self.procs.woken(&mut self.w, node, pid, &completion, shown) {
+                    self.on_completion(proc, call, completion);
                 }
             }
-            Event::HostReady(h) => {
-                self.nodes[node].host = Some(h);
-                let epoch = self.nodes[node].epoch;
-                let senders = self.rng.gen_range(1..=2);
+            Event::HostReady(_) => {
+                let epoch = self.w.nodes[node].epoch;
+                let senders = self.w.rng.gen_range(1..=2);
                 let lo = usize::from(node == 0);
-                let members = self.rng.gen_range(lo..=self.load.max_members.max(lo));
+                let members = self.w.rng.gen_range(lo..=self.load.max_members.max(lo));
                 for _ in 0..senders {
-                    self.queue.push(self.now, Ev::Spawn { node, epoch, member: false });
+                    self.w.push(self.w.now, Ev::Spawn { node, epoch, member: false });
                 }
                 for _ in 0..members {
-                    self.queue.push(self.now, Ev::Spawn { node, epoch, member: true });
+                    self.w.push(self.w.now, Ev::Spawn { node, epoch, member: true });
                 }
             }
-            Event::GroupJoined(g) => {
-                if !self.nodes[node].listening.insert(g) {
-                    let v = self.violation_at(Invariant::GroupListen, format!("node {node}: joined {g} twice"));
-                    self.fail(v)
-                }
-            }
-            Event::GroupLeft(g) => {
-                if !self.nodes[node].listening.remove(&g) {
-                    let v = self.violation_at(Invariant::GroupListen, format!("node {node}: left {g}, not joined"));
-                    self.fail(v)
-                }
-            }
-            Event::HostUp { host, .. } => self.trace(|| format!("n{node} sees host {host:#x} up")),
-            Event::MemDone(_) | Event::MemNotify(_) => {}
-            // The simulated processes never lend a write buffer.
-            Event::Place { pid, .. } => {
-                let v = self.violation_at(Invariant::DataIntact, format!("{pid} lent no buffer but got a placement"));
-                self.fail(v)
-            }
-            Event::HostDown(host) => self.trace(|| format!("n{node} declares host {host:#x} down")),
-            Event::HostConflict { host, addr } => {
-                let v = self.violation_at(Invariant::HostIds, format!("node {node}: conflict for {host:#x} at {addr}"));
-                self.fail(v)
-            }
-            Event::VersionMismatch { addr, version } => {
-                let v = self.violation_at(Invariant::HostIds, format!("node {node}: version {version} at {addr}"));
-                self.fail(v)
+            other => self.w.notice(node, other),
+        }
+    }
+
+    fn arriving(&mut self, _to: usize, _from: usize, _from_epoch: u32, bytes: &[u8]) {
+        if let Ok(p) = vipc_wire::parse(bytes, self.w.key.as_ref()) {
+            self.procs.progress_to(p.header.dst, self.w.now);
+        }
+    }
+
+    /// The node listens on the group's address exactly while it has members.
+    fn settled(&mut self, node: usize) {
+        if let Some(e) = self.w.nodes[node].engine.as_ref() {
+            let group = self.group;
+            let members = e.group_members(group).len();
+            if self.w.nodes[node].listening.contains(&group) != (members > 0) {
+                let detail = format!(
+                    "node {node} has {members} members of {group} but listens: {:?}",
+                    self.w.nodes[node].listening
+                );
+                self.w.fail_with(Invariant::GroupListen, detail);
             }
         }
     }
 
-    fn start_node(&mut self, node: usize) {
-        let n = &mut self.nodes[node];
-        n.epoch += 1;
-        n.host = None;
-        n.timers.clear();
-        n.events.clear();
-        n.listening.clear();
-        let mut cfg = engine_config(&self.sc, self.seed, node, n.epoch, HostIdConfig::Fixed(node as HostId + 1));
-        cfg.alive_period = Some(ALIVE);
-        cfg.max_aliens = n.max_aliens;
-        n.clock = self.rng.gen_range(0..1u64 << 50);
-        n.engine = Some(Engine::new(cfg, Time(self.now.0 + n.clock)));
-        self.net.reset_egress(node, self.now);
-        let now = self.now;
-        for (i, s) in self.hist.outages.iter_mut() {
-            if *i == node {
-                s.to.get_or_insert(now);
+    fn crashed(&mut self, node: usize) {
+        for p in self.procs.crashed(node, self.w.now) {
+            self.forget(p);
+        }
+    }
+
+    fn watchdog(&mut self) {
+        self.procs.watch(&mut self.w);
+    }
+
+    fn started(&mut self, node: usize) {
+        self.procs.hist.node_up(node, self.w.now);
+    }
+
+    /// Ends once no call is pending and no member owes a reply, and all has
+    /// been quiet long enough for the engines to drop their copies.
+    fn end_check(&mut self) -> Option<Time> {
+        let holding = self.procs.live.values().any(|p| matches!(p.role, Role::Member { holding: Some(_), .. }));
+        self.w.end_when(
+            self.procs.calls.busy() || holding,
+            self.procs.last_completion + QUIET,
+            MAX_DRAIN,
+            Duration::from_secs(1),
+        )
+    }
+
+    fn final_checks(&mut self) -> Result<(), Violation> {
+        self.procs.calls.leftovers(self.w.now)?;
+        if let Some(s) = self.sends.values().find(|s| s.ended.is_none()) {
+            return Err(self.w.violation_at(Invariant::Liveness, format!("group send #{} never completed", s.sid)));
+        }
+        for (i, n) in self.w.nodes.iter().enumerate() {
+            let Some(e) = n.engine.as_ref() else { continue };
+            let st = e.stats();
+            if st.active_exchanges != 0 || st.active_aliens != 0 || st.group_copies != 0 {
+                return Err(self.w.violation_at(
+                    Invariant::NoLeak,
+                    format!(
+                        "node {i} after traffic stopped: active_exchanges {} active_aliens {} group_copies {}",
+                        st.active_exchanges, st.active_aliens, st.group_copies
+                    ),
+                ));
             }
         }
-        self.trace(|| format!("node {node} starts (incarnation {})", self.nodes[node].epoch));
+        Ok(())
+    }
+}
+
+impl GroupSim {
+    /// Runs `f` for process `id` if it still lives, then settles its node.
+    fn if_live(&mut self, id: ProcId, f: fn(&mut Self, ProcId)) {
+        let Some(node) = self.procs.node_of(id) else { return };
+        f(self, id);
         self.settle(node);
     }
 
-    fn crash_random(&mut self) {
-        if !self.running {
-            return;
-        }
-        let up: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].engine.is_some()).collect();
-        if up.len() <= 2 {
-            return;
-        }
-        let node = *up.choose(&mut self.rng).expect("non-empty");
-        self.trace(|| format!("node {node} CRASHES"));
-        self.report.crashes += 1;
-        let n = &mut self.nodes[node];
-        n.engine = None;
-        n.epoch += 1;
-        n.events.clear();
-        n.timers.clear();
-        self.hist.outages.push((node, Span { from: self.now, to: None }));
-        let victims: Vec<ProcId> = self.procs.iter().filter(|(_, p)| p.node == node).map(|(&id, _)| id).collect();
-        for id in victims {
-            self.bury(id);
-        }
-        if self.sc.restarts && self.rng.gen_bool(0.8) {
-            let at = self.now + Duration::from_millis(self.rng.gen_range(100..1500));
-            self.queue.push(at, Ev::Start { node });
-        }
-    }
-
-    fn bury(&mut self, id: ProcId) {
-        let Some(p) = self.procs.remove(&id) else { return };
-        self.by_pid.remove(&p.pid);
-        self.hist.died(id, self.now);
-        self.calls.abandon(id, p.pid);
+    /// What dies with a process: its membership, its send.
+    fn forget(&mut self, p: Proc<Role>) {
         match p.role {
             Role::Member { membership: Some(m), .. } => {
-                self.members[m].to.get_or_insert(self.now);
+                self.members[m].to.get_or_insert(self.w.now);
             }
             Role::Sender { current: Some(sid), .. } => {
                 // Its send dies with it: nothing may complete it any more.
                 if let Some(s) = self.sends.get_mut(&sid) {
-                    s.ended.get_or_insert(self.now);
+                    s.ended.get_or_insert(self.w.now);
                 }
             }
             _ => {}
@@ -606,56 +299,42 @@ impl GroupSim {
     // ------------------------------------------------------------ processes
 
     fn spawn(&mut self, node: usize, member: bool) {
-        let pid = match self.with_engine(node, |e, _| e.create_process()) {
+        let pid = match self.w.with_engine(node, |e, _| e.create_process()) {
             Ok(p) => p,
             Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("create_process on node {node} failed: {e}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Success, format!("create_process on node {node} failed: {e}"));
             }
         };
-        let id = self.hist.born(pid, node, self.now);
-        self.by_pid.insert(pid, id);
-        self.trace(|| format!("n{node} spawn {} {pid}", if member { "member" } else { "sender" }));
+        self.w.trace(|| format!("n{node} spawn {} {pid}", if member { "member" } else { "sender" }));
         if !member {
-            self.procs.insert(id, Proc { node, pid, role: Role::Sender { current: None, gets: 0 } });
-            let at = (Time::ZERO + WARMUP).max(self.now) + Duration::from_micros(self.rng.gen_range(0..20_000));
-            self.queue.push(at, Ev::Act { proc: id });
+            let id = self.procs.add(node, pid, Role::Sender { current: None, gets: 0 }, self.w.now);
+            let at = (Time::ZERO + WARMUP).max(self.w.now) + Duration::from_micros(self.w.rng.gen_range(0..20_000));
+            self.w.push(at, Ev::Act { proc: id });
             return;
         }
+        let membership = Some(self.members.len());
+        let id = self.procs.add(node, pid, Role::Member { holding: None, membership, reading: None }, self.w.now);
         let group = self.group;
-        if let Err(e) = self.with_engine(node, |e, _| e.join_group(pid, group)) {
-            let v = self.violation_at(Invariant::Success, format!("join_group({pid}) failed: {e}"));
-            return self.fail(v);
+        if let Err(e) = self.w.with_engine(node, |e, _| e.join_group(pid, group)) {
+            return self.w.fail_with(Invariant::Success, format!("join_group({pid}) failed: {e}"));
         }
-        self.members.push(Membership { proc: id, pid, node, from: self.now, to: None });
-        let m = self.members.len() - 1;
-        self.procs
-            .insert(id, Proc { node, pid, role: Role::Member { holding: None, membership: Some(m), reading: None } });
-        if self.load.leaves && self.rng.gen_bool(0.2) {
-            let at = self.now + Duration::from_millis(self.rng.gen_range(100..2000));
-            self.queue.push(at, Ev::Leave { proc: id });
+        self.members.push(Membership { proc: id, pid, node, from: self.w.now, to: None });
+        if self.load.leaves && self.w.rng.gen_bool(0.2) {
+            let at = self.w.now + Duration::from_millis(self.w.rng.gen_range(100..2000));
+            self.w.push(at, Ev::Leave { proc: id });
         }
         self.member_receive(id);
     }
 
-    fn begin(&mut self, id: ProcId, kind: CallKind, bounded: bool) {
-        let pid = self.procs[&id].pid;
-        let call = Call { kind, pid, started: self.now, progress: self.now, bounded };
-        if let Err(v) = self.calls.begin(self.now, id, call) {
-            self.fail(v);
-        }
-    }
-
     fn leave(&mut self, id: ProcId) {
-        let Some(p) = self.procs.get_mut(&id) else { return };
+        let Some(p) = self.procs.live.get_mut(&id) else { return };
         let Role::Member { membership, .. } = &mut p.role else { return };
         let Some(m) = membership.take() else { return };
         let (node, pid, group) = (p.node, p.pid, self.group);
-        self.members[m].to = Some(self.now);
-        self.trace(|| format!("n{node} {pid} leaves the group"));
-        if let Err(e) = self.with_engine(node, |e, _| e.leave_group(pid, group)) {
-            let v = self.violation_at(Invariant::Success, format!("leave_group({pid}) of a member failed: {e}"));
-            self.fail(v);
+        self.members[m].to = Some(self.w.now);
+        self.w.trace(|| format!("n{node} {pid} leaves the group"));
+        if let Err(e) = self.w.with_engine(node, |e, _| e.leave_group(pid, group)) {
+            self.w.fail_with(Invariant::Success, format!("leave_group({pid}) of a member failed: {e}"));
         }
         self.settle(node);
     }
@@ -664,12 +343,9 @@ impl GroupSim {
 
     fn member_receive(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
-        match self.with_engine(node, |e, now| e.receive(now, pid, None, SEGMENT_CAPACITY)) {
-            Ok(()) => self.begin(id, CallKind::Receive, false),
-            Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("receive by member {pid} refused: {e}"));
-                self.fail(v)
-            }
+        match self.w.with_engine(node, |e, now| e.receive(now, pid, None, SEGMENT_CAPACITY)) {
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Receive, false),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("receive by member {pid} refused: {e}")),
         }
     }
 
@@ -678,25 +354,24 @@ impl GroupSim {
         let m = match r {
             Ok(m) => m,
             Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("receive by member {pid} failed: {e}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Success, format!("receive by member {pid} failed: {e}"));
             }
         };
         let sid = gcheck::decode(&m.msg).map(|d| d.0);
         let send = sid.and_then(|s| self.sends.get(&s));
-        if let Err(v) = gcheck::check_member_receipt(self.now, send, id, m.from, &m.msg) {
-            return self.fail(v);
+        if let Err(v) = gcheck::check_member_receipt(self.w.now, send, id, m.from, &m.msg) {
+            return self.w.fail(v);
         }
         let sid = sid.expect("checked");
-        self.report.group.receipts += 1;
-        let now = self.now;
+        self.w.report.group.receipts += 1;
+        let now = self.w.now;
         let s = self.sends.get_mut(&sid).expect("checked");
         s.received.push((id, pid, now));
         let sender = s.sender;
-        if let Some(&sp) = self.by_pid.get(&sender) {
-            self.calls.progress(sp, now);
+        if let Some(&sp) = self.procs.by_pid.get(&sender) {
+            self.procs.calls.progress(sp, now);
         }
-        if let Some(Proc { role: Role::Member { holding, .. }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Member { holding, .. }) = self.procs.role_mut(id) {
             *holding = Some((sid, sender));
         }
         if let Some(&len) = self.segments.get(&sid) {
@@ -722,50 +397,46 @@ impl GroupSim {
                 m.access,
                 m.segment.len()
             );
-            return self.fail(self.violation_at(Invariant::DataIntact, detail));
+            return self.w.fail_with(Invariant::DataIntact, detail);
         }
-        if !self.rng.gen_bool(0.5) {
+        if !self.w.rng.gen_bool(0.5) {
             return self.schedule_reply(id);
         }
         let node = self.procs[&id].node;
-        let off = self.rng.gen_range(0..len);
-        let n = self.rng.gen_range(1..=len - off);
+        let off = self.w.rng.gen_range(0..len);
+        let n = self.w.rng.gen_range(1..=len - off);
         let from = m.from;
-        match self.with_engine(node, |e, now| e.move_from(now, pid, from, off as u32, n as u32)) {
+        match self.w.with_engine(node, |e, now| e.move_from(now, pid, from, off as u32, n as u32)) {
             Ok(()) => {
-                if let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) {
+                if let Some(Role::Member { reading, .. }) = self.procs.role_mut(id) {
                     *reading = Some((off, n));
                 }
-                self.begin(id, CallKind::Move(sid), true);
+                self.procs.begin(&mut self.w, id, CallKind::Move(sid), true);
             }
             // The send completed already (its sender is on this node).
             Err(Error::NotAwaitingReply(_)) => self.schedule_reply(id),
-            Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}"));
-                self.fail(v)
-            }
+            Err(e) => self.w.fail_with(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}")),
         }
     }
 
     /// The member's MoveFrom of send `sid`'s segment completed.
     fn member_moved(&mut self, id: ProcId, sid: u64, r: Result<Vec<u8>, Error>) {
         let pid = self.procs[&id].pid;
-        let Some(Proc { role: Role::Member { reading, .. }, .. }) = self.procs.get_mut(&id) else { return };
+        let Some(Role::Member { reading, .. }) = self.procs.role_mut(id) else { return };
         let Some((off, n)) = reading.take() else { return };
         match r {
             Ok(data) if data.len() == n && data.iter().enumerate().all(|(i, &b)| b == segment_byte(sid, off + i)) => {
-                self.report.group.segment_reads += 1;
+                self.w.report.group.segment_reads += 1;
             }
             Ok(data) => {
                 let detail =
                     format!("member {pid} read {} bytes at {off} of #{sid}'s segment, not its {n} bytes", data.len());
-                return self.fail(self.violation_at(Invariant::DataIntact, detail));
+                return self.w.fail_with(Invariant::DataIntact, detail);
             }
             // Refused once the send completed, or failed with its sender's node.
             Err(Error::NotAwaitingReply(_) | Error::Timeout(_) | Error::NoSuchProcess(_)) => {}
             Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Success, format!("move_from by {pid} of #{sid}'s segment: {e}"));
             }
         }
         self.schedule_reply(id);
@@ -773,32 +444,32 @@ impl GroupSim {
 
     /// The member replies now, soon, or (slow) after T_t.
     fn schedule_reply(&mut self, id: ProcId) {
-        let delay = if self.rng.gen_bool(self.load.slow) {
-            Duration::from_millis(self.rng.gen_range(1200..2500))
-        } else if self.rng.gen_bool(0.4) {
-            Duration::from_micros(self.rng.gen_range(0..50_000))
+        let delay = if self.w.rng.gen_bool(self.load.slow) {
+            Duration::from_millis(self.w.rng.gen_range(1200..2500))
+        } else if self.w.rng.gen_bool(0.4) {
+            Duration::from_micros(self.w.rng.gen_range(0..50_000))
         } else {
             Duration::ZERO
         };
-        self.queue.push(self.now + delay, Ev::Reply { proc: id });
+        self.w.push(self.w.now + delay, Ev::Reply { proc: id });
     }
 
     fn member_reply(&mut self, id: ProcId) {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
-        let Role::Member { holding, .. } = &mut self.procs.get_mut(&id).expect("live").role else { return };
+        let Some(Role::Member { holding, .. }) = self.procs.role_mut(id) else { return };
         let Some((sid, to)) = holding.take() else { return };
         let msg = gcheck::reply_msg(sid, pid);
         // Every member writes its pid into a lent segment: only the first reply's lands.
         let segment = self.segments.contains_key(&sid).then(|| (0, pid.0.to_le_bytes().to_vec()));
-        let r = self.with_engine(node, |e, now| e.reply(now, pid, to, msg, segment));
-        self.trace(|| format!("n{node} {pid} replies to #{sid} of {to}: {r:?}"));
+        let r = self.w.with_engine(node, |e, now| e.reply(now, pid, to, msg, segment));
+        self.w.trace(|| format!("n{node} {pid} replies to #{sid} of {to}: {r:?}"));
         if r.is_ok() {
-            let now = self.now;
+            let now = self.w.now;
             if let Some(s) = self.sends.get_mut(&sid) {
                 s.replied.insert(pid, now);
             }
-            if let Some(&sp) = self.by_pid.get(&to) {
-                self.calls.progress(sp, now);
+            if let Some(&sp) = self.procs.by_pid.get(&to) {
+                self.procs.calls.progress(sp, now);
             }
         }
         self.member_receive(id);
@@ -807,16 +478,16 @@ impl GroupSim {
     // ---- senders
 
     fn pick_mode(&mut self, members: usize) -> Mode {
-        let k = self.rng.gen_range(1..=(members + 1).max(1)) as u32;
-        if self.rng.gen_bool(self.load.reliable) {
-            Mode::Reliable(match self.rng.gen_range(0..4) {
+        let k = self.w.rng.gen_range(1..=(members + 1).max(1)) as u32;
+        if self.w.rng.gen_bool(self.load.reliable) {
+            Mode::Reliable(match self.w.rng.gen_range(0..4) {
                 0 => Reliable::KReply(k),
                 1 => Reliable::AllReply,
                 2 => Reliable::KDeliver(k),
                 _ => Reliable::AllDeliver,
             })
         } else {
-            Mode::Plain(*[ReplyMode::None, ReplyMode::One, ReplyMode::Many].choose(&mut self.rng).expect("non-empty"))
+            Mode::Plain(*[ReplyMode::None, ReplyMode::One, ReplyMode::Many].choose(&mut self.w.rng).expect("non-empty"))
         }
     }
 
@@ -825,18 +496,15 @@ impl GroupSim {
         let Role::Sender { current, gets } = self.procs[&id].role.clone() else { return };
         if gets > 0 {
             if let Some(sid) = current {
-                let limit = Duration::from_millis(self.rng.gen_range(0..200));
-                match self.with_engine(node, |e, now| e.get_reply(now, pid, limit)) {
-                    Ok(()) => self.begin(id, CallKind::GetReply(sid), true),
-                    Err(e) => {
-                        let v = self.violation_at(Invariant::Success, format!("get_reply by {pid} after #{sid}: {e}"));
-                        self.fail(v)
-                    }
+                let limit = Duration::from_millis(self.w.rng.gen_range(0..200));
+                match self.w.with_engine(node, |e, now| e.get_reply(now, pid, limit)) {
+                    Ok(()) => self.procs.begin(&mut self.w, id, CallKind::GetReply(sid), true),
+                    Err(e) => self.w.fail_with(Invariant::Success, format!("get_reply by {pid} after #{sid}: {e}")),
                 }
                 return;
             }
         }
-        if !self.running {
+        if !self.w.running {
             return;
         }
         let live_members = self.members.iter().filter(|m| m.to.is_none()).count();
@@ -845,7 +513,7 @@ impl GroupSim {
         self.next_sid += 1;
         let msg = gcheck::send_msg(sid, pid);
         let snapshot: Vec<HostId> = match mode {
-            Mode::Reliable(_) => self.nodes[node].engine.as_ref().expect("live").alive_hosts().hosts().collect(),
+            Mode::Reliable(_) => self.w.nodes[node].engine.as_ref().expect("live").alive_hosts().hosts().collect(),
             Mode::Plain(_) => vec![],
         };
         self.sends.insert(
@@ -855,7 +523,7 @@ impl GroupSim {
                 sender: pid,
                 node,
                 mode,
-                started: self.now,
+                started: self.w.now,
                 snapshot,
                 ended: None,
                 repliers: BTreeSet::new(),
@@ -863,35 +531,32 @@ impl GroupSim {
                 replied: BTreeMap::new(),
             },
         );
-        if let Some(Proc { role: Role::Sender { current, gets }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Sender { current, gets }) = self.procs.role_mut(id) {
             *current = Some(sid);
             *gets = 0;
         }
         let group = self.group;
         let opts = SendOptions { idempotent: false };
-        let lend = matches!(mode, Mode::Plain(ReplyMode::One | ReplyMode::Many)) && self.rng.gen_bool(SEGMENT_SHARE);
+        let lend = matches!(mode, Mode::Plain(ReplyMode::One | ReplyMode::Many)) && self.w.rng.gen_bool(SEGMENT_SHARE);
         let segment = lend.then(|| {
-            let len = self.rng.gen_range(4..6000);
+            let len = self.w.rng.gen_range(4..6000);
             self.segments.insert(sid, len);
-            self.report.group.segment_sends += 1;
+            self.w.report.group.segment_sends += 1;
             Segment { data: segment_of(sid, len), access: vipc_engine::Access::READ_WRITE }
         });
-        self.trace(|| {
+        self.w.trace(|| {
             format!("n{node} {pid} sends #{sid} to the group, {mode:?}, segment {:?}", self.segments.get(&sid))
         });
-        let r = self.with_engine(node, |e, now| match (mode, segment) {
+        let r = self.w.with_engine(node, |e, now| match (mode, segment) {
             (Mode::Plain(m), Some(seg)) => e.send_group_with_segment(now, pid, group, msg, m, opts, seg),
             (Mode::Plain(m), None) => e.send_group(now, pid, group, msg, m, opts),
             (Mode::Reliable(m), _) => e.send_reliable(now, pid, group, msg, m, opts),
         });
-        self.report.group.sends += 1;
-        self.report.sends += 1;
+        self.w.report.group.sends += 1;
+        self.w.report.sends += 1;
         match r {
-            Ok(()) => self.begin(id, CallKind::Group(sid), true),
-            Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("group send #{sid} {mode:?} refused: {e}"));
-                self.fail(v)
-            }
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Group(sid), true),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("group send #{sid} {mode:?} refused: {e}")),
         }
     }
 
@@ -902,52 +567,46 @@ impl GroupSim {
             (CallKind::Group(sid), Completion::Group(o)) => self.reliable_done(id, sid, o),
             (CallKind::GetReply(sid), Completion::GetReply(r)) => self.got_reply(id, sid, r),
             (CallKind::Move(sid), Completion::Move(r)) => self.member_moved(id, sid, r),
-            (kind, c) => {
-                let v = self.violation_at(Invariant::OneCompletion, format!("{kind:?} completed with {c:?}"));
-                self.fail(v)
-            }
+            (kind, c) => self.w.fail_with(Invariant::OneCompletion, format!("{kind:?} completed with {c:?}")),
         }
     }
 
     fn finish_send(&mut self, id: ProcId, sid: u64, gets: bool, ok: bool) {
-        let now = self.now;
+        let now = self.w.now;
         let s = self.sends.get_mut(&sid).expect("known send");
         if s.ended.is_some() {
-            let v = self.violation_at(Invariant::OneCompletion, format!("group send #{sid} completed twice"));
-            return self.fail(v);
+            return self.w.fail_with(Invariant::OneCompletion, format!("group send #{sid} completed twice"));
         }
         s.ended = Some(now);
         if ok && now.since(s.started) > TIMEOUT {
-            self.report.group.long_sends += 1;
+            self.w.report.group.long_sends += 1;
         }
-        let n = if gets && self.rng.gen_bool(0.7) { self.rng.gen_range(1..=6) } else { 0 };
-        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+        let n = if gets && self.w.rng.gen_bool(0.7) { self.w.rng.gen_range(1..=6) } else { 0 };
+        if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
             *gets = n;
         }
         self.think(id);
     }
 
     fn think(&mut self, id: ProcId) {
-        let d = Duration::from_micros(self.rng.gen_range(0..20_000));
-        self.queue.push(self.now + d, Ev::Act { proc: id });
+        let d = Duration::from_micros(self.w.rng.gen_range(0..20_000));
+        self.w.push(self.w.now + d, Ev::Act { proc: id });
     }
 
     fn plain_done(&mut self, id: ProcId, sid: u64, r: Result<SendOutcome, Error>) {
         let s = &self.sends[&sid];
         let Mode::Plain(mode) = s.mode else {
-            let v = self.violation_at(Invariant::OneCompletion, format!("reliable send #{sid} completed as a Send"));
-            return self.fail(v);
+            return self.w.fail_with(Invariant::OneCompletion, format!("reliable send #{sid} completed as a Send"));
         };
         let ok = r.is_ok();
         match (mode, r) {
-            (ReplyMode::None, Ok(o)) if o.replier.is_none() && self.now == s.started => {}
+            (ReplyMode::None, Ok(o)) if o.replier.is_none() && self.w.now == s.started => {}
             (ReplyMode::None, other) => {
-                let v = self.violation_at(Invariant::ReplyMatches, format!("datagram #{sid} completed with {other:?}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::ReplyMatches, format!("datagram #{sid} completed with {other:?}"));
             }
             (_, Ok(o)) => {
-                if let Err(v) = gcheck::check_reply(self.now, s, o.replier, &o.reply, "first reply") {
-                    return self.fail(v);
+                if let Err(v) = gcheck::check_reply(self.w.now, s, o.replier, &o.reply, "first reply") {
+                    return self.w.fail(v);
                 }
                 if let Some(&len) = self.segments.get(&sid) {
                     let mut want = segment_of(sid, len);
@@ -957,30 +616,28 @@ impl GroupSim {
                             "send #{sid}'s segment came back without exactly the first replier {}'s write",
                             o.replier
                         );
-                        return self.fail(self.violation_at(Invariant::DataIntact, detail));
+                        return self.w.fail_with(Invariant::DataIntact, detail);
                     }
                 }
-                self.report.replies += 1;
+                self.w.report.replies += 1;
                 self.sends.get_mut(&sid).expect("known").repliers.insert(o.replier);
             }
             (_, Err(Error::Timeout(_))) => {
-                self.report.group.plain_failed += 1;
-                self.report.send_errors += 1;
+                self.w.report.group.plain_failed += 1;
+                self.w.report.send_errors += 1;
                 let stable = self.stable(sid, false);
                 if self.must_meet(sid, &stable) && !stable.members.is_empty() {
-                    let v = self.violation_at(
+                    return self.w.fail_with(
                         Invariant::Success,
                         format!("group send #{sid} {mode:?} timed out although {:?} stayed members", stable.members),
                     );
-                    return self.fail(v);
                 }
             }
             (_, Err(e)) => {
-                let v = self.violation_at(Invariant::Success, format!("group send #{sid} {mode:?} failed: {e}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Success, format!("group send #{sid} {mode:?} failed: {e}"));
             }
         }
-        let gets = mode != ReplyMode::One || self.rng.gen_bool(0.3);
+        let gets = mode != ReplyMode::One || self.w.rng.gen_bool(0.3);
         self.finish_send(id, sid, gets, ok);
     }
 
@@ -993,20 +650,20 @@ impl GroupSim {
         let local_owed = stable.members.iter().any(|m| m.host() == s.sender.host() && !s.replied.contains_key(m));
         // A member that left mid-send may never receive the copy it was counted for.
         let left = self.members.iter().any(|m| m.to.is_some_and(|t| t >= s.started));
-        self.load.must_meet && self.hist.outages.is_empty() && !self.tight && !local_owed && !left
+        self.load.must_meet && self.procs.hist.outages.is_empty() && !self.tight && !local_owed && !left
     }
 
     /// The members that stayed put through send `sid` (so far), and how many
     /// processes were members at some moment of it.
     fn stable(&self, sid: u64, reliable: bool) -> Stable {
         let s = &self.sends[&sid];
-        let (a, b) = (s.started, self.now);
+        let (a, b) = (s.started, self.w.now);
         let host_of = |n: usize| n as HostId + 1;
-        let sender_down = self.hist.down_during(s.node, a, b);
+        let sender_down = self.procs.hist.down_during(s.node, a, b);
         let members = self
             .members
             .iter()
-            .filter(|m| m.throughout(a, b) && m.pid != s.sender && !self.hist.down_during(m.node, a, b))
+            .filter(|m| m.throughout(a, b) && m.pid != s.sender && !self.procs.hist.down_during(m.node, a, b))
             .filter(|m| m.node == s.node || !reliable || s.snapshot.contains(&host_of(m.node)))
             .filter(|_| !sender_down)
             .map(|m| m.pid)
@@ -1017,32 +674,31 @@ impl GroupSim {
 
     fn reliable_done(&mut self, id: ProcId, sid: u64, o: GroupOutcome) {
         let Mode::Reliable(mode) = self.sends[&sid].mode else {
-            let v = self.violation_at(Invariant::OneCompletion, format!("plain send #{sid} completed as reliable"));
-            return self.fail(v);
+            return self.w.fail_with(Invariant::OneCompletion, format!("plain send #{sid} completed as reliable"));
         };
         let stable = self.stable(sid, true);
         let must = self.must_meet(sid, &stable);
-        if let Err(v) = gcheck::check_outcome(self.now, &self.sends[&sid], mode, &o, &stable, must) {
-            return self.fail(v);
+        if let Err(v) = gcheck::check_outcome(self.w.now, &self.sends[&sid], mode, &o, &stable, must) {
+            return self.w.fail(v);
         }
         if o.met {
-            self.report.group.met += 1;
+            self.w.report.group.met += 1;
         } else {
-            self.report.group.not_met += 1;
-            self.report.send_errors += 1;
+            self.w.report.group.not_met += 1;
+            self.w.report.send_errors += 1;
             if matches!(mode, Reliable::AllReply | Reliable::AllDeliver) && o.hosts_acked == o.hosts {
-                self.report.group.all_failed_acked += 1;
+                self.w.report.group.all_failed_acked += 1;
             }
         }
         if o.met && self.tight && matches!(mode, Reliable::KReply(_) | Reliable::KDeliver(_)) {
-            self.report.group.k_met_tight += 1;
+            self.w.report.group.k_met_tight += 1;
         }
         if !o.first_replier.is_none() {
             let s = &self.sends[&sid];
-            if let Err(v) = gcheck::check_reply(self.now, s, o.first_replier, &o.reply, "first reply") {
-                return self.fail(v);
+            if let Err(v) = gcheck::check_reply(self.w.now, s, o.first_replier, &o.reply, "first reply") {
+                return self.w.fail(v);
             }
-            self.report.replies += 1;
+            self.w.report.replies += 1;
             self.sends.get_mut(&sid).expect("known").repliers.insert(o.first_replier);
         }
         self.finish_send(id, sid, true, o.met);
@@ -1050,50 +706,26 @@ impl GroupSim {
 
     fn got_reply(&mut self, id: ProcId, sid: u64, r: Option<(Pid, vipc_engine::Message)>) {
         let Some((replier, msg)) = r else {
-            if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+            if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
                 *gets = 0;
             }
             return self.think(id);
         };
         let s = &self.sends[&sid];
         if s.mode == Mode::Plain(ReplyMode::One) {
-            let v = self.violation_at(
+            return self.w.fail_with(
                 Invariant::ReplyMatches,
                 format!("GetReply after send #{sid} in mode One returned {replier}'s reply"),
             );
-            return self.fail(v);
         }
-        if let Err(v) = gcheck::check_reply(self.now, s, replier, &msg, "GetReply") {
-            return self.fail(v);
+        if let Err(v) = gcheck::check_reply(self.w.now, s, replier, &msg, "GetReply") {
+            return self.w.fail(v);
         }
-        self.report.group.get_replies += 1;
+        self.w.report.group.get_replies += 1;
         self.sends.get_mut(&sid).expect("known").repliers.insert(replier);
-        if let Some(Proc { role: Role::Sender { gets, .. }, .. }) = self.procs.get_mut(&id) {
+        if let Some(Role::Sender { gets, .. }) = self.procs.role_mut(id) {
             *gets = gets.saturating_sub(1);
         }
         self.think(id);
-    }
-
-    // ---------------------------------------------------------------- the end
-
-    fn final_checks(&mut self) -> Result<(), Violation> {
-        self.calls.leftovers(self.now)?;
-        if let Some(s) = self.sends.values().find(|s| s.ended.is_none()) {
-            return Err(self.violation_at(Invariant::Liveness, format!("group send #{} never completed", s.sid)));
-        }
-        for (i, n) in self.nodes.iter().enumerate() {
-            let Some(e) = n.engine.as_ref() else { continue };
-            let st = e.stats();
-            if st.active_exchanges != 0 || st.active_aliens != 0 || st.group_copies != 0 {
-                return Err(self.violation_at(
-                    Invariant::NoLeak,
-                    format!(
-                        "node {i} after traffic stopped: active_exchanges {} active_aliens {} group_copies {}",
-                        st.active_exchanges, st.active_aliens, st.group_copies
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 }

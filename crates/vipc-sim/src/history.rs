@@ -140,6 +140,20 @@ impl History {
         }
     }
 
+    /// Records that `node` crashed.
+    pub fn node_down(&mut self, node: usize, at: Time) {
+        self.outages.push((node, Span { from: at, to: None }));
+    }
+
+    /// Records that `node` (re)started: its outage, if any, ends.
+    pub fn node_up(&mut self, node: usize, at: Time) {
+        for (n, s) in self.outages.iter_mut() {
+            if *n == node {
+                s.to.get_or_insert(at);
+            }
+        }
+    }
+
     /// True if one process with this pid lived through all of `[a, b]`.
     pub fn alive_throughout(&self, pid: Pid, a: Time, b: Time) -> bool {
         self.procs.iter().any(|l| {

@@ -54,6 +54,17 @@
 //! still owing its reply) ALL modes and K ≤ members must be met; no exchange,
 //! alien or group copy left at the end.
 //!
+//! Remote-memory scenarios ([`Scenario::rmem_suite`], run by `crate::rmem`)
+//! export and import segments and check every delivered request against a
+//! reference model of the owner's table (`crate::rmodel`).
+//!
+//! Structure: every simulation runs in one simulated world (`crate::world`:
+//! the nodes' engines, the link model of `crate::net`, the virtual clock and
+//! event queue, timers, crashes and restarts, trace and fingerprint) and plugs
+//! its workload and checks into it through `world::App`: `crate::sim`
+//! (request/reply), `crate::groups` and `crate::rmem`. The two process
+//! workloads share their process bookkeeping (`crate::procs`).
+//!
 //! Running:
 //! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
 //!   (default 1000) spread round-robin over the scenarios, plus replay and
@@ -79,6 +90,7 @@ mod groups;
 mod history;
 mod net;
 mod pattern;
+mod procs;
 mod proto;
 mod report;
 mod rmem;
@@ -86,6 +98,7 @@ mod rmodel;
 mod scenario;
 mod sim;
 mod workload;
+mod world;
 
 pub use check::{fmt_time, Invariant, Violation};
 pub use groups::GroupStats;
@@ -93,9 +106,10 @@ pub use net::{LinkParams, NetStats};
 pub use report::{Failure, Report};
 pub use rmem::RmemStats;
 pub use scenario::{GroupLoad, HostIds, Scenario};
-pub use sim::{describe, engine_config, node_addr, MARGIN, RETRANSMIT, TIMEOUT};
+pub use world::{describe, engine_config, node_addr, MARGIN, RETRANSMIT, TIMEOUT};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use world::Driver;
 
 /// How to run a seed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,38 +135,33 @@ pub fn run(seed: u64, scenario: &Scenario) -> Result<Report, Failure> {
 /// reported as a [`Failure`] of [`Invariant::Panic`].
 pub fn run_with(seed: u64, scenario: &Scenario, opts: &Options) -> Result<Report, Failure> {
     if scenario.group.is_some() {
-        let mut sim = groups::GroupSim::new(seed, scenario, opts);
-        return drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report);
+        return drive(seed, scenario, groups::GroupSim::new(seed, scenario, opts));
     }
     if scenario.rmem {
-        let mut sim = rmem::RmemSim::new(seed, scenario, opts);
-        return drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report);
+        return drive(seed, scenario, rmem::RmemSim::new(seed, scenario, opts));
     }
-    let mut sim = sim::Sim::new(seed, scenario, opts);
-    drive(seed, scenario, &mut sim, |s| s.run(), |s| s.now(), |s| &mut s.report)
+    drive(seed, scenario, sim::Sim::new(seed, scenario, opts))
 }
 
 /// Runs a simulation to its end; a panic inside an engine becomes a
 /// [`Failure`] of [`Invariant::Panic`].
-fn drive<S>(
-    seed: u64,
-    scenario: &Scenario,
-    sim: &mut S,
-    run: impl FnOnce(&mut S) -> Result<(), Violation>,
-    now: impl Fn(&S) -> vipc_engine::Time,
-    report: impl Fn(&mut S) -> &mut Report,
-) -> Result<Report, Failure> {
-    let outcome = catch_unwind(AssertUnwindSafe(|| run(sim)));
+fn drive(seed: u64, scenario: &Scenario, mut app: impl Driver) -> Result<Report, Failure> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| app.run()));
+    let w = app.world();
     let violation = match outcome {
-        Ok(Ok(())) => return Ok(std::mem::take(report(sim))),
+        Ok(Ok(())) => return Ok(std::mem::take(&mut w.report)),
         Ok(Err(v)) => v,
         Err(panic) => {
-            let at = now(sim);
-            report(sim).end = at;
-            Violation { invariant: Invariant::Panic, at, detail: panic_text(panic) }
+            w.report.end = w.now;
+            Violation { invariant: Invariant::Panic, at: w.now, detail: panic_text(panic) }
         }
     };
-    Err(Failure { seed, scenario: scenario.name.to_string(), violation, report: Box::new(std::mem::take(report(sim))) })
+    Err(Failure {
+        seed,
+        scenario: scenario.name.to_string(),
+        violation,
+        report: Box::new(std::mem::take(&mut w.report)),
+    })
 }
 
 fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {

@@ -54,27 +54,22 @@
 //! see the module doc of `tests/sim.rs` (section "rmem").
 
 use crate::check::{fmt_time, Invariant, Violation};
-use crate::net::{LinkParams, Net, Queue};
-use crate::report::Report;
 use crate::rmodel::{Counters, NodeModel, Served};
 use crate::scenario::Scenario;
-use crate::sim::{describe, digest, engine_config, mix, next_timer, node_addr, MARGIN};
+use crate::world::{mix, App, Driver, Plumbing, World, MARGIN};
 use crate::Options;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_engine::{
-    Access, Cas, CasAnswer, Descriptor, Destination, Engine, Error, Event, HostId, HostIdConfig, Imported, MemOpId,
-    MemOutcome, Notify, ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, Time, Transmit,
+    Access, Cas, CasAnswer, Config, Descriptor, Error, Event, HostId, Imported, MemOpId, MemOutcome, Notify,
+    ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, Time,
 };
 use vipc_wire::rmem::{CasFields, ImportFields, ReadFields, WriteFields, WritevFields};
 use vipc_wire::{Flags, PacketType};
 
 const WARMUP: Duration = Duration::from_millis(100);
-const WATCHDOG: Duration = Duration::from_millis(50);
 /// Quiet time after the last caller went idle: late duplicates land.
 const QUIET: Duration = Duration::from_millis(500);
 const MAX_DRAIN: Duration = Duration::from_secs(30);
@@ -85,7 +80,7 @@ const DEST: usize = 8192;
 /// A CAS-II increment is abandoned (ambiguous) after this many timeouts.
 const CAS_TRIES: u32 = 4;
 
-/// Counters of an rmem run, added to the [`Report`].
+/// Counters of an rmem run, added to the [`crate::Report`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RmemStats {
     /// Writes and writevs handed to the network.
@@ -127,13 +122,9 @@ struct Export {
     size: usize,
 }
 
-struct Node {
-    addr: SocketAddr,
-    engine: Option<Engine>,
-    epoch: u32,
-    ready: bool,
-    timers: BTreeSet<Time>,
-    clock: u64,
+/// A node as an owner of segments: the model of its table and what it exports.
+#[derive(Default)]
+struct Owner {
     model: NodeModel,
     exports: Vec<Export>,
     /// Did this node ever crash (its counters are then out of scope)?
@@ -176,19 +167,13 @@ struct Caller {
     incr: Option<Incr>,
 }
 
-enum Ev {
-    Deliver { to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8> },
-    Timer { node: usize, epoch: u32 },
+/// The remote-memory workload's own events.
+pub(crate) enum Ev {
     Act { caller: usize },
     Owner { node: usize, epoch: u32 },
     Drain { node: usize, epoch: u32 },
-    Start { node: usize },
-    Crash,
     Partition,
     Heal { id: u64 },
-    Stop,
-    Watchdog,
-    End,
 }
 
 /// The key of a request: requester node, its incarnation, sequence number.
@@ -205,14 +190,8 @@ struct Tally {
 
 /// One rmem run.
 pub struct RmemSim {
-    seed: u64,
-    sc: Scenario,
-    opts: Options,
-    now: Time,
-    queue: Queue<Ev>,
-    net: Net,
-    rng: ChaCha8Rng,
-    nodes: Vec<Node>,
+    w: World<Ev>,
+    owners: Vec<Owner>,
     callers: Vec<Caller>,
     /// What each owner did with each request (a duplicate is served again).
     served: BTreeMap<Key, Vec<Served>>,
@@ -221,12 +200,7 @@ pub struct RmemSim {
     tallies: BTreeMap<(usize, u32), Tally>,
     next_write: u64,
     next_nonce: u32,
-    running: bool,
-    stop_at: Time,
     last_busy: Time,
-    /// The report so far.
-    pub report: Report,
-    violation: Option<Violation>,
 }
 
 /// Byte `o` of write `w`: every written byte says which write put it there
@@ -245,304 +219,33 @@ fn seg_name(node: usize, slot: usize) -> SegmentName {
 impl RmemSim {
     /// Prepares a run of the rmem scenario `sc` under `seed`.
     pub fn new(seed: u64, sc: &Scenario, opts: &Options) -> RmemSim {
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 21));
-        let n = rng.gen_range(sc.min_nodes..=sc.max_nodes);
-        let loss = if sc.loss > 0.0 { rng.gen_range(sc.loss / 2.0..=sc.loss) } else { 0.0 };
-        let params = LinkParams {
-            loss,
-            duplicate: sc.duplicate,
-            reorder: sc.reorder,
-            reorder_delay: sc.reorder_delay,
-            ..LinkParams::default()
-        };
-        let nodes = (0..n)
-            .map(|i| Node {
-                addr: node_addr(i),
-                engine: None,
-                epoch: 0,
-                ready: false,
-                timers: BTreeSet::new(),
-                clock: 0,
-                model: NodeModel::default(),
-                exports: Vec::new(),
-                crashed: false,
-            })
-            .collect();
-        let stop_at = Time::ZERO + WARMUP + sc.workload;
-        let report = Report { seed, scenario: sc.name.to_string(), nodes: n, loss, ..Report::default() };
+        let plumbing = Plumbing { salt: 21, warmup: WARMUP, restart_ms: 100..1500, restart_grace: None };
+        let w = World::new(seed, sc, opts, plumbing);
         RmemSim {
-            seed,
-            sc: sc.clone(),
-            opts: opts.clone(),
-            now: Time::ZERO,
-            queue: Queue::default(),
-            net: Net::new(mix(seed, 22), n, params),
-            rng,
-            nodes,
+            owners: (0..w.nodes.len()).map(|_| Owner::default()).collect(),
+            w,
             callers: Vec::new(),
             served: BTreeMap::new(),
             leaked: BTreeMap::new(),
             tallies: BTreeMap::new(),
             next_write: 1,
             next_nonce: 1,
-            running: true,
-            stop_at,
             last_busy: Time::ZERO,
-            report,
-            violation: None,
         }
-    }
-
-    /// Virtual time now.
-    pub fn now(&self) -> Time {
-        self.now
-    }
-
-    /// Runs to the end and performs the final checks.
-    pub fn run(&mut self) -> Result<(), Violation> {
-        let r = self.run_to_end();
-        self.report.net = self.net.stats.clone();
-        self.report.end = self.now;
-        if let Err(v) = &r {
-            self.trace(|| format!("VIOLATION {v}"));
-        }
-        r
-    }
-
-    fn run_to_end(&mut self) -> Result<(), Violation> {
-        self.setup();
-        while let Some((at, ev)) = self.queue.pop() {
-            self.now = at;
-            self.report.events += 1;
-            if self.report.events > self.opts.max_events {
-                let detail = format!("{} events processed without reaching the end of the run", self.opts.max_events);
-                return Err(self.violation_at(Invariant::Budget, detail));
-            }
-            if let Ev::End = ev {
-                if self.ready_to_end() {
-                    break;
-                }
-                continue;
-            }
-            self.handle(ev);
-            if let Some(v) = self.violation.take() {
-                return Err(v);
-            }
-        }
-        self.final_checks()
     }
 
     fn busy(&self) -> bool {
         self.callers.iter().any(|c| c.op.is_some() || c.incr.is_some())
     }
 
-    fn ready_to_end(&mut self) -> bool {
-        let busy = self.busy();
-        if busy {
-            self.last_busy = self.now;
-        }
-        let quiet_at = self.last_busy.max(self.stop_at) + QUIET;
-        if self.now >= self.stop_at + MAX_DRAIN || (!busy && self.now >= quiet_at) {
-            return true;
-        }
-        let next = if busy { self.now + Duration::from_millis(100) } else { quiet_at };
-        self.queue.push(next, Ev::End);
-        false
-    }
-
-    fn violation_at(&self, invariant: Invariant, detail: String) -> Violation {
-        Violation { invariant, at: self.now, detail }
-    }
-
-    fn fail(&mut self, invariant: Invariant, detail: String) {
-        if self.violation.is_none() {
-            self.violation = Some(self.violation_at(invariant, detail));
-        }
-    }
-
-    fn trace(&self, f: impl FnOnce() -> String) {
-        if self.opts.trace {
-            eprintln!("[{}] {}", fmt_time(self.now), f());
-        }
-    }
-
-    fn fingerprint(&mut self, words: &[u64]) {
-        for &w in words {
-            self.report.fingerprint = mix(self.report.fingerprint, w);
-        }
-    }
-
-    fn setup(&mut self) {
-        for i in 0..self.nodes.len() {
-            let at = Time::ZERO + Duration::from_micros(self.rng.gen_range(0..2000));
-            self.queue.push(at, Ev::Start { node: i });
-        }
-        let begin = Time::ZERO + WARMUP;
-        let w = self.sc.workload.as_micros() as u64;
-        if self.sc.crashes {
-            for _ in 0..self.rng.gen_range(1..=2) {
-                let at = begin + Duration::from_micros(self.rng.gen_range(w / 10..w));
-                self.queue.push(at, Ev::Crash);
-            }
-        }
-        if self.sc.partitions {
-            for _ in 0..self.rng.gen_range(1..=3) {
-                let at = begin + Duration::from_micros(self.rng.gen_range(0..w));
-                self.queue.push(at, Ev::Partition);
-            }
-        }
-        self.queue.push(self.stop_at, Ev::Stop);
-        self.queue.push(self.stop_at + self.sc.drain, Ev::End);
-        self.queue.push(Time::ZERO + WATCHDOG, Ev::Watchdog);
-    }
-
-    fn handle(&mut self, ev: Ev) {
-        match ev {
-            Ev::Deliver { to, to_epoch, from, from_epoch, bytes } => {
-                self.deliver(to, to_epoch, from, from_epoch, bytes)
-            }
-            Ev::Timer { node, epoch } => {
-                if self.nodes[node].epoch != epoch || self.nodes[node].engine.is_none() {
-                    return;
-                }
-                self.nodes[node].timers.remove(&self.now);
-                let local = Time(self.now.0 + self.nodes[node].clock);
-                let due = self.nodes[node].engine.as_ref().and_then(|e| e.poll_timeout()).is_some_and(|t| t <= local);
-                if due {
-                    self.with_engine(node, |e, now| e.handle_timeout(now));
-                }
-                self.settle(node);
-            }
-            Ev::Act { caller } => self.act(caller),
-            Ev::Owner { node, epoch } => self.owner_act(node, epoch),
-            Ev::Drain { node, epoch } => {
-                if self.nodes[node].epoch == epoch && self.nodes[node].engine.is_some() {
-                    self.drain(node);
-                }
-            }
-            Ev::Start { node } => self.start_node(node),
-            Ev::Crash => self.crash_random(),
-            Ev::Partition => {
-                if !self.running {
-                    return;
-                }
-                let n = self.nodes.len();
-                let a = self.rng.gen_range(0..n);
-                let pairs: Vec<(usize, usize)> = (0..n).filter(|&b| b != a).map(|b| (a, b)).collect();
-                let id = self.net.cut(&pairs);
-                self.report.partitions += 1;
-                let long = self.rng.gen_bool(0.3);
-                let ms = if long { self.rng.gen_range(1000..2000) } else { self.rng.gen_range(20..300) };
-                self.trace(|| format!("node {a} cut off for {ms} ms"));
-                self.queue.push(self.now + Duration::from_millis(ms), Ev::Heal { id });
-            }
-            Ev::Heal { id } => self.net.heal(id),
-            Ev::Stop => {
-                self.trace(|| "workload stops".to_string());
-                self.running = false;
-                self.net.heal_all();
-            }
-            Ev::End => {}
-            Ev::Watchdog => {
-                let limit = vipc_engine::Config::default().rmem_timeout + MARGIN;
-                let late = self
-                    .callers
-                    .iter()
-                    .filter_map(|c| c.op.as_ref().map(|o| (c, o)))
-                    .find(|(c, o)| self.nodes[c.node].epoch == c.epoch && self.now.since(o.started) > limit);
-                if let Some((c, o)) = late {
-                    let d = format!(
-                        "node {} operation {:?} ({:?}) started at {} has not completed within rmem_timeout + margin",
-                        c.node,
-                        o.id,
-                        o.kind,
-                        fmt_time(o.started)
-                    );
-                    self.fail(Invariant::Liveness, d);
-                }
-                self.queue.push(self.now + WATCHDOG, Ev::Watchdog);
-            }
-        }
-    }
-
-    // ------------------------------------------------------------- engines
-
-    fn with_engine<R>(&mut self, node: usize, f: impl FnOnce(&mut Engine, Time) -> R) -> R {
-        let now = Time(self.now.0 + self.nodes[node].clock);
-        let e = self.nodes[node].engine.as_mut().expect("engine of a live node");
-        let r = f(e, now);
-        self.collect(node);
-        r
-    }
-
-    fn collect(&mut self, node: usize) {
-        loop {
-            let Some(e) = self.nodes[node].engine.as_mut() else { return };
-            let Some(t) = e.poll_transmit() else { break };
-            self.transmit(node, t);
-        }
-    }
-
-    /// Handles the node's events and arms its timer.
-    fn settle(&mut self, node: usize) {
-        loop {
-            self.collect(node);
-            let Some(ev) = self.nodes[node].engine.as_mut().and_then(|e| e.poll_event()) else { break };
-            self.dispatch(node, ev);
-            if self.violation.is_some() {
-                return;
-            }
-        }
-        let epoch = self.nodes[node].epoch;
-        let n = &mut self.nodes[node];
-        if let Some(t) = next_timer(n.engine.as_ref(), n.clock, self.now, &mut n.timers) {
-            self.queue.push(t, Ev::Timer { node, epoch });
-        }
-    }
-
-    fn transmit(&mut self, from: usize, t: Transmit) {
-        let targets: Vec<usize> = match t.to {
-            Destination::Addr(a) => self.nodes.iter().position(|n| n.addr == a).into_iter().collect(),
-            Destination::Broadcast => (0..self.nodes.len()).filter(|&i| i != from).collect(),
-            Destination::Group(_) => Vec::new(),
-        };
-        self.trace(|| format!("n{from} -> {targets:?} {}", describe(&t.bytes, None)));
-        let bytes = t.bytes;
-        let from_epoch = self.nodes[from].epoch;
-        for (to, at) in self.net.route(self.now, from, &targets, bytes.len()) {
-            if self.nodes[to].engine.is_none() {
-                continue;
-            }
-            let to_epoch = self.nodes[to].epoch;
-            self.queue.push(at, Ev::Deliver { to, to_epoch, from, from_epoch, bytes: bytes.clone() });
-        }
-    }
-
-    fn deliver(&mut self, to: usize, to_epoch: u32, from: usize, from_epoch: u32, bytes: Vec<u8>) {
-        let gone = |n: &Node, e: u32| n.epoch != e || n.engine.is_none();
-        if gone(&self.nodes[to], to_epoch) || gone(&self.nodes[from], from_epoch) {
-            self.report.vanished += 1;
-            return;
-        }
-        self.report.delivered += 1;
-        let digest = digest(&bytes);
-        self.fingerprint(&[self.now.0, from as u64, to as u64, digest]);
-        self.trace(|| format!("n{from} => n{to} {}", describe(&bytes, None)));
-        self.predict(to, from, from_epoch, &bytes);
-        let addr = self.nodes[from].addr;
-        self.with_engine(to, |e, now| e.handle_datagram(now, addr, &bytes));
-        self.compare_owner(to);
-        self.settle(to);
-    }
-
     /// Feeds a request datagram to the owner's model, as the owner is about to see it.
     fn predict(&mut self, to: usize, from: usize, from_epoch: u32, bytes: &[u8]) {
-        if !self.nodes[to].ready {
+        if !self.w.ready(to) {
             return;
         }
         let Ok(p) = vipc_wire::parse(bytes, None) else { return };
         let h = p.header;
-        let model = &mut self.nodes[to].model;
+        let model = &mut self.owners[to].model;
         let (src, host) = (h.src.host(), model.host);
         if src == host || src == 0 || h.src.is_group() {
             return;
@@ -590,20 +293,20 @@ impl RmemSim {
 
     /// Invariants 2 and 4 on the owner right after a delivery or an owner action.
     fn compare_owner(&mut self, node: usize) {
-        let Some(e) = self.nodes[node].engine.as_ref() else { return };
+        let Some(e) = self.w.nodes[node].engine.as_ref() else { return };
         let got = Counters::of(&e.stats());
-        let want = &self.nodes[node].model.counters;
+        let want = &self.owners[node].model.counters;
         if &got != want {
             let d = format!("node {node}: engine counters {got:?}, the model expects {want:?}");
-            return self.fail(Invariant::MemCounters, d);
+            return self.w.fail_with(Invariant::MemCounters, d);
         }
         // Anonymous segments are the callers' destinations: answers write
         // them (checked by invariant 1), requests never may (NoAccess).
-        for (desc, seg) in self.nodes[node].model.segs.iter().filter(|(_, s)| s.name.is_some()) {
+        for (desc, seg) in self.owners[node].model.segs.iter().filter(|(_, s)| s.name.is_some()) {
             let mut buf = vec![0; seg.bytes.len()];
             if let Err(err) = e.segment_read(*desc, 0, &mut buf) {
                 let d = format!("node {node}: segment {desc:?} of the model unreadable: {err}");
-                return self.fail(Invariant::MemModel, d);
+                return self.w.fail_with(Invariant::MemModel, d);
             }
             if buf != seg.bytes {
                 let at = (0..buf.len()).find(|&i| buf[i] != seg.bytes[i]).unwrap_or(0);
@@ -613,214 +316,330 @@ impl RmemSim {
                     seg.bytes[at],
                     (0..buf.len()).filter(|&i| buf[i] != seg.bytes[i]).count()
                 );
-                return self.fail(Invariant::MemModel, d);
+                return self.w.fail_with(Invariant::MemModel, d);
             }
         }
     }
+}
 
-    fn dispatch(&mut self, node: usize, ev: Event) {
-        match ev {
-            Event::MemDone(op) => {
-                let found = self.callers.iter().position(|c| {
-                    c.node == node && c.epoch == self.nodes[node].epoch && c.op.as_ref().is_some_and(|o| o.id == op)
-                });
-                let Some(ci) = found else {
-                    return self.fail(Invariant::NoLeak, format!("node {node}: MemDone({op:?}) of no caller"));
-                };
-                let r = self.with_engine(node, |e, _| e.mem_poll(op));
-                let Some(r) = r else {
-                    return self.fail(Invariant::NoLeak, format!("node {node}: MemDone({op:?}) but mem_poll is None"));
-                };
-                self.fingerprint(&[self.now.0, op.0 as u64]);
-                self.trace(|| format!("n{node} op {op:?} done: {r:?}"));
-                self.completed(ci, r);
-            }
-            Event::MemNotify(desc) => {
-                let Some(seg) = self.nodes[node].model.segs.get(&desc) else {
-                    return self
-                        .fail(Invariant::MemChannels, format!("node {node}: MemNotify({desc:?}) of no segment"));
-                };
-                if seg.control.is_empty() && seg.data.is_empty() {
-                    let d = format!("node {node}: MemNotify({desc:?}) but the model's channels are empty");
-                    return self.fail(Invariant::MemChannels, d);
-                }
-                let at = self.now + Duration::from_micros(self.rng.gen_range(0..20_000));
-                let epoch = self.nodes[node].epoch;
-                self.queue.push(at, Ev::Drain { node, epoch });
-            }
-            Event::HostReady(h) => {
-                let n = &mut self.nodes[node];
-                n.ready = true;
-                let cfg = vipc_engine::Config::default();
-                n.model = NodeModel::new(h, cfg.rmem_control_queue, cfg.rmem_data_queue);
-                self.exports(node);
-                let epoch = self.nodes[node].epoch;
-                for _ in 0..self.rng.gen_range(1..=3) {
-                    self.spawn(node);
-                }
-                let at = self.now.max(Time::ZERO + WARMUP) + Duration::from_millis(self.rng.gen_range(5..50));
-                self.queue.push(at, Ev::Owner { node, epoch });
-            }
-            Event::Wake { pid, .. } | Event::Place { pid, .. } => {
-                self.fail(Invariant::OneCompletion, format!("node {node}: {pid} woken in an rmem run"))
-            }
-            _ => {}
-        }
+impl App for RmemSim {
+    type Ev = Ev;
+
+    fn world(&mut self) -> &mut World<Ev> {
+        &mut self.w
     }
 
-    fn start_node(&mut self, node: usize) {
-        let n = &mut self.nodes[node];
-        n.epoch += 1;
-        n.ready = false;
-        n.timers.clear();
-        n.exports.clear();
-        let mut cfg = engine_config(&self.sc, self.seed, node, n.epoch, HostIdConfig::Fixed(node as HostId + 1));
+    fn config(&self, node: usize, epoch: u32) -> Config {
+        let mut cfg = self.w.fixed_config(node, epoch);
         // Room for exactly the segments of a node (1 + 3 exported, 3 callers'
         // destinations): a re-export reuses the unexported slot with the next
         // generation, so stale handles meet a live slot.
         cfg.rmem_max_segments = 7;
-        n.clock = self.rng.gen_range(0..1u64 << 50);
-        n.engine = Some(Engine::new(cfg, Time(self.now.0 + n.clock)));
-        self.net.reset_egress(node, self.now);
-        self.trace(|| format!("node {node} starts (incarnation {})", self.nodes[node].epoch));
-        self.settle(node);
+        cfg
     }
 
-    fn crash_random(&mut self) {
-        if !self.running {
-            return;
+    fn setup(&mut self) {
+        self.w.start_all();
+        self.w.schedule_crashes();
+        if self.w.sc.partitions {
+            let w = self.w.sc.workload.as_micros() as u64;
+            for _ in 0..self.w.rng.gen_range(1..=3) {
+                let at = self.w.begin + Duration::from_micros(self.w.rng.gen_range(0..w));
+                self.w.push(at, Ev::Partition);
+            }
         }
-        let up: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].engine.is_some()).collect();
-        if up.len() <= 2 {
-            return;
+        self.w.schedule_end();
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Act { caller } => self.act(caller),
+            Ev::Owner { node, epoch } => self.owner_act(node, epoch),
+            Ev::Drain { node, epoch } => {
+                if self.w.nodes[node].runs(epoch) {
+                    self.drain(node);
+                }
+            }
+            Ev::Partition => {
+                if !self.w.running {
+                    return;
+                }
+                let n = self.w.nodes.len();
+                let a = self.w.rng.gen_range(0..n);
+                let pairs: Vec<(usize, usize)> = (0..n).filter(|&b| b != a).map(|b| (a, b)).collect();
+                let id = self.w.net.cut(&pairs);
+                self.w.report.partitions += 1;
+                let long = self.w.rng.gen_bool(0.3);
+                let ms = if long { self.w.rng.gen_range(1000..2000) } else { self.w.rng.gen_range(20..300) };
+                self.w.trace(|| format!("node {a} cut off for {ms} ms"));
+                self.w.push(self.w.now + Duration::from_millis(ms), Ev::Heal { id });
+            }
+            Ev::Heal { id } => self.w.net.heal(id),
         }
-        let node = *up.choose(&mut self.rng).expect("non-empty");
-        self.trace(|| format!("node {node} CRASHES"));
-        self.report.crashes += 1;
-        let n = &mut self.nodes[node];
-        n.engine = None;
-        n.ready = false;
-        n.crashed = true;
-        n.epoch += 1;
-        n.timers.clear();
+    }
+
+    fn on_event(&mut self, node: usize, ev: Event) {
+        match ev {
+            Event::MemDone(op) => {
+                let found = self.callers.iter().position(|c| {
+                    c.node == node && c.epoch == self.w.nodes[node].epoch && c.op.as_ref().is_some_and(|o| o.id == op)
+                });
+                let Some(ci) = found else {
+                    return self.w.fail_with(Invariant::NoLeak, format!("node {node}: MemDone({op:?}) of no caller"));
+                };
+                let r = self.w.with_engine(node, |e, _| e.mem_poll(op));
+                let Some(r) = r else {
+                    return self
+                        .w
+                        .fail_with(Invariant::NoLeak, format!("node {node}: MemDone({op:?}) but mem_poll is None"));
+                };
+                self.w.fingerprint(&[self.w.now.0, op.0 as u64]);
+                self.w.trace(|| format!("n{node} op {op:?} done: {r:?}"));
+                self.completed(ci, r);
+            }
+            Event::MemNotify(desc) => {
+                let Some(seg) = self.owners[node].model.segs.get(&desc) else {
+                    return self
+                        .w
+                        .fail_with(Invariant::MemChannels, format!("node {node}: MemNotify({desc:?}) of no segment"));
+                };
+                if seg.control.is_empty() && seg.data.is_empty() {
+                    let d = format!("node {node}: MemNotify({desc:?}) but the model's channels are empty");
+                    return self.w.fail_with(Invariant::MemChannels, d);
+                }
+                let at = self.w.now + Duration::from_micros(self.w.rng.gen_range(0..20_000));
+                let epoch = self.w.nodes[node].epoch;
+                self.w.push(at, Ev::Drain { node, epoch });
+            }
+            Event::HostReady(h) => {
+                let cfg = vipc_engine::Config::default();
+                self.owners[node].model = NodeModel::new(h, cfg.rmem_control_queue, cfg.rmem_data_queue);
+                self.exports(node);
+                let epoch = self.w.nodes[node].epoch;
+                for _ in 0..self.w.rng.gen_range(1..=3) {
+                    self.spawn(node);
+                }
+                let at = self.w.now.max(Time::ZERO + WARMUP) + Duration::from_millis(self.w.rng.gen_range(5..50));
+                self.w.push(at, Ev::Owner { node, epoch });
+            }
+            Event::Wake { pid, .. } | Event::Place { pid, .. } => {
+                self.w.fail_with(Invariant::OneCompletion, format!("node {node}: {pid} woken in an rmem run"))
+            }
+            other => self.w.notice(node, other),
+        }
+    }
+
+    fn started(&mut self, node: usize) {
+        self.owners[node].exports.clear();
+    }
+
+    fn crashed(&mut self, node: usize) {
+        self.owners[node].crashed = true;
         // Its callers die; an increment in flight may still be applied.
         for c in self.callers.iter_mut().filter(|c| c.node == node) {
             c.op = None;
             if let Some(i) = c.incr.take() {
                 self.tallies.entry((i.owner, i.cell)).or_default().ambiguous += 1;
-                self.report.rmem.ambiguous += 1;
+                self.w.report.rmem.ambiguous += 1;
             }
-        }
-        if self.sc.restarts && self.rng.gen_bool(0.8) {
-            let at = self.now + Duration::from_millis(self.rng.gen_range(100..1500));
-            self.queue.push(at, Ev::Start { node });
         }
     }
 
+    fn arriving(&mut self, to: usize, from: usize, from_epoch: u32, bytes: &[u8]) {
+        self.predict(to, from, from_epoch, bytes);
+    }
+
+    fn arrived(&mut self, to: usize) {
+        self.compare_owner(to);
+    }
+
+    fn watchdog(&mut self) {
+        let limit = vipc_engine::Config::default().rmem_timeout + MARGIN;
+        let late = self
+            .callers
+            .iter()
+            .filter_map(|c| c.op.as_ref().map(|o| (c, o)))
+            .find(|(c, o)| self.w.nodes[c.node].epoch == c.epoch && self.w.now.since(o.started) > limit);
+        if let Some((c, o)) = late {
+            let d = format!(
+                "node {} operation {:?} ({:?}) started at {} has not completed within rmem_timeout + margin",
+                c.node,
+                o.id,
+                o.kind,
+                fmt_time(o.started)
+            );
+            self.w.fail_with(Invariant::Liveness, d);
+        }
+    }
+
+    /// Ends once no caller has been busy for a while (late duplicates landed).
+    fn end_check(&mut self) -> Option<Time> {
+        let busy = self.busy();
+        if busy {
+            self.last_busy = self.w.now;
+        }
+        let quiet_at = self.last_busy.max(self.w.stop_at) + QUIET;
+        self.w.end_when(busy, quiet_at, MAX_DRAIN, Duration::from_millis(100))
+    }
+
+    /// Invariants 3 and 4 at the end, after every owner drained its channels.
+    fn final_checks(&mut self) -> Result<(), Violation> {
+        for node in 0..self.w.nodes.len() {
+            if !self.w.ready(node) {
+                continue;
+            }
+            self.drain(node);
+            if let Some(v) = self.w.take_violation() {
+                return Err(v);
+            }
+            let s = self.w.nodes[node].engine.as_ref().expect("live").stats();
+            if s.rmem_ops_pending != 0 {
+                let d =
+                    format!("node {node}: {} remote-memory operations still pending at the end", s.rmem_ops_pending);
+                return Err(self.w.violation_at(Invariant::NoLeak, d));
+            }
+            for (i, r) in s.rmem_refused.iter().enumerate().take(Refusal::ALL.len()) {
+                self.w.report.rmem.refusals[i] += r;
+            }
+        }
+        if let Some(c) = self.callers.iter().position(|c| c.op.is_some() && self.w.nodes[c.node].epoch == c.epoch) {
+            let d = format!("caller c{c} still has {:?} pending at the end", self.callers[c].op);
+            return Err(self.w.violation_at(Invariant::Liveness, d));
+        }
+        // Invariant 3 on owners that never crashed.
+        // A cell shared by callers (a caller index reused after a restart):
+        // a third party's swap hides ours, so only the lower bound holds.
+        for (&(owner, cell), t) in &self.tallies {
+            let (o, engine) = (&self.owners[owner], self.w.nodes[owner].engine.as_ref());
+            if o.crashed
+                || engine.is_none()
+                || self.callers.iter().any(|c| c.incr.as_ref().is_some_and(|i| i.owner == owner && i.cell == cell))
+            {
+                continue;
+            }
+            let ex = o.exports.iter().find(|x| x.kind == Kind::Counter).expect("a counter segment");
+            let mut b = [0; 8];
+            engine.expect("live").segment_read(ex.desc, cell * 8, &mut b).expect("cell");
+            let value = CasAnswer::from_bytes(&b).expect("8 bytes").value as u64;
+            self.w.report.rmem.cells_checked += 1;
+            let shared = t.callers.len() > 1;
+            if value < t.confirmed || (!shared && value > t.confirmed + t.ambiguous) {
+                let d = format!(
+                    "node {owner} counter cell {cell} holds {value}, but {} increments were confirmed and {} undecided (callers {:?})",
+                    t.confirmed, t.ambiguous, t.callers
+                );
+                return Err(self.w.violation_at(Invariant::MemExactlyOnce, d));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RmemSim {
     // -------------------------------------------------------------- owners
 
     /// Exports the node's counter segment (slot 0) and 2–3 data segments.
     fn exports(&mut self, node: usize) {
-        let data = self.rng.gen_range(2..=3);
+        let data = self.w.rng.gen_range(2..=3);
         for slot in 0..=data {
             self.export(node, slot);
         }
     }
 
     fn export(&mut self, node: usize, slot: usize) {
-        let n = self.nodes.len();
+        let n = self.w.nodes.len();
         let (kind, size) = if slot == 0 { (Kind::Counter, CELLS as usize * 8) } else { (Kind::Data, 0) };
-        let size = if kind == Kind::Data { self.rng.gen_range(64..6000) } else { size };
-        let notify = *[Notify::Never, Notify::Always, Notify::Conditional].choose(&mut self.rng).expect("three");
-        let access = if kind == Kind::Data && self.rng.gen_bool(0.2) { Access::READ } else { Access::READ_WRITE };
-        let protection = if kind == Kind::Data && self.rng.gen_bool(0.3) {
+        let size = if kind == Kind::Data { self.w.rng.gen_range(64..6000) } else { size };
+        let notify = *[Notify::Never, Notify::Always, Notify::Conditional].choose(&mut self.w.rng).expect("three");
+        let access = if kind == Kind::Data && self.w.rng.gen_bool(0.2) { Access::READ } else { Access::READ_WRITE };
+        let protection = if kind == Kind::Data && self.w.rng.gen_bool(0.3) {
             // Some other hosts, never all.
             let mut hosts: Vec<HostId> = (0..n).filter(|&i| i != node).map(|i| i as HostId + 1).collect();
-            hosts.shuffle(&mut self.rng);
-            hosts.truncate(self.rng.gen_range(1..n - 1).max(1));
+            hosts.shuffle(&mut self.w.rng);
+            hosts.truncate(self.w.rng.gen_range(1..n - 1).max(1));
             ProtectionGroup::Hosts(hosts)
         } else {
             ProtectionGroup::Any
         };
         let opts = SegmentOptions { access, notify, protection };
         let name = seg_name(node, slot);
-        let r = self.with_engine(node, |e, _| e.export_segment(Some(name), size, opts.clone()));
+        let r = self.w.with_engine(node, |e, _| e.export_segment(Some(name), size, opts.clone()));
         match r {
             Ok(desc) => {
-                self.nodes[node].model.export(desc, Some(name), opts, size);
-                self.nodes[node].exports.push(Export { desc, name, kind, size });
+                self.owners[node].model.export(desc, Some(name), opts, size);
+                self.owners[node].exports.push(Export { desc, name, kind, size });
             }
-            Err(e) => self.fail(Invariant::Success, format!("node {node}: export of slot {slot} failed: {e}")),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("node {node}: export of slot {slot} failed: {e}")),
         }
     }
 
     /// An owner's random action: toggle inhibition, drain, unexport and re-export.
     fn owner_act(&mut self, node: usize, epoch: u32) {
-        if self.nodes[node].epoch != epoch || self.nodes[node].engine.is_none() {
+        if self.w.nodes[node].epoch != epoch || self.w.nodes[node].engine.is_none() {
             return;
         }
-        let roll = self.rng.gen_range(0..100);
-        let k = self.rng.gen_range(0..self.nodes[node].exports.len());
-        let ex = self.nodes[node].exports[k].clone();
+        let roll = self.w.rng.gen_range(0..100);
+        let k = self.w.rng.gen_range(0..self.owners[node].exports.len());
+        let ex = self.owners[node].exports[k].clone();
         if roll < 45 {
             let (off, len) = if ex.kind == Kind::Counter {
-                (self.rng.gen_range(0..CELLS) * 8, 8)
+                (self.w.rng.gen_range(0..CELLS) * 8, 8)
             } else {
-                let off = self.rng.gen_range(0..ex.size);
-                (off as u32, self.rng.gen_range(1..=(ex.size - off).min(600)) as u32)
+                let off = self.w.rng.gen_range(0..ex.size);
+                (off as u32, self.w.rng.gen_range(1..=(ex.size - off).min(600)) as u32)
             };
-            let on = self.rng.gen_bool(0.5) && self.running;
-            let r = self.with_engine(node, |e, _| e.segment_set_inhibit(ex.desc, off, len, on));
+            let on = self.w.rng.gen_bool(0.5) && self.w.running;
+            let r = self.w.with_engine(node, |e, _| e.segment_set_inhibit(ex.desc, off, len, on));
             if r.is_ok() {
-                let seg = self.nodes[node].model.segs.get_mut(&ex.desc).expect("exported");
+                let seg = self.owners[node].model.segs.get_mut(&ex.desc).expect("exported");
                 seg.inhibited[off as usize..(off + len) as usize].iter_mut().for_each(|b| *b = on);
-                self.trace(|| format!("n{node} inhibit {:?} {off}+{len} {on}", ex.desc));
+                self.w.trace(|| format!("n{node} inhibit {:?} {off}+{len} {on}", ex.desc));
             }
         } else if roll < 75 {
             self.drain(node);
-        } else if roll < 85 && ex.kind == Kind::Data && self.sc.rmem_unexport && self.running {
+        } else if roll < 85 && ex.kind == Kind::Data && self.w.sc.rmem_unexport && self.w.running {
             self.drain(node);
-            if let Err(e) = self.with_engine(node, |e, _| e.unexport_segment(ex.desc)) {
-                return self.fail(Invariant::Success, format!("node {node}: unexport failed: {e}"));
+            if let Err(e) = self.w.with_engine(node, |e, _| e.unexport_segment(ex.desc)) {
+                return self.w.fail_with(Invariant::Success, format!("node {node}: unexport failed: {e}"));
             }
-            self.nodes[node].model.segs.remove(&ex.desc);
-            self.nodes[node].exports.remove(k);
-            self.report.rmem.unexports += 1;
+            self.owners[node].model.segs.remove(&ex.desc);
+            self.owners[node].exports.remove(k);
+            self.w.report.rmem.unexports += 1;
             let slot = ex.name[1] as usize;
-            self.trace(|| format!("n{node} unexports {:?} (slot {slot})", ex.desc));
+            self.w.trace(|| format!("n{node} unexports {:?} (slot {slot})", ex.desc));
             self.export(node, slot);
         }
         self.compare_owner(node);
         self.settle(node);
-        let gap = if self.running { self.rng.gen_range(5..60) } else { 100 };
-        self.queue.push(self.now + Duration::from_millis(gap), Ev::Owner { node, epoch });
+        let gap = if self.w.running { self.w.rng.gen_range(5..60) } else { 100 };
+        self.w.push(self.w.now + Duration::from_millis(gap), Ev::Owner { node, epoch });
     }
 
     /// Invariant 5: the owner polls every channel; each record must be the
     /// model's next; data records are applied by the owner now.
     fn drain(&mut self, node: usize) {
-        let descs: Vec<Descriptor> = self.nodes[node].exports.iter().map(|x| x.desc).collect();
+        let descs: Vec<Descriptor> = self.owners[node].exports.iter().map(|x| x.desc).collect();
         for desc in descs {
             loop {
-                let got = self.with_engine(node, |e, _| e.segment_poll_control(desc));
-                let seg = self.nodes[node].model.segs.get_mut(&desc).expect("exported");
+                let got = self.w.with_engine(node, |e, _| e.segment_poll_control(desc));
+                let seg = self.owners[node].model.segs.get_mut(&desc).expect("exported");
                 let want = seg.control.pop_front();
                 match got {
                     Ok(g) if g == want => {
                         if g.is_none() {
                             break;
                         }
-                        self.report.rmem.control_records += 1;
+                        self.w.report.rmem.control_records += 1;
                     }
                     other => {
                         let d = format!("node {node} {desc:?}: control channel gave {other:?}, the model {want:?}");
-                        return self.fail(Invariant::MemChannels, d);
+                        return self.w.fail_with(Invariant::MemChannels, d);
                     }
                 }
             }
             loop {
-                let got = self.with_engine(node, |e, _| e.segment_poll_data(desc));
-                let seg = self.nodes[node].model.segs.get_mut(&desc).expect("exported");
+                let got = self.w.with_engine(node, |e, _| e.segment_poll_data(desc));
+                let seg = self.owners[node].model.segs.get_mut(&desc).expect("exported");
                 let want = seg.data.pop_front();
                 if let Some(w) = &want {
                     seg.data_bytes -= w.data.len();
@@ -828,20 +647,20 @@ impl RmemSim {
                 match got {
                     Ok(g) if g == want => {
                         let Some(r) = g else { break };
-                        self.report.rmem.data_records += 1;
+                        self.w.report.rmem.data_records += 1;
                         for (off, piece) in r.pieces() {
-                            let seg = self.nodes[node].model.segs.get_mut(&desc).expect("exported");
+                            let seg = self.owners[node].model.segs.get_mut(&desc).expect("exported");
                             seg.bytes[off as usize..off as usize + piece.len()].copy_from_slice(piece);
-                            let w = self.with_engine(node, |e, _| e.segment_write(desc, off as u32, piece));
+                            let w = self.w.with_engine(node, |e, _| e.segment_write(desc, off as u32, piece));
                             if let Err(e) = w {
                                 let d = format!("node {node}: applying a data record at {off} failed: {e}");
-                                return self.fail(Invariant::MemChannels, d);
+                                return self.w.fail_with(Invariant::MemChannels, d);
                             }
                         }
                     }
                     other => {
                         let d = format!("node {node} {desc:?}: data channel gave {other:?}, the model {want:?}");
-                        return self.fail(Invariant::MemChannels, d);
+                        return self.w.fail_with(Invariant::MemChannels, d);
                     }
                 }
             }
@@ -852,25 +671,25 @@ impl RmemSim {
     // ------------------------------------------------------------- callers
 
     fn spawn(&mut self, node: usize) {
-        let dest = match self.with_engine(node, |e, _| e.export_segment(None, DEST, SegmentOptions::default())) {
+        let dest = match self.w.with_engine(node, |e, _| e.export_segment(None, DEST, SegmentOptions::default())) {
             Ok(d) => d,
-            Err(e) => return self.fail(Invariant::Success, format!("node {node}: anonymous segment: {e}")),
+            Err(e) => return self.w.fail_with(Invariant::Success, format!("node {node}: anonymous segment: {e}")),
         };
-        self.nodes[node].model.export(dest, None, SegmentOptions::default(), DEST);
-        let epoch = self.nodes[node].epoch;
+        self.owners[node].model.export(dest, None, SegmentOptions::default(), DEST);
+        let epoch = self.w.nodes[node].epoch;
         self.callers.push(Caller { node, epoch, dest, handles: BTreeMap::new(), op: None, incr: None });
-        let at = self.now.max(Time::ZERO + WARMUP) + Duration::from_micros(self.rng.gen_range(0..20_000));
-        self.queue.push(at, Ev::Act { caller: self.callers.len() - 1 });
+        let at = self.w.now.max(Time::ZERO + WARMUP) + Duration::from_micros(self.w.rng.gen_range(0..20_000));
+        self.w.push(at, Ev::Act { caller: self.callers.len() - 1 });
     }
 
     fn alive(&self, ci: usize) -> bool {
         let c = &self.callers[ci];
-        self.nodes[c.node].epoch == c.epoch && self.nodes[c.node].ready
+        self.w.nodes[c.node].epoch == c.epoch && self.w.ready(c.node)
     }
 
     fn next_act(&mut self, ci: usize, lo: u64, hi: u64) {
-        let at = self.now + Duration::from_micros(self.rng.gen_range(lo..hi));
-        self.queue.push(at, Ev::Act { caller: ci });
+        let at = self.w.now + Duration::from_micros(self.w.rng.gen_range(lo..hi));
+        self.w.push(at, Ev::Act { caller: ci });
     }
 
     fn act(&mut self, ci: usize) {
@@ -881,20 +700,20 @@ impl RmemSim {
         if let Some(incr) = self.callers[ci].incr.clone() {
             // An increment in progress goes on (after a timeout: the same nonce).
             self.cas(ci, incr);
-        } else if self.running {
+        } else if self.w.running {
             self.random_op(ci);
         }
         self.settle(node);
-        if self.callers[ci].op.is_none() && (self.running || self.callers[ci].incr.is_some()) {
+        if self.callers[ci].op.is_none() && (self.w.running || self.callers[ci].incr.is_some()) {
             self.next_act(ci, 500, 8000);
         }
     }
 
     fn random_op(&mut self, ci: usize) {
         let node = self.callers[ci].node;
-        let others: Vec<usize> = (0..self.nodes.len()).filter(|&i| i != node).collect();
-        let owner = *others.choose(&mut self.rng).expect("other nodes");
-        let roll = self.rng.gen_range(0..100);
+        let others: Vec<usize> = (0..self.w.nodes.len()).filter(|&i| i != node).collect();
+        let owner = *others.choose(&mut self.w.rng).expect("other nodes");
+        let roll = self.w.rng.gen_range(0..100);
         if roll < 25 {
             // A CAS-II increment of a counter cell.
             let Some(h) = self.handle_of(ci, owner, 0) else { return };
@@ -907,52 +726,54 @@ impl RmemSim {
             return self.cas(ci, incr);
         }
         // Slot 3 exists on some nodes only: an import of it may end in UnknownName.
-        let slots = if self.rng.gen_bool(0.05) { 3 } else { self.rng.gen_range(1..=2) };
+        let slots = if self.w.rng.gen_bool(0.05) { 3 } else { self.w.rng.gen_range(1..=2) };
         let Some(mut h) = self.handle_of(ci, owner, slots) else { return };
-        if self.rng.gen_bool(0.1) {
+        if self.w.rng.gen_bool(0.1) {
             // A forged handle: more bytes and more access than granted.
             h = Imported { size: h.size + 512, access: Access::READ_WRITE, ..h };
         }
-        let notify = self.rng.gen_bool(0.5);
+        let notify = self.w.rng.gen_bool(0.5);
         let size = h.size;
         if roll < 65 {
             if !h.access.write {
                 return;
             }
-            let off = self.rng.gen_range(0..size);
-            let len = self.rng.gen_range(1..=(size - off).min(3000));
+            let off = self.w.rng.gen_range(0..size);
+            let len = self.w.rng.gen_range(1..=(size - off).min(3000));
             let w = self.next_write;
             self.next_write += 1;
-            let r = if self.rng.gen_bool(0.3) {
-                let elem = self.rng.gen_range(1..=len.min(64));
-                let stride = elem + self.rng.gen_range(0..=elem * 2);
+            let r = if self.w.rng.gen_bool(0.3) {
+                let elem = self.w.rng.gen_range(1..=len.min(64));
+                let stride = elem + self.w.rng.gen_range(0..=elem * 2);
                 let count = ((size - off - elem) / stride + 1).min(40);
-                let count = self.rng.gen_range(1..=count);
+                let count = self.w.rng.gen_range(1..=count);
                 let data: Vec<u8> = (0..(count * elem) as u64).map(|o| write_byte(w, o)).collect();
-                self.trace(|| format!("c{ci} writev #{w} {:?} {off} stride {stride} elem {elem} x{count}", h.desc));
+                self.w.trace(|| format!("c{ci} writev #{w} {:?} {off} stride {stride} elem {elem} x{count}", h.desc));
                 let shape = Strided { stride, elem };
-                self.with_engine(node, |e, _| e.mem_writev(&h, off, shape, &data, notify))
+                self.w.with_engine(node, |e, _| e.mem_writev(&h, off, shape, &data, notify))
             } else {
                 let data: Vec<u8> = (0..len as u64).map(|o| write_byte(w, off as u64 + o)).collect();
-                self.trace(|| format!("c{ci} write #{w} {:?} {off}+{len}", h.desc));
-                self.with_engine(node, |e, _| e.mem_write(&h, off, &data, notify))
+                self.w.trace(|| format!("c{ci} write #{w} {:?} {off}+{len}", h.desc));
+                self.w.with_engine(node, |e, _| e.mem_write(&h, off, &data, notify))
             };
             match r {
-                Ok(()) => self.report.rmem.writes += 1,
-                Err(e) => self.fail(Invariant::Success, format!("c{ci}: a write within the handle refused: {e}")),
+                Ok(()) => self.w.report.rmem.writes += 1,
+                Err(e) => {
+                    self.w.fail_with(Invariant::Success, format!("c{ci}: a write within the handle refused: {e}"))
+                }
             }
         } else {
-            let off = self.rng.gen_range(0..size);
-            let len = self.rng.gen_range(1..=(size - off).min(DEST as u32));
+            let off = self.w.rng.gen_range(0..size);
+            let len = self.w.rng.gen_range(1..=(size - off).min(DEST as u32));
             let dest = self.callers[ci].dest;
-            let now = self.now;
-            let r = self.with_engine(node, |e, t| e.mem_read(t, &h, off, len, (dest, 0), notify));
-            self.trace(|| format!("c{ci} read {:?} {off}+{len}: {r:?}", h.desc));
+            let now = self.w.now;
+            let r = self.w.with_engine(node, |e, t| e.mem_read(t, &h, off, len, (dest, 0), notify));
+            self.w.trace(|| format!("c{ci} read {:?} {off}+{len}: {r:?}", h.desc));
             match r {
                 Ok(id) => {
                     self.callers[ci].op = Some(Op { id, kind: OpKind::Read { owner, slot: slots, len }, started: now })
                 }
-                Err(e) => self.fail(Invariant::Success, format!("c{ci}: a read within the handle refused: {e}")),
+                Err(e) => self.w.fail_with(Invariant::Success, format!("c{ci}: a read within the handle refused: {e}")),
             }
         }
     }
@@ -968,18 +789,18 @@ impl RmemSim {
         if let Some(h) = self.callers[ci].handles.get(&(owner, slot)) {
             return Some(*h);
         }
-        if self.rng.gen_bool(0.3) {
+        if self.w.rng.gen_bool(0.3) {
             if let Some(h) = self.leaked.get(&(owner, slot)) {
                 return Some(*h);
             }
         }
         let node = self.callers[ci].node;
-        let access = if self.rng.gen_bool(0.7) { Access::READ_WRITE } else { Access::READ };
+        let access = if self.w.rng.gen_bool(0.7) { Access::READ_WRITE } else { Access::READ };
         let name = seg_name(owner, slot);
-        let now = self.now;
-        match self.with_engine(node, |e, t| e.mem_import(t, name, access)) {
+        let now = self.w.now;
+        match self.w.with_engine(node, |e, t| e.mem_import(t, name, access)) {
             Ok(id) => self.callers[ci].op = Some(Op { id, kind: OpKind::Import { owner, slot }, started: now }),
-            Err(e) => self.fail(Invariant::Success, format!("c{ci}: import refused at once: {e}")),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("c{ci}: import refused at once: {e}")),
         }
         None
     }
@@ -993,12 +814,12 @@ impl RmemSim {
             return;
         };
         let cas = Cas { expect: incr.expect, new: incr.expect.wrapping_add(1), nonce: incr.nonce };
-        let (dest, notify, now) = (self.callers[ci].dest, self.rng.gen_bool(0.5), self.now);
-        let r = self.with_engine(node, |e, t| e.mem_cas(t, &h, incr.cell * 8, cas, (dest, 0), notify));
-        self.trace(|| format!("c{ci} cas {:?} cell {} {cas:?}: {r:?}", h.desc, incr.cell));
+        let (dest, notify, now) = (self.callers[ci].dest, self.w.rng.gen_bool(0.5), self.w.now);
+        let r = self.w.with_engine(node, |e, t| e.mem_cas(t, &h, incr.cell * 8, cas, (dest, 0), notify));
+        self.w.trace(|| format!("c{ci} cas {:?} cell {} {cas:?}: {r:?}", h.desc, incr.cell));
         match r {
             Ok(id) => self.callers[ci].op = Some(Op { id, kind: OpKind::Cas, started: now }),
-            Err(e) => self.fail(Invariant::Success, format!("c{ci}: CAS-II refused at once: {e}")),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("c{ci}: CAS-II refused at once: {e}")),
         }
     }
 
@@ -1009,27 +830,27 @@ impl RmemSim {
         let op = self.callers[ci].op.take().expect("a pending operation");
         let served = self.served.remove(&(node, epoch, op.id.0)).unwrap_or_default();
         if let Err(Error::Timeout(_)) | Err(Error::Refused(Refusal::UnknownName)) = &r {
-            self.report.rmem.timeouts += 1;
+            self.w.report.rmem.timeouts += 1;
         } else if let Err(Error::Refused(why)) = &r {
             if !served.contains(&Served::Refused(*why)) {
                 let d = format!("c{ci} {:?} ({:?}) refused {why:?}; the owner's refusals: {served:?}", op.id, op.kind);
-                return self.fail(Invariant::MemRead, d);
+                return self.w.fail_with(Invariant::MemRead, d);
             }
         }
         match (&op.kind, r) {
             (OpKind::Import { owner, slot }, Ok(MemOutcome::Import(h))) => {
                 if !served.contains(&Served::Import(h)) {
                     let d = format!("c{ci}: import of ({owner}, {slot}) gave {h:?}; the owner answered {served:?}");
-                    return self.fail(Invariant::MemRead, d);
+                    return self.w.fail_with(Invariant::MemRead, d);
                 }
-                self.report.rmem.imports += 1;
+                self.w.report.rmem.imports += 1;
                 self.callers[ci].handles.insert((*owner, *slot), h);
                 self.leaked.insert((*owner, *slot), h);
             }
             (OpKind::Read { len, .. }, Ok(MemOutcome::Read)) => {
                 let mut got = vec![0; *len as usize];
-                if let Err(e) = self.with_engine(node, |e, _| e.segment_read(dest, 0, &mut got)) {
-                    return self.fail(Invariant::MemRead, format!("c{ci}: destination unreadable: {e}"));
+                if let Err(e) = self.w.with_engine(node, |e, _| e.segment_read(dest, 0, &mut got)) {
+                    return self.w.fail_with(Invariant::MemRead, format!("c{ci}: destination unreadable: {e}"));
                 }
                 let snaps: Vec<&Vec<u8>> =
                     served.iter().filter_map(|s| if let Served::Read(b) = s { Some(b) } else { None }).collect();
@@ -1043,16 +864,16 @@ impl RmemSim {
                         snaps.len(),
                         snaps.iter().map(|s| s.get(i)).collect::<Vec<_>>()
                     );
-                    return self.fail(Invariant::MemRead, d);
+                    return self.w.fail_with(Invariant::MemRead, d);
                 }
-                self.report.rmem.reads += 1;
+                self.w.report.rmem.reads += 1;
             }
             (OpKind::Cas, Ok(MemOutcome::Cas(a))) => {
                 let mut cell = [0; 8];
-                let readable = self.with_engine(node, |e, _| e.segment_read(dest, 0, &mut cell)).is_ok();
+                let readable = self.w.with_engine(node, |e, _| e.segment_read(dest, 0, &mut cell)).is_ok();
                 if !served.contains(&Served::Cas(a)) || !readable || cell != a.to_bytes() {
                     let d = format!("c{ci}: CAS-II answer {a:?} (destination {cell:?}); the owner answered {served:?}");
-                    return self.fail(Invariant::MemRead, d);
+                    return self.w.fail_with(Invariant::MemRead, d);
                 }
                 self.cas_answer(ci, a);
             }
@@ -1062,7 +883,7 @@ impl RmemSim {
                 if let Some(i) = self.callers[ci].incr.take_if(|i| i.owner == *owner) {
                     if i.retried {
                         self.tallies.entry((i.owner, i.cell)).or_default().ambiguous += 1;
-                        self.report.rmem.ambiguous += 1;
+                        self.w.report.rmem.ambiguous += 1;
                     }
                 }
             }
@@ -1073,10 +894,10 @@ impl RmemSim {
             }
             (OpKind::Read { .. }, Err(_)) => {}
             (kind, r) => {
-                return self.fail(Invariant::MemRead, format!("c{ci}: {kind:?} finished with {r:?}"));
+                return self.w.fail_with(Invariant::MemRead, format!("c{ci}: {kind:?} finished with {r:?}"));
             }
         }
-        if self.alive(ci) && (self.running || self.callers[ci].incr.is_some()) {
+        if self.alive(ci) && (self.w.running || self.callers[ci].incr.is_some()) {
             self.next_act(ci, 200, 5000);
         }
     }
@@ -1096,7 +917,7 @@ impl RmemSim {
             tally.ambiguous += 1;
         }
         if done {
-            self.report.rmem.increments += 1;
+            self.w.report.rmem.increments += 1;
             return;
         }
         // Try again from the value found, with a fresh nonce.
@@ -1130,60 +951,7 @@ impl RmemSim {
         }
         if incr.retried {
             self.tallies.entry((incr.owner, incr.cell)).or_default().ambiguous += 1;
-            self.report.rmem.ambiguous += 1;
+            self.w.report.rmem.ambiguous += 1;
         }
-    }
-
-    // ---------------------------------------------------------- final checks
-
-    fn final_checks(&mut self) -> Result<(), Violation> {
-        for node in 0..self.nodes.len() {
-            if self.nodes[node].engine.is_none() || !self.nodes[node].ready {
-                continue;
-            }
-            self.drain(node);
-            if let Some(v) = self.violation.take() {
-                return Err(v);
-            }
-            let s = self.nodes[node].engine.as_ref().expect("live").stats();
-            if s.rmem_ops_pending != 0 {
-                let d =
-                    format!("node {node}: {} remote-memory operations still pending at the end", s.rmem_ops_pending);
-                return Err(self.violation_at(Invariant::NoLeak, d));
-            }
-            for (i, r) in s.rmem_refused.iter().enumerate().take(Refusal::ALL.len()) {
-                self.report.rmem.refusals[i] += r;
-            }
-        }
-        if let Some(c) = self.callers.iter().position(|c| c.op.is_some() && self.nodes[c.node].epoch == c.epoch) {
-            let d = format!("caller c{c} still has {:?} pending at the end", self.callers[c].op);
-            return Err(self.violation_at(Invariant::Liveness, d));
-        }
-        // Invariant 3 on owners that never crashed.
-        // A cell shared by callers (a caller index reused after a restart):
-        // a third party's swap hides ours, so only the lower bound holds.
-        for (&(owner, cell), t) in &self.tallies {
-            let n = &self.nodes[owner];
-            if n.crashed
-                || n.engine.is_none()
-                || self.callers.iter().any(|c| c.incr.as_ref().is_some_and(|i| i.owner == owner && i.cell == cell))
-            {
-                continue;
-            }
-            let ex = n.exports.iter().find(|x| x.kind == Kind::Counter).expect("a counter segment");
-            let mut b = [0; 8];
-            n.engine.as_ref().expect("live").segment_read(ex.desc, cell * 8, &mut b).expect("cell");
-            let value = CasAnswer::from_bytes(&b).expect("8 bytes").value as u64;
-            self.report.rmem.cells_checked += 1;
-            let shared = t.callers.len() > 1;
-            if value < t.confirmed || (!shared && value > t.confirmed + t.ambiguous) {
-                let d = format!(
-                    "node {owner} counter cell {cell} holds {value}, but {} increments were confirmed and {} undecided (callers {:?})",
-                    t.confirmed, t.ambiguous, t.callers
-                );
-                return Err(self.violation_at(Invariant::MemExactlyOnce, d));
-            }
-        }
-        Ok(())
     }
 }

@@ -28,68 +28,60 @@ impl Sim {
         }
     }
 
-    pub(super) fn begin(&mut self, id: ProcId, kind: CallKind, bounded: bool) {
-        let pid = self.procs[&id].pid;
-        let call = Call { kind, pid, started: self.now, progress: self.now, bounded };
-        if let Err(v) = self.calls.begin(self.now, id, call) {
-            self.fail(v);
-        }
-    }
-
     pub(super) fn think(&mut self, id: ProcId) {
-        let d = match self.rng.gen_range(0..10) {
+        let d = match self.w.rng.gen_range(0..10) {
             0..=2 => Duration::ZERO,
-            3..=8 => Duration::from_micros(self.rng.gen_range(0..5000)),
-            _ => Duration::from_micros(self.rng.gen_range(5000..50_000)),
+            3..=8 => Duration::from_micros(self.w.rng.gen_range(0..5000)),
+            _ => Duration::from_micros(self.w.rng.gen_range(5000..50_000)),
         };
-        self.queue.push(self.now + d, Ev::Act { proc: id });
+        self.w.push(self.w.now + d, Ev::Act { proc: id });
     }
 
     // ---- clients
 
     pub(super) fn pick_target(&mut self) -> Pid {
-        let live: Vec<Pid> = self.servers.iter().copied().filter(|p| self.by_pid.contains_key(p)).collect();
-        let bad = self.rng.gen_bool(self.sc.bad_targets);
-        if !bad && !live.is_empty() && self.rng.gen_bool(0.9) {
-            return *live.choose(&mut self.rng).expect("non-empty");
+        let live: Vec<Pid> = self.servers.iter().copied().filter(|p| self.procs.by_pid.contains_key(p)).collect();
+        let bad = self.w.rng.gen_bool(self.w.sc.bad_targets);
+        if !bad && !live.is_empty() && self.w.rng.gen_bool(0.9) {
+            return *live.choose(&mut self.w.rng).expect("non-empty");
         }
         if !bad && !self.servers.is_empty() {
             // Possibly a destroyed server: the send must fail with NoSuchProcess.
-            return *self.servers.choose(&mut self.rng).expect("non-empty");
+            return *self.servers.choose(&mut self.w.rng).expect("non-empty");
         }
-        if self.rng.gen_bool(0.1) {
+        if self.w.rng.gen_bool(0.1) {
             // No node has this host: the send must time out.
             return Pid::new(BOGUS_HOST, 1);
         }
         // A local id no node ever hands out: the send must fail with NoSuchProcess.
-        let hosts: Vec<HostId> = self.nodes.iter().filter_map(|n| n.host).collect();
-        let h = *hosts.choose(&mut self.rng).expect("some node is up");
-        Pid::new(h, 0x7FF0 + self.rng.gen_range(0..8))
+        let hosts: Vec<HostId> = self.w.nodes.iter().filter_map(|n| n.host).collect();
+        let h = *hosts.choose(&mut self.w.rng).expect("some node is up");
+        Pid::new(h, 0x7FF0 + self.w.rng.gen_range(0..8))
     }
 
     pub(super) fn client_send(&mut self, id: ProcId) {
-        if !self.running {
+        if !self.w.running {
             return;
         }
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let target = self.pick_target();
         let rid = self.next_rid;
         self.next_rid += 1;
-        let (seg_len, access) = if !self.rng.gen_bool(self.sc.segments) {
+        let (seg_len, access) = if !self.w.rng.gen_bool(self.w.sc.segments) {
             (0, Access::default())
         } else {
-            let access = *[Access::READ, Access::WRITE, Access::READ_WRITE].choose(&mut self.rng).expect("non-empty");
-            (workload::segment_size(&mut self.rng, self.sc.big_segment), access)
+            let access = *[Access::READ, Access::WRITE, Access::READ_WRITE].choose(&mut self.w.rng).expect("non-empty");
+            (workload::segment_size(&mut self.w.rng, self.w.sc.big_segment), access)
         };
-        let idempotent = self.rng.gen_bool(self.sc.idempotent);
-        let hops = match self.rng.gen_range(0..100) {
+        let idempotent = self.w.rng.gen_bool(self.w.sc.idempotent);
+        let hops = match self.w.rng.gen_range(0..100) {
             0..=84 => 0,
             85..=96 => 1,
             _ => 2,
         };
         // Every virtual node is on loopback (see `node_addr`).
-        let max_reply = engine_config(&self.sc, 0, 0, 0, HostIdConfig::Allocate).data_to(super::node_addr(0)) as u32;
-        let plan = workload::plan(&mut self.rng, seg_len, access, max_reply);
+        let max_reply = engine_config(&self.w.sc, 0, 0, 0, HostIdConfig::Allocate).data_to(node_addr(0)) as u32;
+        let plan = workload::plan(&mut self.w.rng, seg_len, access, max_reply);
         let req = Request { rid, hops, idempotent, access, seg_len };
         let segment = (seg_len > 0).then(|| Segment { data: fill(rid, Writer::Client, 0, seg_len as usize), access });
         self.requests.insert(
@@ -100,27 +92,28 @@ impl Sim {
                 client_node: node,
                 target,
                 plan,
-                started: self.now,
+                started: self.w.now,
                 state: ReqState::Pending,
                 forwards: vec![],
                 receipts: vec![],
             },
         );
-        self.trace(|| format!("n{node} {pid} send #{rid} to {target} {req:?}"));
+        self.w.trace(|| format!("n{node} {pid} send #{rid} to {target} {req:?}"));
         let r = self
+            .w
             .with_engine(node, |e, now| e.send(now, pid, target, req.encode(), SendOptions { idempotent }, segment));
         match r {
             Ok(()) => {
-                self.report.sends += 1;
-                if let Some(Role::Client { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+                self.w.report.sends += 1;
+                if let Some(Role::Client { current }) = self.procs.role_mut(id) {
                     *current = Some(rid);
                 }
                 let remote = target.host() != pid.host();
-                self.begin(id, CallKind::Send(rid), remote);
+                self.procs.begin(&mut self.w, id, CallKind::Send(rid), remote);
             }
             Err(e) => {
-                self.trace(|| format!("  send refused: {e}"));
-                self.report.send_errors += 1;
+                self.w.trace(|| format!("  send refused: {e}"));
+                self.w.report.send_errors += 1;
                 self.finish_request(rid, Err(e));
                 self.think(id);
             }
@@ -128,34 +121,34 @@ impl Sim {
     }
 
     pub(super) fn finish_request(&mut self, rid: u64, r: Result<(), Error>) {
-        let now = self.now;
+        let now = self.w.now;
         let rec = self.requests.get_mut(&rid).expect("known request");
         match r {
             Ok(()) => rec.state = ReqState::Replied(now),
             Err(e) => {
                 rec.state = ReqState::Failed(now);
-                let nodes: Vec<Option<HostId>> = self.nodes.iter().map(|n| n.host).collect();
+                let nodes: Vec<Option<HostId>> = self.w.nodes.iter().map(|n| n.host).collect();
                 let node_of = |p: Pid| nodes.iter().position(|h| *h == Some(p.host()));
-                let j = check::justify_send_error(now, &self.requests[&rid], &e, &self.hist, node_of);
-                self.fail_if(j);
+                let j = check::justify_send_error(now, &self.requests[&rid], &e, &self.procs.hist, node_of);
+                self.w.fail_if(j);
             }
         }
     }
 
     pub(super) fn client_done(&mut self, id: ProcId, _call: Call, r: Result<vipc_engine::SendOutcome, Error>) {
-        let Some(Role::Client { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) else { return };
+        let Some(Role::Client { current }) = self.procs.role_mut(id) else { return };
         let Some(rid) = current.take() else { return };
         match r {
             Ok(out) => {
-                self.report.replies += 1;
-                let c = check::check_reply(self.now, &self.requests[&rid], &out);
+                self.w.report.replies += 1;
+                let c = check::check_reply(self.w.now, &self.requests[&rid], &out);
                 if let Err(v) = c {
-                    return self.fail(v);
+                    return self.w.fail(v);
                 }
                 self.finish_request(rid, Ok(()));
             }
             Err(e) => {
-                self.report.send_errors += 1;
+                self.w.report.send_errors += 1;
                 self.finish_request(rid, Err(e));
             }
         }
@@ -165,40 +158,37 @@ impl Sim {
     // ---- lookups
 
     pub(super) fn lookup(&mut self, id: ProcId) {
-        if !self.running {
+        if !self.w.running {
             return;
         }
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let names: Vec<String> = self.names.keys().cloned().collect();
-        let name = if names.is_empty() || self.rng.gen_bool(0.15) {
-            format!("nobody{}", self.rng.gen_range(0..100))
+        let name = if names.is_empty() || self.w.rng.gen_bool(0.15) {
+            format!("nobody{}", self.w.rng.gen_range(0..100))
         } else {
-            names.choose(&mut self.rng).expect("non-empty").clone()
+            names.choose(&mut self.w.rng).expect("non-empty").clone()
         };
-        let scope = *[Scope::Local, Scope::Remote, Scope::Any].choose(&mut self.rng).expect("non-empty");
+        let scope = *[Scope::Local, Scope::Remote, Scope::Any].choose(&mut self.w.rng).expect("non-empty");
         let registered = self.names.get(&name).copied();
-        self.trace(|| format!("n{node} {pid} get_pid({name}, {scope:?})"));
-        let r = self.with_engine(node, |e, now| e.get_pid(now, pid, name.as_bytes(), scope));
+        self.w.trace(|| format!("n{node} {pid} get_pid({name}, {scope:?})"));
+        let r = self.w.with_engine(node, |e, now| e.get_pid(now, pid, name.as_bytes(), scope));
         match r {
             Ok(()) => {
-                if let Some(Role::Lookup { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
-                    *current = Some((name, scope, registered, self.now));
+                if let Some(Role::Lookup { current }) = self.procs.role_mut(id) {
+                    *current = Some((name, scope, registered, self.w.now));
                 }
-                self.begin(id, CallKind::GetPid, true);
+                self.procs.begin(&mut self.w, id, CallKind::GetPid, true);
             }
-            Err(e) => {
-                let v = self.violation_at(Invariant::Naming, format!("get_pid({name:?}, {scope:?}) refused: {e}"));
-                self.fail(v)
-            }
+            Err(e) => self.w.fail_with(Invariant::Naming, format!("get_pid({name:?}, {scope:?}) refused: {e}")),
         }
     }
 
     pub(super) fn lookup_done(&mut self, id: ProcId, _call: Call, answer: Option<Pid>) {
         let node = self.procs[&id].node;
-        let Some(Role::Lookup { current }) = self.procs.get_mut(&id).map(|p| &mut p.role) else { return };
+        let Some(Role::Lookup { current }) = self.procs.role_mut(id) else { return };
         let Some((name, scope, registered, started)) = current.take() else { return };
-        self.report.lookups += 1;
-        let own_host = self.nodes[node].host;
+        self.w.report.lookups += 1;
+        let own_host = self.w.nodes[node].host;
         // 000 §5.6.3: a local lookup sees names registered Local or Any, a
         // remote one (answered by the name's node) those registered Remote or
         // Any; scope Any looks locally first, then remotely.
@@ -215,16 +205,16 @@ impl Sim {
         let now_registered = self.names.get(&name).copied();
         let visible = registered.filter(sees).or(now_registered.filter(sees));
         let alive = registered.filter(sees).is_some_and(|(_, p, _)| {
-            let l = &self.hist.procs[p as usize];
+            let l = &self.procs.hist.procs[p as usize];
             l.born <= started && l.died.is_none()
         });
         let local = visible.is_some_and(|(r, _, _)| Some(r.host()) == own_host);
-        let must_find = alive && (local || self.sc.reliable());
-        let r = check::check_get_pid(self.now, &name, answer, visible.map(|v| v.0), must_find);
+        let must_find = alive && (local || self.w.sc.reliable());
+        let r = check::check_get_pid(self.w.now, &name, answer, visible.map(|v| v.0), must_find);
         // A remote answer may name a process that died meanwhile; that is still the registered pid.
-        if !self.fail_if(r) {
-            let at = self.now + Duration::from_millis(self.rng.gen_range(20..100));
-            self.queue.push(at, Ev::Act { proc: id });
+        if !self.w.fail_if(r) {
+            let at = self.w.now + Duration::from_millis(self.w.rng.gen_range(20..100));
+            self.w.push(at, Ev::Act { proc: id });
         }
     }
 }

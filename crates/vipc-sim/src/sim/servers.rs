@@ -11,16 +11,13 @@ impl Sim {
         let Role::Server { cap, .. } = self.procs[&id].role else { return };
         // Sometimes ReceiveSpecific for a local client whose request is known
         // to wait in our queue: it must be taken at once, whatever is ahead of it.
-        let only = if self.sc.probes && self.rng.gen_bool(0.25) { self.queued_local_sender(pid) } else { None };
-        if let Some(Role::Server { specific, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        let only = if self.w.sc.probes && self.w.rng.gen_bool(0.25) { self.queued_local_sender(pid) } else { None };
+        if let Some(Role::Server { specific, .. }) = self.procs.role_mut(id) {
             *specific = only;
         }
-        match self.with_engine(node, |e, now| e.receive(now, pid, only, cap)) {
-            Ok(()) => self.begin(id, CallKind::Receive, only.is_some()),
-            Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("receive by idle server {pid} refused: {e}"));
-                self.fail(v)
-            }
+        match self.w.with_engine(node, |e, now| e.receive(now, pid, only, cap)) {
+            Ok(()) => self.procs.begin(&mut self.w, id, CallKind::Receive, only.is_some()),
+            Err(e) => self.w.fail_with(Invariant::Success, format!("receive by idle server {pid} refused: {e}")),
         }
     }
 
@@ -29,6 +26,7 @@ impl Sim {
     pub(super) fn queued_local_sender(&mut self, server: Pid) -> Option<Pid> {
         let waiting: Vec<Pid> = self
             .procs
+            .live
             .values()
             .filter(|p| p.pid.host() == server.host())
             .filter_map(|p| match p.role {
@@ -40,7 +38,7 @@ impl Sim {
                 _ => None,
             })
             .collect();
-        waiting.choose(&mut self.rng).copied()
+        waiting.choose(&mut self.w.rng).copied()
     }
 
     pub(super) fn server_received(&mut self, id: ProcId, r: Result<Received, Error>) {
@@ -49,19 +47,17 @@ impl Sim {
         let m = match r {
             Ok(m) => m,
             Err(e) => {
-                let v = self.violation_at(Invariant::Success, format!("receive by server {pid} failed: {e}"));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Success, format!("receive by server {pid} failed: {e}"));
             }
         };
         if let Some(only) = specific.filter(|&o| o != m.from) {
-            let v = self.violation_at(
+            return self.w.fail_with(
                 Invariant::ReplyMatches,
                 format!("ReceiveSpecific({only}) by {pid} took a message from {} instead", m.from),
             );
-            return self.fail(v);
         }
         if specific.is_some() {
-            self.report.misuses += 1;
+            self.w.report.misuses += 1;
         }
         // 001 §2.5: the first part of a read-granted segment travels in the
         // Send packet (all of it locally) and Receive returns as much as fits:
@@ -69,19 +65,17 @@ impl Sim {
         // loopback, so `data_to(any node)` — or `max_data` if the Send was
         // broadcast because the sender did not know where the receiver is.
         let local = m.from.host() == pid.host();
-        let cfg = self.nodes[node]
-            .engine
-            .as_ref()
-            .map(|e| (e.config().max_data(), e.config().data_to(super::node_addr(node))));
+        let cfg =
+            self.w.nodes[node].engine.as_ref().map(|e| (e.config().max_data(), e.config().data_to(node_addr(node))));
         let (broadcast_data, packet_data) = cfg.unwrap_or((0, 0));
         let fits = |limit: usize| if m.access.read { cap.min(m.segment_size as usize).min(limit) } else { 0 };
         let expected =
             if local { fits(usize::MAX)..=fits(usize::MAX) } else { fits(broadcast_data)..=fits(packet_data) };
         // With a small buffer the engine may drop appended data (and count it).
         let dropped =
-            m.segment.is_empty() && self.nodes[node].engine.as_ref().is_some_and(|e| e.stats().appended_dropped > 0);
+            m.segment.is_empty() && self.w.nodes[node].engine.as_ref().is_some_and(|e| e.stats().appended_dropped > 0);
         if !expected.contains(&m.segment.len()) && !dropped {
-            let v = self.violation_at(
+            return self.w.fail_with(
                 Invariant::DataIntact,
                 format!(
                     "{pid} received {} appended bytes from {} ({}) with capacity {cap} of a {}-byte {:?} segment; expected {expected:?}",
@@ -92,26 +86,24 @@ impl Sim {
                     m.access
                 ),
             );
-            return self.fail(v);
         }
         let Some(req) = Request::decode(&m.msg) else {
-            let v = self.violation_at(
+            return self.w.fail_with(
                 Invariant::ReplyMatches,
                 format!("server {pid} received a message that is no intact request: {:02x?} from {}", m.msg, m.from),
             );
-            return self.fail(v);
         };
         let Some(rec) = self.requests.get(&req.rid) else {
-            let v = self
-                .violation_at(Invariant::ReplyMatches, format!("server {pid} received unknown request {}", req.rid));
-            return self.fail(v);
+            return self
+                .w
+                .fail_with(Invariant::ReplyMatches, format!("server {pid} received unknown request {}", req.rid));
         };
-        self.report.receipts += 1;
-        let receipt = Receipt { at: self.now, server: id, node: (node, self.nodes[node].epoch), hops: req.hops };
-        let epochs: Vec<u32> = self.nodes.iter().map(|n| n.epoch).collect();
-        let c = check::check_received(self.now, rec, &req, &m, cap)
-            .and_then(|()| check::check_receipt(self.now, rec, &receipt, |n| epochs[n]));
-        if self.fail_if(c) {
+        self.w.report.receipts += 1;
+        let receipt = Receipt { at: self.w.now, server: id, node: (node, self.w.nodes[node].epoch), hops: req.hops };
+        let epochs: Vec<u32> = self.w.nodes.iter().map(|n| n.epoch).collect();
+        let c = check::check_received(self.w.now, rec, &req, &m, cap)
+            .and_then(|()| check::check_receipt(self.w.now, rec, &receipt, |n| epochs[n]));
+        if self.w.fail_if(c) {
             return;
         }
         self.requests.get_mut(&req.rid).expect("known").receipts.push(receipt);
@@ -125,15 +117,15 @@ impl Sim {
             status: Status::Ok,
             written: vec![],
             delayed: false,
-            call_started: self.now,
+            call_started: self.w.now,
             lent: false,
             probe: None,
         };
-        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: j, .. }) = self.procs.role_mut(id) {
             *j = Some(job);
         }
-        self.trace(|| format!("n{node} {pid} executes #{}", req.rid));
-        if self.sc.probes && self.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid, m.from) {
+        self.w.trace(|| format!("n{node} {pid} executes #{}", req.rid));
+        if self.w.sc.probes && self.w.rng.gen_bool(0.03) && self.foreign_probe(id, req.rid, m.from) {
             return;
         }
         self.server_continue(id);
@@ -144,11 +136,12 @@ impl Sim {
         // Not to itself, nor back to the sender (whose pid a server may hold
         // after the sender's node restarted): both are SendToSelf misuse.
         let ok = |p: Pid| p != pid && p != client;
-        let live: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p) && self.by_pid.contains_key(&p)).collect();
+        let live: Vec<Pid> =
+            self.servers.iter().copied().filter(|&p| ok(p) && self.procs.by_pid.contains_key(&p)).collect();
         let any: Vec<Pid> = self.servers.iter().copied().filter(|&p| ok(p)).collect();
-        let to = match (live.choose(&mut self.rng).copied(), self.rng.gen_bool(0.9)) {
+        let to = match (live.choose(&mut self.w.rng).copied(), self.w.rng.gen_bool(0.9)) {
             (Some(p), true) => Some(p),
-            _ => any.choose(&mut self.rng).copied(),
+            _ => any.choose(&mut self.w.rng).copied(),
         };
         let Some(to) = to else {
             // No other server to forward to: answer directly.
@@ -156,38 +149,39 @@ impl Sim {
         };
         let msg = Request { hops: req.hops - 1, ..req }.encode();
         let rec = self.requests.get_mut(&req.rid).expect("known");
-        rec.forwards.push(ForwardRec { at: self.now, from: pid, to });
-        self.trace(|| format!("n{node} {pid} forwards #{} from {client} to {to}", req.rid));
-        match self.with_engine(node, |e, now| e.forward(now, pid, client, to, msg)) {
+        rec.forwards.push(ForwardRec { at: self.w.now, from: pid, to });
+        self.w.trace(|| format!("n{node} {pid} forwards #{} from {client} to {to}", req.rid));
+        match self.w.with_engine(node, |e, now| e.forward(now, pid, client, to, msg)) {
             Ok(()) => {
-                self.report.forwards += 1;
-                if self.sc.probes && self.rng.gen_bool(0.05) {
+                self.w.report.forwards += 1;
+                if self.w.sc.probes && self.w.rng.gen_bool(0.05) {
                     // The forwarder no longer owes the reply.
                     let msg = Reply { rid: req.rid, status: Status::Ok, executor: pid }.encode();
-                    let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
-                    let c = check::check_misuse(self.now, "a reply after forwarding", r.as_ref().map(|_| ()), |e| {
+                    let r = self.w.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
+                    let c = check::check_misuse(self.w.now, "a reply after forwarding", r.as_ref().map(|_| ()), |e| {
                         matches!(e, Error::NotAwaitingReply(_))
                     });
-                    if self.fail_if(c) {
+                    if self.w.fail_if(c) {
                         return;
                     }
-                    self.report.misuses += 1;
+                    self.w.report.misuses += 1;
                 }
-                if let Some(&cproc) = self.by_pid.get(&client) {
+                if let Some(&cproc) = self.procs.by_pid.get(&client) {
                     if self.requests[&req.rid].pending() {
-                        self.calls.set_bounded(cproc, to.host() != client.host(), self.now);
+                        self.procs.calls.set_bounded(cproc, to.host() != client.host(), self.w.now);
                     }
                 }
                 self.server_receive(id);
             }
             Err(e) => {
-                self.trace(|| format!("  forward refused: {e}"));
+                self.w.trace(|| format!("  forward refused: {e}"));
                 self.requests.get_mut(&req.rid).expect("known").forwards.pop();
                 let rec = &self.requests[&req.rid];
-                let dead_target = matches!(e, Error::NoSuchProcess(p) if p == to) && !self.by_pid.contains_key(&to);
+                let dead_target =
+                    matches!(e, Error::NoSuchProcess(p) if p == to) && !self.procs.by_pid.contains_key(&to);
                 if !dead_target {
-                    let j = check::justify_server_error(self.now, self.now, rec, node, &e, &self.hist);
-                    if self.fail_if(j) {
+                    let j = check::justify_server_error(self.w.now, self.w.now, rec, node, &e, &self.procs.hist);
+                    if self.w.fail_if(j) {
                         return;
                     }
                 }
@@ -204,6 +198,7 @@ impl Sim {
         let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let others: Vec<Pid> = self
             .procs
+            .live
             .values()
             .filter_map(|p| match p.role {
                 Role::Client { current: Some(r) } if r != rid && p.pid != client => Some((p.pid, r)),
@@ -212,14 +207,14 @@ impl Sim {
             .filter(|&(_, r)| self.requests[&r].pending() && !self.requests[&r].chain().any(|q| q == pid))
             .map(|(p, _)| p)
             .collect();
-        let Some(&other) = others.choose(&mut self.rng) else { return false };
-        let started = self.now;
-        let r = self.with_engine(node, |e, now| e.move_from(now, pid, other, 0, 1));
-        self.trace(|| format!("n{node} {pid} probes MoveFrom of {other}: {r:?}"));
+        let Some(&other) = others.choose(&mut self.w.rng) else { return false };
+        let started = self.w.now;
+        let r = self.w.with_engine(node, |e, now| e.move_from(now, pid, other, 0, 1));
+        self.w.trace(|| format!("n{node} {pid} probes MoveFrom of {other}: {r:?}"));
         match r {
             Ok(()) => {
                 self.set_job(id, |j| j.probe = Some(other));
-                self.begin(id, CallKind::Move(rid), true);
+                self.procs.begin(&mut self.w, id, CallKind::Move(rid), true);
                 true
             }
             Err(e) => {
@@ -232,26 +227,25 @@ impl Sim {
     /// Judges a foreign MoveFrom's outcome; true if the run goes on.
     pub(super) fn check_probe(&mut self, id: ProcId, other: Pid, started: Time, r: Result<(), Error>) -> bool {
         let node = self.procs[&id].node;
-        let other_node = self.nodes.iter().position(|n| n.host == Some(other.host()));
-        let gone = !self.hist.alive_throughout(other, started, self.now)
-            || other_node.is_some_and(|o| self.hist.disturbed(node, &[o], started, self.now));
+        let other_node = self.w.nodes.iter().position(|n| n.host == Some(other.host()));
+        let gone = !self.procs.hist.alive_throughout(other, started, self.w.now)
+            || other_node.is_some_and(|o| self.procs.hist.disturbed(node, &[o], started, self.w.now));
         let ok = match &r {
             Err(Error::NotAwaitingReply(p)) => *p == other,
             Err(Error::NoSuchProcess(_) | Error::Timeout(_) | Error::Destroyed(_)) => gone,
             _ => false,
         };
         if ok {
-            self.report.misuses += 1;
+            self.w.report.misuses += 1;
             return true;
         }
-        let v = self.violation_at(
+        self.w.fail_with(
             Invariant::Misuse,
             format!(
                 "MoveFrom by {} of {other}, which awaits another process's reply: expected NotAwaitingReply, got {r:?}",
                 self.procs[&id].pid
             ),
         );
-        self.fail(v);
         false
     }
 
@@ -263,11 +257,11 @@ impl Sim {
             status: Status::ForwardFailed,
             written: vec![],
             delayed: true,
-            call_started: self.now,
+            call_started: self.w.now,
             lent: false,
             probe: None,
         };
-        if let Some(Role::Server { job: j, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: j, .. }) = self.procs.role_mut(id) {
             *j = Some(job);
         }
         self.server_continue(id);
@@ -289,36 +283,36 @@ impl Sim {
             let misuse = matches!(step, Step::MoveFrom { misuse: Some(_), .. } | Step::MoveTo { misuse: Some(_), .. });
             let lendable = client.host() != pid.host() && !misuse;
             let lent = match step {
-                Step::MoveFrom { .. } => lendable && self.rng.gen_bool(self.sc.lent),
-                Step::MoveTo { .. } => lendable && self.key.is_none() && self.rng.gen_bool(self.sc.lent),
+                Step::MoveFrom { .. } => lendable && self.w.rng.gen_bool(self.w.sc.lent),
+                Step::MoveTo { .. } => lendable && self.w.key.is_none() && self.w.rng.gen_bool(self.w.sc.lent),
             };
             self.set_job(id, |j| j.lent = lent);
             let r = match (step, lent) {
                 (Step::MoveFrom { off, len, .. }, false) => {
-                    self.with_engine(node, |e, now| e.move_from(now, pid, client, off, len))
+                    self.w.with_engine(node, |e, now| e.move_from(now, pid, client, off, len))
                 }
                 (Step::MoveFrom { off, len, .. }, true) => {
-                    self.lent.insert(pid, vec![0; len as usize]);
-                    self.with_engine(node, |e, now| e.move_from_lent(now, pid, client, off, len))
+                    self.w.lent.insert(pid, vec![0; len as usize]);
+                    self.w.with_engine(node, |e, now| e.move_from_lent(now, pid, client, off, len))
                 }
                 (Step::MoveTo { off, len, .. }, false) => {
                     let data = fill(rid, Writer::Server, off as u64, len as usize);
-                    self.with_engine(node, |e, now| e.move_to(now, pid, client, off, data))
+                    self.w.with_engine(node, |e, now| e.move_to(now, pid, client, off, data))
                 }
                 (Step::MoveTo { off, len, .. }, true) => {
-                    self.lent.insert(pid, fill(rid, Writer::Server, off as u64, len as usize));
-                    self.with_engine(node, |e, now| e.move_to_lent(now, pid, client, off, len))
+                    self.w.lent.insert(pid, fill(rid, Writer::Server, off as u64, len as usize));
+                    self.w.with_engine(node, |e, now| e.move_to_lent(now, pid, client, off, len))
                 }
             };
             if r.is_err() {
-                self.lent.remove(&pid);
+                self.w.lent.remove(&pid);
             }
-            self.trace(|| format!("n{node} {pid} #{rid} {step:?}{}: {r:?}", if lent { " lent" } else { "" }));
-            let now = self.now;
+            self.w.trace(|| format!("n{node} {pid} #{rid} {step:?}{}: {r:?}", if lent { " lent" } else { "" }));
+            let now = self.w.now;
             match r {
                 Ok(()) => {
                     self.set_job(id, |j| j.call_started = now);
-                    self.begin(id, CallKind::Move(rid), true);
+                    self.procs.begin(&mut self.w, id, CallKind::Move(rid), true);
                 }
                 Err(e) => {
                     self.move_failed(id, step, e);
@@ -329,14 +323,14 @@ impl Sim {
         }
         if !job.delayed && !plan.delay.is_zero() {
             self.set_job(id, |j| j.delayed = true);
-            self.queue.push(self.now + plan.delay, Ev::Act { proc: id });
+            self.w.push(self.w.now + plan.delay, Ev::Act { proc: id });
             return;
         }
         self.server_reply(id, job, &plan);
     }
 
     pub(super) fn set_job(&mut self, id: ProcId, f: impl FnOnce(&mut Job)) {
-        if let Some(Role::Server { job: Some(j), .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        if let Some(Role::Server { job: Some(j), .. }) = self.procs.role_mut(id) {
             f(j);
         }
     }
@@ -358,16 +352,16 @@ impl Sim {
             if !rec.pending() {
                 return;
             }
-            let c = check::check_misuse(self.now, &format!("{step:?} for request {}", job.rid), Err(&e), expected);
-            if !self.fail_if(c) {
-                self.report.misuses += 1;
+            let c = check::check_misuse(self.w.now, &format!("{step:?} for request {}", job.rid), Err(&e), expected);
+            if !self.w.fail_if(c) {
+                self.w.report.misuses += 1;
             }
             return;
         }
-        self.report.move_errors += 1;
-        let started = if job.call_started == Time::ZERO { self.now } else { job.call_started };
-        let j = check::justify_server_error(self.now, started, &self.requests[&job.rid], node, &e, &self.hist);
-        if self.fail_if(j) {
+        self.w.report.move_errors += 1;
+        let started = if job.call_started == Time::ZERO { self.w.now } else { job.call_started };
+        let j = check::justify_server_error(self.w.now, started, &self.requests[&job.rid], node, &e, &self.procs.hist);
+        if self.w.fail_if(j) {
             return;
         }
         // Give up the remaining moves and reply.
@@ -390,56 +384,51 @@ impl Sim {
         let plan = self.requests[&job.rid].plan.clone();
         let Some(&step) = job.step.checked_sub(1).and_then(|i| plan.steps.get(i)) else { return };
         // A lent move's completion carries no data: the bytes are in the lent buffer.
-        let lent = if job.lent { self.lent.remove(&self.procs[&id].pid) } else { None };
+        let lent = if job.lent { self.w.lent.remove(&self.procs[&id].pid) } else { None };
         let r = match (r, lent) {
             (Ok(data), Some(buffer)) if data.is_empty() => {
                 Ok(if matches!(step, Step::MoveFrom { .. }) { buffer } else { data })
             }
             (Ok(data), Some(_)) => {
-                let v = self.violation_at(
+                return self.w.fail_with(
                     Invariant::DataIntact,
                     format!("a lent move for request {} completed with {} bytes of data", job.rid, data.len()),
                 );
-                return self.fail(v);
             }
             (r, _) => r,
         };
         match (r, step) {
             (Ok(data), Step::MoveFrom { off, len, misuse: None }) => {
                 if data.len() != len as usize {
-                    let v = self.violation_at(
+                    return self.w.fail_with(
                         Invariant::DataIntact,
                         format!("MoveFrom of {len} bytes for request {} returned {} bytes", job.rid, data.len()),
                     );
-                    return self.fail(v);
                 }
                 let e = Expect { written: job.written.clone(), maybe: plan.write_ranges() };
                 if let Err(d) = e.check(job.rid, off as u64, &data) {
-                    let v = self.violation_at(Invariant::DataIntact, format!("MoveFrom({off}, {len}): {d}"));
-                    return self.fail(v);
+                    return self.w.fail_with(Invariant::DataIntact, format!("MoveFrom({off}, {len}): {d}"));
                 }
-                self.report.moves += 1;
-                self.report.moved_bytes += len as u64;
+                self.w.report.moves += 1;
+                self.w.report.moved_bytes += len as u64;
             }
             (Ok(data), Step::MoveTo { off, len, misuse: None }) => {
                 if !data.is_empty() {
-                    let v = self.violation_at(
+                    return self.w.fail_with(
                         Invariant::DataIntact,
                         format!("MoveTo for request {} completed with {} bytes of data", job.rid, data.len()),
                     );
-                    return self.fail(v);
                 }
                 self.set_job(id, |j| j.written.push((off as u64, len as u64)));
-                self.report.moves += 1;
-                self.report.moved_bytes += len as u64;
+                self.w.report.moves += 1;
+                self.w.report.moved_bytes += len as u64;
             }
             (Ok(_), _) => {
-                let v = self.violation_at(Invariant::Misuse, format!("{step:?} for request {} succeeded", job.rid));
-                return self.fail(v);
+                return self.w.fail_with(Invariant::Misuse, format!("{step:?} for request {} succeeded", job.rid));
             }
             (Err(e), _) => self.move_failed(id, step, e),
         }
-        if self.violation.is_none() {
+        if !self.w.failed() {
             self.server_continue(id);
         }
     }
@@ -452,25 +441,24 @@ impl Sim {
         let seg_len = self.requests[&rid].req.seg_len;
         // Every virtual node is on loopback: local or remote, a reply segment
         // may be as large as one packet to a loopback peer.
-        let max_data =
-            self.nodes[node].engine.as_ref().map_or(1400, |e| e.config().data_to(super::node_addr(node))) as u32;
+        let max_data = self.w.nodes[node].engine.as_ref().map_or(1400, |e| e.config().data_to(node_addr(node))) as u32;
         if plan.oversized_reply && write && status == Status::Ok && seg_len > max_data {
             let len = (max_data + 1).min(seg_len);
             let data = fill(rid, Writer::Server, 0, len as usize);
             let msg = Reply { rid, status: Status::ReplySegmentRefused, executor: pid }.encode();
-            let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, Some((0, data))));
+            let r = self.w.with_engine(node, |e, now| e.reply(now, pid, client, msg, Some((0, data))));
             let pending = self.requests[&rid].pending();
             if pending || r.is_ok() {
                 let c = check::check_misuse(
-                    self.now,
+                    self.w.now,
                     &format!("reply with a {len}-byte segment"),
                     r.as_ref().map(|_| ()),
                     |e| matches!(e, Error::TooLarge { .. }),
                 );
-                if self.fail_if(c) {
+                if self.w.fail_if(c) {
                     return;
                 }
-                self.report.misuses += 1;
+                self.w.report.misuses += 1;
             }
         }
         let segment = match plan.reply_segment {
@@ -480,28 +468,35 @@ impl Sim {
             _ => None,
         };
         let msg = Reply { rid, status, executor: pid }.encode();
-        let r = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, segment));
-        self.trace(|| format!("n{node} {pid} replies #{rid} {status:?}: {r:?}"));
-        if let Some(Role::Server { job, .. }) = self.procs.get_mut(&id).map(|p| &mut p.role) {
+        let r = self.w.with_engine(node, |e, now| e.reply(now, pid, client, msg, segment));
+        self.w.trace(|| format!("n{node} {pid} replies #{rid} {status:?}: {r:?}"));
+        if let Some(Role::Server { job, .. }) = self.procs.role_mut(id) {
             *job = None;
         }
         match r {
             Ok(()) => {
                 if plan.double_reply {
                     let msg = Reply { rid, status, executor: pid }.encode();
-                    let again = self.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
-                    let c = check::check_misuse(self.now, "a second reply", again.as_ref().map(|_| ()), |e| {
+                    let again = self.w.with_engine(node, |e, now| e.reply(now, pid, client, msg, None));
+                    let c = check::check_misuse(self.w.now, "a second reply", again.as_ref().map(|_| ()), |e| {
                         matches!(e, Error::NotAwaitingReply(_))
                     });
-                    if self.fail_if(c) {
+                    if self.w.fail_if(c) {
                         return;
                     }
-                    self.report.misuses += 1;
+                    self.w.report.misuses += 1;
                 }
             }
             Err(e) => {
-                let j = check::justify_server_error(self.now, self.now, &self.requests[&rid], node, &e, &self.hist);
-                if self.fail_if(j) {
+                let j = check::justify_server_error(
+                    self.w.now,
+                    self.w.now,
+                    &self.requests[&rid],
+                    node,
+                    &e,
+                    &self.procs.hist,
+                );
+                if self.w.fail_if(j) {
                     return;
                 }
             }
