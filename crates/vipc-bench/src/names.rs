@@ -2,13 +2,16 @@
 //! (crate `vipc-rmem-names`), its operations beside one remote read and a
 //! remote Send–Receive–Reply from the same run, with the other clerk in
 //! another OS process. 003 Table 7.3 gave export 665 µs, lookup 196 µs
-//! cached (found locally) and 264 µs uncached (pulled), delete 307 µs, and
-//! put the pull's premium (68 µs) beside one remote read (45 µs).
+//! cached (found locally) and 264 µs uncached (pulled), delete 307 µs,
+//! LOOKUP with notification 524 µs (1.98 × the pull), and put the pull's
+//! premium (68 µs) beside one remote read (45 µs).
 //!
 //! | record | what | baseline |
 //! |---|---|---|
 //! | `names_lookup_remote` | a cold lookup: local miss, then one remote read of the name's bucket at the peer's clerk | `rmem_read_8B` |
 //! | `names_lookup_remote_vs_srr` | the same | `srr_remote_32B` (a V name lookup is an exchange) |
+//! | `names_lookup_notify` | a lookup by notification: the request written with notify, the peer clerk's serving thread woken, the answer written back | `names_lookup_remote` (003: 524 / 264 µs = 1.98) |
+//! | `names_lookup_notify_vs_srr` | the same | `srr_remote_32B` (both are one exchange with a control transfer) |
 //! | `names_pull_premium` | remote − local lookup (003: 68 µs) | `rmem_read_8B` (003: 45 µs) |
 //! | `names_lookup_local` | a name in the clerk's own table | `names_lookup_remote` |
 //! | `names_lookup_cached` | a name pulled before | `names_lookup_remote` |
@@ -38,10 +41,12 @@ fn names_err(e: vipc_rmem_names::Error) -> BenchError {
 
 /// The clerk peer (`names-clerk --host H`): a node whose clerk registers
 /// [`TARGET`], bound to a segment it exports; READY `addr=` `host=`. No
-/// thread of it runs for a lookup: the node serves the reads.
+/// thread of it runs for a pull (the node serves the reads); its serving
+/// thread answers lookups by notification.
 pub fn clerk_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("host")?, Vec::new(), None))?;
-    let clerk = Clerk::start(&node, ClerkParams { buckets: BUCKETS, ..Default::default() }).map_err(names_err)?;
+    let params = ClerkParams { buckets: BUCKETS, serve: true, ..Default::default() };
+    let clerk = Clerk::start(&node, params).map_err(names_err)?;
     let opts = SegmentOptions { access: Access::READ, ..Default::default() };
     let _seg = clerk.export_segment(TARGET, 4096, opts).map_err(names_err)?;
     announce(&[("addr", node.local_addr().to_string()), ("host", node.host_id().to_string())]);
@@ -76,9 +81,14 @@ pub fn names(ctx: &mut Ctx<'_>) -> Result<()> {
             false => Err(BenchError::Other(format!("rmem/names: a lookup answered from {got:?}, not {want:?}"))),
         }
     };
-    let lookup = |name: &str, want: Source, fresh: bool| -> Result<Duration> {
+    // The source a lookup must answer from says which call makes it.
+    let lookup = |name: &str, want: Source| -> Result<Duration> {
         let t = Instant::now();
-        let f = if fresh { clerk.lookup_fresh(name, Some(peer_host)) } else { clerk.lookup(name, None) };
+        let f = match want {
+            Source::Remote => clerk.lookup_fresh(name, Some(peer_host)),
+            Source::Notified => clerk.lookup_notify(name, peer_host, OP_TIMEOUT),
+            Source::Local | Source::Cache => clerk.lookup(name, None),
+        };
         let el = t.elapsed();
         expect(f.map_err(names_err)?.source, want)?;
         Ok(el)
@@ -90,9 +100,10 @@ pub fn names(ctx: &mut Ctx<'_>) -> Result<()> {
             Ok(t.elapsed())
         }),
         Probe::micros("srr_remote_32B", n, || timed(&rem.client, srv.pid, request(vserver::OP_ECHO, 0, 0), None)),
-        Probe::micros("names_lookup_remote", n, || lookup(TARGET, Source::Remote, true)),
-        Probe::micros("names_lookup_local", n, || lookup("bench-local", Source::Local, false)),
-        Probe::micros("names_lookup_cached", n, || lookup(TARGET, Source::Cache, false)),
+        Probe::micros("names_lookup_remote", n, || lookup(TARGET, Source::Remote)),
+        Probe::micros("names_lookup_notify", n, || lookup(TARGET, Source::Notified)),
+        Probe::micros("names_lookup_local", n, || lookup("bench-local", Source::Local)),
+        Probe::micros("names_lookup_cached", n, || lookup(TARGET, Source::Cache)),
         // Export registers names 0..n round after round; delete then deletes them.
         Probe::micros("names_export", n, || {
             let name = name_of(exported.replace(exported.get() + 1));
@@ -113,16 +124,20 @@ pub fn names(ctx: &mut Ctx<'_>) -> Result<()> {
     ctx.rec("names_lookup_remote", remote, "us", "rmem_read_8B", read);
     let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
     ctx.rec("names_lookup_remote_p99", p99("names_lookup_remote")?, "us", "rmem_read_8B_p99", p99("rmem_read_8B")?);
-    ctx.rec("names_lookup_remote_vs_srr", remote, "us", "srr_remote_32B", m("srr_remote_32B")?);
+    let srr = m("srr_remote_32B")?;
+    ctx.rec("names_lookup_remote_vs_srr", remote, "us", "srr_remote_32B", srr);
+    let notify = m("names_lookup_notify")?;
+    ctx.rec("names_lookup_notify", notify, "us", "names_lookup_remote", remote);
+    ctx.rec("names_lookup_notify_vs_srr", notify, "us", "srr_remote_32B", srr);
     ctx.rec("names_pull_premium", remote - local_, "us", "rmem_read_8B", read);
     ctx.rec("names_lookup_local", local_, "us", "names_lookup_remote", remote);
     ctx.rec("names_lookup_cached", m("names_lookup_cached")?, "us", "names_lookup_remote", remote);
     ctx.rec("names_export", m("names_export")?, "us", "names_lookup_local", local_);
     ctx.rec("names_delete", m("names_delete")?, "us", "names_lookup_local", local_);
-    let s = clerk.stats();
+    let (s, q) = (clerk.stats(), clerk.notify_stats());
     ctx.out.note(format!(
-        "rmem/names: {} remote reads ({} sent again), {} table imports; 003 Table 7.3: export 665, lookup 196 cached / 264 uncached, delete 307 µs",
-        s.reads, s.resent, s.imports
+        "rmem/names: {} remote reads ({} sent again), {} table imports, {} requests by notification ({} sent again); 003 Table 7.3: export 665, lookup 196 cached / 264 uncached, delete 307, LOOKUP with notification 524 µs",
+        s.reads, s.resent, s.imports, q.requests, q.resent
     ));
     Ok(())
 }

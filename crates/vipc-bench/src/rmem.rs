@@ -12,7 +12,7 @@
 //! | `block` | 1 MiB read into an anonymous segment, and 1 MiB written then confirmed by a read of its last word, against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
-//! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
+//! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled / by notification, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
 //! | `file_styles` | file reads in the transfer styles of 003 §7.4 against a Send–Receive–Reply read, and the server's CPU per transfer ([`crate::filestyles`]) |
 //! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 //! | `chandy_misra` | a vector through the simulated 32-bit adder (003 §6.3.2) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |

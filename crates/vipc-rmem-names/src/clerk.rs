@@ -2,13 +2,17 @@
 //! node's way to find names in other nodes' tables (003 §7.3). Programs call
 //! it directly — the "kernel calls" of 003 become method calls here.
 
+use crate::ask::{Asker, NotifyStats};
 use crate::cache::{Cache, Cached};
 use crate::entry::{Binding, Entry};
 use crate::error::{Error, Result};
 use crate::layout::Header;
 use crate::local::{check_name, LocalTable};
+use crate::lock;
 use crate::peers::{import_retrying, Peers, PullStats};
-use std::sync::{Mutex, MutexGuard};
+use crate::probe::{Probed, WHOLE};
+use crate::serve::{ServeParams, ServeStats, Serving};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vipc::{Access, ExportedSegment, HostId, Node, ProtectionGroup, RemoteSegment, SegmentOptions};
 
@@ -32,8 +36,50 @@ pub struct ClerkParams {
     pub timeout: Duration,
     /// How long a pulled name is used without asking its owner again.
     pub cache_ttl: Duration,
-    /// Which hosts may read this clerk's table.
+    /// Which hosts may read this clerk's table and write its request and
+    /// answer segments (the clerks' group).
     pub protection: ProtectionGroup,
+    /// Run the serving thread that answers other clerks' lookups by
+    /// notification (without it they fail with [`Error::NoClerk`]). Off by
+    /// default because it is not free: the thread sleeps in
+    /// `wait_record`, and vipc wakes every such sleeper on each
+    /// remote-memory event of the node — so each remote read this node
+    /// completes wakes it too (on loopback this clerk's own pulls were
+    /// slower in 9 rounds of 11). Also `request_slots` × 128 bytes.
+    pub serve: bool,
+    /// Slots of the request segment: host h writes slot h mod `request_slots`
+    /// (1 … 65,536; hosts that share a slot may overwrite each other's
+    /// requests, which then count as lost and are written again).
+    pub request_slots: u32,
+    /// How long a lookup by notification waits for its answer before it
+    /// writes the same request again.
+    pub notify_rto: Duration,
+    /// How long it spins on its answer area before it sleeps (003's importer
+    /// "spin waits (at user level)").
+    pub notify_spin: Duration,
+    /// How [`Clerk::lookup`] pulls a name from another table.
+    pub policy: LookupPolicy,
+}
+
+/// How a pull searches another clerk's table (003 §7.3.2's options when the
+/// home bucket holds another name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LookupPolicy {
+    /// Option (1), 003's choice: remote reads along the chain until the name,
+    /// an empty bucket or the whole table. No thread of the owner runs.
+    #[default]
+    Probe,
+    /// Option (3): at most `reads` remote reads; if every bucket they saw
+    /// holds another (or a deleted) name, ask the table's clerk by
+    /// notification ([`Clerk::lookup_notify`]). `reads: 0` is option (2):
+    /// always ask. Not the default: it answers the same as `Probe`, costs
+    /// the same when the name sits near its home bucket, and pays a control
+    /// transfer at the owner for long chains only — and it needs every
+    /// asked clerk to serve.
+    ProbeThenNotify {
+        /// Remote reads (of `window` buckets each) before asking.
+        reads: u32,
+    },
 }
 
 impl Default for ClerkParams {
@@ -46,6 +92,11 @@ impl Default for ClerkParams {
             timeout: Duration::from_secs(2),
             cache_ttl: Duration::from_secs(30),
             protection: ProtectionGroup::Any,
+            serve: false,
+            request_slots: 256,
+            notify_rto: Duration::from_millis(20),
+            notify_spin: Duration::from_micros(50),
+            policy: LookupPolicy::Probe,
         }
     }
 }
@@ -59,6 +110,8 @@ pub enum Source {
     Cache,
     /// Pulled now from another clerk's table.
     Remote,
+    /// Answered now by another clerk, asked by notification.
+    Notified,
 }
 
 /// A lookup's answer.
@@ -80,9 +133,11 @@ pub struct Found {
 pub struct Clerk {
     node: Node,
     params: ClerkParams,
-    table: Mutex<LocalTable>,
+    table: Arc<Mutex<LocalTable>>,
     peers: Mutex<Peers>,
     cache: Mutex<Cache>,
+    asker: Mutex<Asker>,
+    serving: Option<Serving>,
 }
 
 impl std::fmt::Debug for Clerk {
@@ -91,23 +146,36 @@ impl std::fmt::Debug for Clerk {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Clerk {
     /// Starts the node's clerk: exports its table at the node's well-known
-    /// name. Fails if the node already runs one.
+    /// name, its answer segment, and — if `params.serve` — its request
+    /// segment and serving thread. Fails if the node already runs one.
     pub fn start(node: &Node, params: ClerkParams) -> Result<Clerk> {
-        let table = LocalTable::export(node, params.buckets, params.protection.clone())?;
+        let table = Arc::new(Mutex::new(LocalTable::export(node, params.buckets, params.protection.clone())?));
         let peers = Peers::new(node, params.read_wait, params.window)?;
         let cache = Cache::new(params.cache_ttl);
+        let asker = Asker::new(node, params.protection.clone(), params.notify_rto, params.notify_spin)?;
+        let serving = match params.serve {
+            true => Some(Serving::start(
+                node,
+                table.clone(),
+                ServeParams {
+                    slots: params.request_slots,
+                    protection: params.protection.clone(),
+                    window: params.window,
+                    import_wait: params.read_wait,
+                },
+            )?),
+            false => None,
+        };
         Ok(Clerk {
             node: node.clone(),
             params,
-            table: Mutex::new(table),
+            table,
             peers: Mutex::new(peers),
             cache: Mutex::new(cache),
+            asker: Mutex::new(asker),
+            serving,
         })
     }
 
@@ -124,6 +192,16 @@ impl Clerk {
     /// What this clerk's pulls cost so far.
     pub fn stats(&self) -> PullStats {
         lock(&self.peers).stats
+    }
+
+    /// What this clerk's lookups by notification cost so far.
+    pub fn notify_stats(&self) -> NotifyStats {
+        lock(&self.asker).stats
+    }
+
+    /// What its serving thread has done (all zero if it does not serve).
+    pub fn serve_stats(&self) -> ServeStats {
+        self.serving.as_ref().map(Serving::stats).unwrap_or_default()
     }
 
     /// Names pulled and cached.
@@ -159,7 +237,9 @@ impl Clerk {
     }
 
     /// LOOKUPNAME: the local table, then the cache, then a pull from the
-    /// tables of `hint` and of the clerk's peers, in that order. `NotFound`
+    /// tables of `hint` and of the clerk's peers, in that order, each searched
+    /// as `params.policy` says (by reads; or by a few reads, then by
+    /// notification). `NotFound`
     /// only if every table asked answered that it does not hold the name;
     /// if a table could not be asked, that error.
     pub fn lookup(&self, name: &str, hint: Option<HostId>) -> Result<Found> {
@@ -180,6 +260,31 @@ impl Clerk {
             return Ok(f);
         }
         self.pull(name, hint)
+    }
+
+    /// LOOKUP with notification (003 Table 7.3, last row): asks `host`'s
+    /// clerk, by a remote write with notify, to look `name` up in its table
+    /// and write the answer back; spins briefly, then sleeps until it comes.
+    /// Skips this clerk's cache (and caches the answer); a name longer than
+    /// [`crate::NAME_MAX`] is [`Error::BadName`]. A lost request or answer is
+    /// written again every `notify_rto` with the same sequence number until
+    /// `timeout`, then [`Error::Timeout`]; `host` not serving (or not there)
+    /// is [`Error::NoClerk`]. Asking this clerk's own host looks locally.
+    pub fn lookup_notify(&self, name: &str, host: HostId, timeout: Duration) -> Result<Found> {
+        check_name(name)?;
+        if host == self.host() {
+            return self.lookup_local(name)?.ok_or_else(|| Error::NotFound(name.to_string()));
+        }
+        match lock(&self.asker).ask(host, name, Instant::now() + timeout)? {
+            Some((slot, e)) => Ok(self.remember(host, slot, e, Source::Notified)),
+            None => {
+                let mut cache = lock(&self.cache);
+                if cache.get(name).is_some_and(|c| c.host == host) {
+                    cache.remove(name);
+                }
+                Err(Error::NotFound(name.to_string()))
+            }
+        }
     }
 
     /// Drops a cached name.
@@ -236,22 +341,40 @@ impl Clerk {
         hosts.extend(self.params.peers.iter().copied().filter(|h| Some(*h) != hint));
         let mut failure = None;
         for host in hosts.into_iter().filter(|&h| h != me) {
-            let deadline = Instant::now() + self.params.timeout;
-            let mut peers = lock(&self.peers);
-            match peers.find(host, name, deadline) {
-                Ok(Some((slot, e))) => {
-                    drop(peers);
-                    let f = found(&e, host, slot, Source::Remote);
-                    // The walk checked that the entry carries its table's incarnation.
-                    let incarnation = e.incarnation;
-                    lock(&self.cache).put(Cached { host, slot, incarnation, entry: e, at: Instant::now() });
-                    return Ok(f);
-                }
+            match self.pull_from(host, name, Instant::now() + self.params.timeout) {
+                Ok(Some(f)) => return Ok(f),
                 Ok(None) => {}
                 Err(e) => failure = failure.or(Some(e)),
             }
         }
         Err(failure.unwrap_or_else(|| Error::NotFound(name.to_string())))
+    }
+
+    /// One host's table, searched as the policy says.
+    fn pull_from(&self, host: HostId, name: &str, deadline: Instant) -> Result<Option<Found>> {
+        let reads = match self.params.policy {
+            LookupPolicy::Probe => WHOLE,
+            LookupPolicy::ProbeThenNotify { reads } => reads,
+        };
+        let probed = lock(&self.peers).find(host, name, reads, deadline)?;
+        let (slot, e, source) = match probed {
+            Probed::Found(slot, e) => (slot, e, Source::Remote),
+            Probed::Absent => return Ok(None),
+            Probed::Unfinished => match lock(&self.asker).ask(host, name, deadline)? {
+                Some((slot, e)) => (slot, e, Source::Notified),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(self.remember(host, slot, e, source)))
+    }
+
+    /// Caches an entry just pulled or answered (checked to carry its
+    /// table's incarnation) and returns it.
+    fn remember(&self, host: HostId, slot: u32, e: Entry, source: Source) -> Found {
+        let f = found(&e, host, slot, source);
+        let incarnation = e.incarnation;
+        lock(&self.cache).put(Cached { host, slot, incarnation, entry: e, at: Instant::now() });
+        f
     }
 }
 

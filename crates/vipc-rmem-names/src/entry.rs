@@ -67,16 +67,37 @@ const ACCESS_WRITE: u8 = 2;
 /// Where the name's bytes start.
 const NAME_AT: usize = 48;
 
-/// The check word: the first 4 bytes of BLAKE3 over bytes 4..128. Not a MAC
-/// (the protection group guards the table); it catches torn and damaged
-/// entries, which a plain sum could miss.
-fn check(b: &[u8; ENTRY_SIZE]) -> u32 {
-    let h = blake3::hash(&b[4..]);
+/// A check word: the first 4 bytes of BLAKE3 over `bytes`. Not a MAC (the
+/// protection group guards the segments); it catches torn and damaged
+/// records, which a plain sum could miss.
+fn check_word(bytes: &[u8]) -> u32 {
+    let h = blake3::hash(bytes);
     let w = h.as_bytes();
     u32::from_le_bytes([w[0], w[1], w[2], w[3]])
 }
 
-fn u32_at(b: &[u8; ENTRY_SIZE], at: usize) -> u32 {
+/// Writes the check word over `b[4..]` into `b[0..4]`.
+pub(crate) fn seal(b: &mut [u8]) {
+    let c = check_word(&b[4..]);
+    b[0..4].copy_from_slice(&c.to_le_bytes());
+}
+
+/// The first `N` bytes, if there are as many.
+pub(crate) fn sized<const N: usize>(bytes: &[u8]) -> Result<&[u8; N], ParseError> {
+    bytes.get(..N).and_then(|s| s.try_into().ok()).ok_or(ParseError::Short)
+}
+
+/// The first `N` bytes, if there are as many and bytes 0..4 hold the check word over the rest.
+pub(crate) fn sealed<const N: usize>(bytes: &[u8]) -> Result<&[u8; N], ParseError> {
+    let b = sized::<N>(bytes)?;
+    match u32_at(b, 0) == check_word(&b[4..]) {
+        true => Ok(b),
+        false => Err(ParseError::Check),
+    }
+}
+
+/// The little-endian u32 at `at` (the caller checked the length).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -103,21 +124,17 @@ impl Entry {
         b[24..40].copy_from_slice(&self.binding.segment);
         b[40..48].copy_from_slice(&self.binding.meta.to_le_bytes());
         b[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
-        let c = check(&b);
-        b[0..4].copy_from_slice(&c.to_le_bytes());
+        seal(&mut b);
         b
     }
 
     /// Parses one bucket's bytes: `Ok(None)` for an empty bucket (all zero).
     /// Never panics, whatever the bytes.
     pub fn parse(bytes: &[u8]) -> Result<Option<Entry>, ParseError> {
-        let b: &[u8; ENTRY_SIZE] = bytes.get(..ENTRY_SIZE).and_then(|s| s.try_into().ok()).ok_or(ParseError::Short)?;
-        if b.iter().all(|&x| x == 0) {
+        if sized::<ENTRY_SIZE>(bytes)?.iter().all(|&x| x == 0) {
             return Ok(None);
         }
-        if u32_at(b, 0) != check(b) {
-            return Err(ParseError::Check);
-        }
+        let b = sealed::<ENTRY_SIZE>(bytes)?;
         let state = match b[4] {
             STATE_LIVE => EntryState::Live,
             STATE_DELETED => EntryState::Deleted,

@@ -23,8 +23,19 @@ const VERSION: u16 = 1;
 /// lookup is needed to find a clerk (003 reserves such segments for the
 /// name service to bootstrap from).
 pub fn well_known_name(host: HostId) -> SegmentName {
+    derived_name(b"vipc-names/v1/clerk", host)
+}
+
+/// The well-known name of host `host`'s clerk's request segment (the
+/// lookups by notification): BLAKE3("vipc-names/v1/requests", host), first
+/// 16 bytes — derived like the table's, so it too needs no lookup.
+pub fn well_known_requests(host: HostId) -> SegmentName {
+    derived_name(b"vipc-names/v1/requests", host)
+}
+
+fn derived_name(label: &[u8], host: HostId) -> SegmentName {
     let mut h = blake3::Hasher::new();
-    h.update(b"vipc-names/v1/clerk");
+    h.update(label);
     h.update(&host.to_le_bytes());
     let mut name = [0u8; 16];
     name.copy_from_slice(&h.finalize().as_bytes()[..16]);
@@ -109,6 +120,7 @@ mod tests {
     fn well_known_names_differ_by_host_and_are_stable() {
         assert_eq!(well_known_name(3), well_known_name(3));
         assert_ne!(well_known_name(3), well_known_name(4));
+        assert_ne!(well_known_name(3), well_known_requests(3));
     }
 
     #[test]

@@ -20,23 +20,42 @@
 //!   whole, or nothing — never a mix; caches are made good by
 //!   [`Clerk::refresh`] and by [`Clerk::import`], which pulls again when a
 //!   cached binding no longer imports.
+//! - **Lookup by notification** ([`Clerk::lookup_notify`]) is 003's other
+//!   way: a remote write with notify of the request into the other clerk's
+//!   well-known request segment ([`well_known_requests`]); its serving
+//!   thread looks the name up and writes the answer back. [`LookupPolicy`]
+//!   lets [`Clerk::lookup`] probe a few windows by reads and then ask so
+//!   (003's option 3).
 //!
 //! The byte layout and what is promised are in `docs/RMEM.md`, "Name service".
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod ask;
 mod cache;
 mod clerk;
 mod entry;
 mod error;
 mod layout;
 mod local;
+mod message;
 mod peers;
 mod probe;
+mod serve;
 
-pub use clerk::{Clerk, ClerkParams, Found, Source};
+pub use ask::NotifyStats;
+pub use clerk::{Clerk, ClerkParams, Found, LookupPolicy, Source};
 pub use entry::{Binding, Entry, EntryState, ParseError};
 pub use error::{Error, Result};
-pub use layout::{bucket_of, well_known_name, Header, ENTRY_SIZE, HEADER_SIZE, MAX_BUCKETS, NAME_MAX};
+pub use layout::{
+    bucket_of, well_known_name, well_known_requests, Header, ENTRY_SIZE, HEADER_SIZE, MAX_BUCKETS, NAME_MAX,
+};
+pub use message::{Answer, Request, ANSWER_SIZE, REQUEST_SIZE};
 pub use peers::PullStats;
+pub use serve::ServeStats;
+
+/// Locks a mutex; a poisoned one (a holder panicked) is used as it is.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

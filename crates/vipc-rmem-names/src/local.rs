@@ -109,8 +109,9 @@ impl LocalTable {
     /// remote clerk would, `window` buckets per read.
     pub fn find(&self, name: &str, window: u32) -> Result<Option<(u32, Entry)>> {
         let h = self.header;
-        let walk = Walk { host: h.host, buckets: h.buckets, incarnation: h.incarnation, window };
-        probe::find(&walk, name, |first, count| Ok(self.seg.to_vec(slot_offset(first), count as usize * ENTRY_SIZE)?))
+        let walk = Walk { host: h.host, buckets: h.buckets, incarnation: h.incarnation, window, reads: probe::WHOLE };
+        let read = |first, count| Ok(self.seg.to_vec(slot_offset(first), count as usize * ENTRY_SIZE)?);
+        Ok(probe::find(&walk, name, read)?.found())
     }
 
     /// Writes one whole entry: one local write, applied atomically.

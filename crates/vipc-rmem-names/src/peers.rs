@@ -6,7 +6,7 @@
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::layout::{slot_offset, well_known_name, Header, ENTRY_SIZE, HEADER_SIZE};
-use crate::probe::{self, Walk};
+use crate::probe::{self, Probed, Walk};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use vipc::{Access, AnonSegment, HostId, MemOutcome, Node, ProtocolError, RemoteSegment, SegmentName};
@@ -60,12 +60,13 @@ impl Peers {
         Ok(Peers { node: node.clone(), anon, tables: HashMap::new(), read_wait, window, stats: PullStats::default() })
     }
 
-    /// The live entry of `name` in `host`'s table and its bucket. A table
-    /// whose segment refuses (its clerk restarted) is imported again, once.
-    pub fn find(&mut self, host: HostId, name: &str, deadline: Instant) -> Result<Option<(u32, Entry)>> {
+    /// Walks the chain of `name` in `host`'s table, at most `reads` remote
+    /// reads. A table whose segment refuses (its clerk restarted) is
+    /// imported again, once.
+    pub fn find(&mut self, host: HostId, name: &str, reads: u32, deadline: Instant) -> Result<Probed> {
         let had = self.tables.contains_key(&host);
-        match self.find_once(host, name, deadline) {
-            Err(Error::NoClerk(_)) if had => self.find_once(host, name, deadline),
+        match self.find_once(host, name, reads, deadline) {
+            Err(Error::NoClerk(_)) if had => self.find_once(host, name, reads, deadline),
             other => other,
         }
     }
@@ -81,9 +82,9 @@ impl Peers {
         Ok((header.incarnation, Entry::parse(&bytes).ok().flatten()))
     }
 
-    fn find_once(&mut self, host: HostId, name: &str, deadline: Instant) -> Result<Option<(u32, Entry)>> {
+    fn find_once(&mut self, host: HostId, name: &str, reads: u32, deadline: Instant) -> Result<Probed> {
         let h = self.table(host, deadline)?.header;
-        let walk = Walk { host, buckets: h.buckets, incarnation: h.incarnation, window: self.window };
+        let walk = Walk { host, buckets: h.buckets, incarnation: h.incarnation, window: self.window, reads };
         probe::find(&walk, name, |first, count| {
             self.read(host, slot_offset(first), count * ENTRY_SIZE as u32, deadline)
         })
@@ -106,11 +107,7 @@ impl Peers {
     }
 
     fn import(&self, host: HostId, deadline: Instant) -> Result<RemoteSegment> {
-        match import_retrying(&self.node, well_known_name(host), Access::READ, deadline) {
-            Err(Error::Timeout) => Err(Error::NoClerk(host)),
-            Err(Error::Vipc(e)) if refused(&e) => Err(Error::NoClerk(host)),
-            other => other,
-        }
+        import_well_known(&self.node, host, well_known_name(host), Access::READ, deadline)
     }
 
     /// Reads `len` bytes at `offset` of `host`'s table; a refusal forgets the table.
@@ -145,6 +142,22 @@ impl Peers {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Imports one of `host`'s clerk's well-known segments; nobody answering or
+/// a refusal is [`Error::NoClerk`].
+pub(crate) fn import_well_known(
+    node: &Node,
+    host: HostId,
+    name: SegmentName,
+    access: Access,
+    deadline: Instant,
+) -> Result<RemoteSegment> {
+    match import_retrying(node, name, access, deadline) {
+        Err(Error::Timeout) => Err(Error::NoClerk(host)),
+        Err(Error::Vipc(e)) if refused(&e) => Err(Error::NoClerk(host)),
+        other => other,
     }
 }
 

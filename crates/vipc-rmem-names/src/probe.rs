@@ -1,7 +1,8 @@
 //! Linear probing through a table, window by window: the same walk for the
 //! clerk's own table and for another clerk's, read remotely. It stops at the
 //! live entry of the name, or at an empty bucket (the name was never placed
-//! beyond it), or after every bucket.
+//! beyond it), or after every bucket — or, for 003's option (3), after a
+//! given number of reads, leaving the rest to a lookup by notification.
 
 use crate::entry::{Entry, EntryState, ParseError};
 use crate::error::{Error, Result};
@@ -24,31 +25,58 @@ pub(crate) struct Walk {
     pub incarnation: u32,
     /// Buckets per read.
     pub window: u32,
+    /// The most windows read ([`WHOLE`]: until the walk ends by itself).
+    pub reads: u32,
 }
 
-/// Finds the live entry of `name` and its bucket. `read(first, count)`
-/// returns the bytes of buckets `first..first + count` (never wrapping).
-pub(crate) fn find(
-    walk: &Walk,
-    name: &str,
-    mut read: impl FnMut(u32, u32) -> Result<Vec<u8>>,
-) -> Result<Option<(u32, Entry)>> {
+/// [`Walk::reads`] for a walk that is never cut short.
+pub(crate) const WHOLE: u32 = u32::MAX;
+
+/// How a walk ended.
+#[derive(Debug)]
+pub(crate) enum Probed {
+    /// The live entry of the name, in this bucket.
+    Found(u32, Entry),
+    /// Not in the table: an empty bucket ended the chain, or every bucket was read.
+    Absent,
+    /// [`Walk::reads`] windows read, every bucket holding another name or a deleted one.
+    Unfinished,
+}
+
+impl Probed {
+    /// The entry and its bucket, if found.
+    pub fn found(self) -> Option<(u32, Entry)> {
+        match self {
+            Probed::Found(slot, e) => Some((slot, e)),
+            Probed::Absent | Probed::Unfinished => None,
+        }
+    }
+}
+
+/// Walks the chain of `name`. `read(first, count)` returns the bytes of
+/// buckets `first..first + count` (never wrapping).
+pub(crate) fn find(walk: &Walk, name: &str, mut read: impl FnMut(u32, u32) -> Result<Vec<u8>>) -> Result<Probed> {
     let home = bucket_of(name, walk.buckets);
     let mut done = 0u32;
-    while done < walk.buckets {
+    for _ in 0..walk.reads {
+        if done >= walk.buckets {
+            return Ok(Probed::Absent);
+        }
         let first = (home + done) % walk.buckets;
         let count = walk.window.max(1).min(walk.buckets - first).min(walk.buckets - done);
         let entries = read_checked(walk, first, count, &mut read)?;
         for (k, e) in entries.into_iter().enumerate() {
             match e {
-                None => return Ok(None),
-                Some(e) if e.state == EntryState::Live && e.name == name => return Ok(Some((first + k as u32, e))),
+                None => return Ok(Probed::Absent),
+                Some(e) if e.state == EntryState::Live && e.name == name => {
+                    return Ok(Probed::Found(first + k as u32, e))
+                }
                 Some(_) => {}
             }
         }
         done += count;
     }
-    Ok(None)
+    Ok(if done >= walk.buckets { Probed::Absent } else { Probed::Unfinished })
 }
 
 /// Reads a window and parses it, re-reading on a failed check.

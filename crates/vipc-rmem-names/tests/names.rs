@@ -5,32 +5,15 @@
 
 #[path = "../../vipc-rmem-layers/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vipc::{Access, Node, SegmentOptions};
-use vipc_rmem_names::{bucket_of, Binding, Clerk, ClerkParams, Error, Source};
-
-const WAIT: Duration = Duration::from_secs(5);
-
-fn params(nodes: &[Node]) -> ClerkParams {
-    ClerkParams { peers: nodes.iter().map(|n| n.host_id()).collect(), ..Default::default() }
-}
-
-fn clerks(nodes: &[Node], p: &ClerkParams) -> Vec<Clerk> {
-    nodes.iter().map(|n| Clerk::start(n, p.clone()).unwrap()).collect()
-}
-
-/// A binding whose every field follows from `k`: a reader can tell a whole one from a mix.
-fn binding(k: u32, host: u16) -> Binding {
-    let mut segment = [0u8; 16];
-    for c in segment.chunks_mut(4) {
-        c.copy_from_slice(&k.to_le_bytes());
-    }
-    Binding { segment, host, size: k.wrapping_mul(7), access: Access::READ, meta: u64::from(k) * 3 }
-}
+use support::*;
+use vipc::{Access, SegmentOptions};
+use vipc_rmem_names::{bucket_of, Clerk, ClerkParams, Error, Source};
 
 #[test]
 fn names_registered_on_one_node_are_pulled_by_the_others() {
