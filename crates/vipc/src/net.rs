@@ -280,33 +280,97 @@ pub(crate) struct Spin {
     pure: Duration,
     rounds: u32,
     every: u32,
+    /// Whether `every` follows what yields cost (see [`Spin::syscalls`]).
+    adaptive: bool,
+}
+
+/// A yield that took longer than this gave the CPU to another thread.
+const YIELD_RAN_OTHERS: Duration = Duration::from_micros(2);
+/// The longest gap between yields of an adaptive spinner.
+const MAX_YIELD_GAP: u32 = 16;
+
+thread_local! {
+    /// An adaptive spinner's yield gap, kept from one wait to the next: a
+    /// thread's CPU stays shared, or free, for longer than a wait.
+    static YIELD_GAP: std::cell::Cell<u32> = const { std::cell::Cell::new(1) };
 }
 
 impl Spin {
     /// For a loop whose rounds are cheap (a flag load): spin 2 µs, then yield
     /// every 64 rounds (about 2 µs apart).
     pub(crate) fn cheap() -> Spin {
-        Spin { start: Instant::now(), pure: Duration::from_micros(2), rounds: 0, every: 64 }
+        Spin { start: Instant::now(), pure: Duration::from_micros(2), rounds: 0, every: 64, adaptive: false }
     }
 
     /// For a loop whose rounds are system calls (a non-blocking receive,
-    /// about as costly as a yield): after 0.5 µs, yield every round. The
-    /// datagram we wait for comes from another process; if it shares our
-    /// CPU, each round we do not yield delays it by a whole round (measured
-    /// with `perf remote`, pinned to one CPU: 1.27 × the busy-poll UDP
-    /// ping-pong yielding every 8 rounds after 2 µs, 0.87 × yielding every
-    /// round after 0.5 µs).
+    /// about as costly as a yield): after 0.5 µs, yield — every round while
+    /// yields give the CPU away, rarer (up to every 16th round) while they
+    /// come straight back. The datagram we wait for comes from another
+    /// process; if it shares our CPU, each round we do not yield delays it by
+    /// a whole round (measured with `perf remote`, pinned to one CPU: 1.27 ×
+    /// the busy-poll UDP ping-pong yielding every 8 rounds after 2 µs, 0.87 ×
+    /// yielding every round after 0.5 µs); if it has a CPU of its own, each
+    /// yield only delays our noticing it by a system call.
     pub(crate) fn syscalls() -> Spin {
-        Spin { start: Instant::now(), pure: Duration::from_nanos(500), rounds: 0, every: 1 }
+        let every = YIELD_GAP.with(|g| g.get());
+        Spin { start: Instant::now(), pure: Duration::from_nanos(500), rounds: 0, every, adaptive: true }
     }
 
     /// One round of waiting.
     pub(crate) fn pause(&mut self) {
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % self.every == 0 && self.start.elapsed() >= self.pure {
-            std::thread::yield_now();
-        } else {
+        if self.rounds % self.every != 0 || self.start.elapsed() < self.pure {
             std::hint::spin_loop();
+            return;
         }
+        if !self.adaptive {
+            std::thread::yield_now();
+            return;
+        }
+        let before = Instant::now();
+        std::thread::yield_now();
+        self.every = next_yield_gap(self.every, before.elapsed());
+        YIELD_GAP.with(|g| g.set(self.every));
+    }
+}
+
+/// An adaptive spinner's next yield gap after a yield that took `took`:
+/// every round once a yield ran another thread, else twice the gap (capped).
+fn next_yield_gap(every: u32, took: Duration) -> u32 {
+    if took > YIELD_RAN_OTHERS {
+        1
+    } else {
+        (every * 2).min(MAX_YIELD_GAP)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yield_gap_doubles_while_yields_come_back_and_resets_when_one_ran_others() {
+        let fast = Duration::from_nanos(300);
+        let mut every = 1;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            every = next_yield_gap(every, fast);
+            seen.push(every);
+        }
+        assert_eq!(seen, [2, 4, 8, 16, 16, 16]);
+        assert_eq!(next_yield_gap(16, Duration::from_micros(30)), 1);
+        assert_eq!(next_yield_gap(1, YIELD_RAN_OTHERS), 2, "exactly the threshold is still straight back");
+    }
+
+    #[test]
+    fn a_spinner_starts_from_its_threads_last_gap() {
+        std::thread::spawn(|| {
+            assert_eq!(Spin::syscalls().every, 1, "a new thread yields at every round");
+            YIELD_GAP.with(|g| g.set(8));
+            assert_eq!(Spin::syscalls().every, 8);
+            assert_eq!(Spin::cheap().every, 64, "a flag spinner does not adapt");
+        })
+        .join()
+        .unwrap();
     }
 }
