@@ -41,11 +41,9 @@ pub struct ClerkParams {
     pub protection: ProtectionGroup,
     /// Run the serving thread that answers other clerks' lookups by
     /// notification (without it they fail with [`Error::NoClerk`]). Off by
-    /// default because it is not free: the thread sleeps in
-    /// `wait_record`, and vipc wakes every such sleeper on each
-    /// remote-memory event of the node — so each remote read this node
-    /// completes wakes it too (on loopback this clerk's own pulls were
-    /// slower in 9 rounds of 11). Also `request_slots` × 128 bytes.
+    /// default because it is not quite free: with it, this clerk's own
+    /// pulls measured about 4% slower (see docs/RMEM.md), and it costs
+    /// `request_slots` × 128 bytes.
     pub serve: bool,
     /// Slots of the request segment: host h writes slot h mod `request_slots`
     /// (1 … 65,536; hosts that share a slot may overwrite each other's

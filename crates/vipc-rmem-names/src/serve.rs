@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vipc::{Access, ExportedSegment, MemOp, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
 
-/// How often the sleeping thread looks at its stop flag (the node's
-/// remote-memory events wake it besides).
+/// How often the sleeping thread looks at its stop flag (records of its
+/// request segment wake it besides).
 const TICK: Duration = Duration::from_millis(50);
 /// Answer segments kept imported; past this the map is emptied (a bound on
 /// what garbage requests naming ever new segments can make it hold).

@@ -24,7 +24,7 @@
 
 use crate::runtime::Shared;
 use crate::{Error, Node, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 use vipc_engine::{
     Access, Cas, CasAnswer, ControlRecord, DataRecord, HostId, Imported, MemOpId, MemOutcome, SegmentId, SegmentName,
@@ -201,22 +201,35 @@ impl ExportedSegment {
         let (shared, id) = (&self.seg.shared, self.seg.id);
         let deadline = Instant::now() + timeout;
         let mut st = shared.lock();
-        loop {
+        let entry = st.record_waiters.entry(id).or_insert_with(|| (Arc::new(Condvar::new()), 0));
+        entry.1 += 1;
+        let cv = entry.0.clone();
+        let result = loop {
             if st.stopped {
-                return Err(Error::NodeStopped);
+                break Err(Error::NodeStopped);
             }
-            let (control, data) = st.engine.segment_has_records(id)?;
+            let (control, data) = match st.engine.segment_has_records(id) {
+                Ok(has) => has,
+                Err(e) => break Err(e.into()),
+            };
             let now = Instant::now();
             if control || data || now >= deadline {
-                return Ok(control || data);
+                break Ok(control || data);
             }
             // Unlike an operation's waiter, this one does not read the socket
             // itself: a server waiting here for long would become the node's
             // reader, and every other process's datagrams would reach it
             // through one more thread (measured: twice the server CPU of a
             // Send–Receive–Reply on the same node).
-            st = shared.rmem_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            st = cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        };
+        if let Some(entry) = st.record_waiters.get_mut(&id) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                st.record_waiters.remove(&id);
+            }
         }
+        result
     }
 
     /// A handle to this segment as importers see it (for the owner's own

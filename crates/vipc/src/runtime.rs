@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, Stats, Time};
+use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, SegmentId, Stats, Time};
 use vipc_wire::HEADER_LEN;
 
 /// After a process gives the reader token up with no other process asking
@@ -246,6 +246,10 @@ pub(crate) struct State {
     joined: HashMap<Ipv4Addr, u32>,
     /// Unicast copies sent in place of multicast ([`Stats::unicast_fanout`]).
     fanout: u64,
+    /// Threads in `ExportedSegment::wait_record`, by segment: the condition
+    /// variable they sleep on and how many they are. A record wakes only
+    /// the waiters of its own segment, not every remote-memory waiter.
+    pub(crate) record_waiters: HashMap<SegmentId, (Arc<Condvar>, usize)>,
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -255,8 +259,8 @@ pub(crate) struct Shared {
     pub(crate) ready_cv: Condvar,
     /// The background network thread sleeps on it.
     pub(crate) bg_cv: Condvar,
-    /// Remote memory: notified whenever an operation finishes or a segment's
-    /// channel gets a record (waiters look again under the lock).
+    /// Remote memory: notified whenever an operation finishes or the reader
+    /// token is free (waiters look again under the lock).
     pub(crate) rmem_cv: Condvar,
     /// The sender thread sleeps on it.
     pub(crate) sender_cv: Condvar,
@@ -350,6 +354,7 @@ impl Shared {
                 rxbuf: vec![0; net::RECV_BUFFER],
                 joined: HashMap::new(),
                 fanout: 0,
+                record_waiters: HashMap::new(),
             }),
             timer_cv: Condvar::new(),
             ready_cv: Condvar::new(),
@@ -456,13 +461,18 @@ impl Shared {
                     st.conflict = Some((host, addr));
                     self.ready_cv.notify_all();
                 }
-                Event::MemDone(_) | Event::MemNotify(_) => {
+                Event::MemDone(_) => {
                     // A waiter reading the socket for its operation must stop:
                     // this one may be its own, finished another way (a timer).
                     if st.reader == Reader::Op && st.reader_blocked {
                         st.wake_reader = true;
                     }
                     self.rmem_cv.notify_all()
+                }
+                Event::MemNotify(seg) => {
+                    if let Some((cv, _)) = st.record_waiters.get(&seg) {
+                        cv.notify_all();
+                    }
                 }
                 Event::GroupJoined(g) => self.listen_to_group(st, g, true),
                 Event::GroupLeft(g) => self.listen_to_group(st, g, false),
@@ -1158,6 +1168,9 @@ impl Shared {
         self.ready_cv.notify_all();
         self.bg_cv.notify_all();
         self.rmem_cv.notify_all();
+        for (cv, _) in st.record_waiters.values() {
+            cv.notify_all();
+        }
         self.sender_cv.notify_all();
         drop(st);
         // Wake the reader at once rather than after its read timeout.

@@ -130,6 +130,37 @@ fn notifications_wake_the_exporter_only_when_asked() {
     assert!(seg.poll_control().unwrap().is_none() && seg.poll_data().unwrap().is_none());
 }
 
+/// A record wakes the waiters of its own segment, all of them, and no
+/// other: a waiter on another segment sleeps on until its timeout.
+#[test]
+fn a_record_wakes_the_waiters_of_its_own_segment() {
+    let nodes = cluster(2);
+    let opts = SegmentOptions { notify: Notify::Always, ..rw() };
+    let (a, b) = (nodes[0].export_segment(64, opts.clone()).unwrap(), nodes[0].export_segment(64, opts).unwrap());
+    let remote_a = nodes[1].import_segment(a.name(), Access::READ_WRITE, WAIT).unwrap();
+    let remote_b = nodes[1].import_segment(b.name(), Access::READ_WRITE, WAIT).unwrap();
+    let quiet = Duration::from_millis(400);
+    std::thread::scope(|s| {
+        let on_a: Vec<_> = (0..2).map(|_| s.spawn(|| (a.wait_record(WAIT).unwrap(), Instant::now()))).collect();
+        let on_b = s.spawn(|| {
+            let start = Instant::now();
+            (b.wait_record(quiet).unwrap(), start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let sent = Instant::now();
+        remote_a.write(0, &[1; 8], false).unwrap();
+        for w in on_a {
+            let (got, at) = w.join().unwrap();
+            assert!(got && at.duration_since(sent) < Duration::from_secs(2), "a waiter on A missed A's record");
+        }
+        let (got, waited) = on_b.join().unwrap();
+        assert!(!got && waited >= quiet, "B's waiter returned {got} after {waited:?} though B has no record");
+    });
+    remote_b.write(0, &[2; 8], false).unwrap();
+    assert!(b.wait_record(WAIT).unwrap());
+    assert_eq!(b.poll_control().unwrap().map(|r| r.offset), Some(0));
+}
+
 /// The exporting program's only threads are blocked on a barrier the whole
 /// time: the node's runtime alone applies thousands of remote writes, serves
 /// reads (verified) and performs CAS-IIs.
