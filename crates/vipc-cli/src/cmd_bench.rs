@@ -14,7 +14,9 @@ pub struct BenchArgs {
     /// penalty, exchange, moves, pages, units, saturation, memory; `files` (against sshfs and
     /// the local file system) or `files/ITEM` with ITEM one of pages, sequential, tree, clients, pipe;
     /// `groups` (network namespaces, root) or `groups/ITEM` with ITEM one of sizes, soak, detect;
-    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, write, block, block_transfer, rapid, names.
+    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, write, block, block_transfer, rapid,
+    /// names, file_styles, ising, chandy_misra; `typed` (typed ports) or `typed/ITEM` with ITEM one of calls,
+    /// reads, bulk, multicast.
     pub suites: Vec<String>,
     /// Few iterations: every item once, in under a minute (CI smoke run).
     #[arg(long)]
@@ -45,4 +47,27 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
 /// Runs one of the bench's peer processes (`vipc bench-peer KIND ARGS…`).
 pub fn peer(args: &[String]) -> CliResult<()> {
     vipc_bench::peer_main(args).map_err(|e| CliError(format!("bench-peer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[derive(clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn help_names_every_suite_and_item() {
+        let help = Wrapper::command().render_long_help().to_string();
+        let words: Vec<&str> = help.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+        for (suite, item) in vipc_bench::selection(&[]).unwrap() {
+            for w in [&suite, &item] {
+                assert!(words.contains(&w.as_str()), "`vipc bench --help` does not name {w}");
+            }
+        }
+    }
 }
