@@ -246,6 +246,9 @@ pub(crate) struct State {
     joined: HashMap<Ipv4Addr, u32>,
     /// Unicast copies sent in place of multicast ([`Stats::unicast_fanout`]).
     fanout: u64,
+    /// Buffers of placed data, kept for the next datagram read for another
+    /// thread's lent buffer (a fresh 64 KiB allocation costs page faults).
+    place_bufs: Vec<Vec<u8>>,
     /// Threads in `ExportedSegment::wait_record`, by segment: the condition
     /// variable they sleep on and how many they are. A record wakes only
     /// the waiters of its own segment, not every remote-memory waiter.
@@ -354,6 +357,7 @@ impl Shared {
                 rxbuf: vec![0; net::RECV_BUFFER],
                 joined: HashMap::new(),
                 fanout: 0,
+                place_bufs: Vec::new(),
                 record_waiters: HashMap::new(),
             }),
             timer_cv: Condvar::new(),
@@ -590,8 +594,12 @@ impl Shared {
         let mine = match st.engine.poll_placement() {
             Some((lent, range)) if origin.actor() == Some(lent.pid) => Some((lent.offset, range)),
             Some((lent, range)) => {
-                if let Some(slot) = st.slots.get_mut(&lent.pid) {
-                    slot.work.push_back(Work::Place { offset: lent.offset, data: bytes[range].to_vec() });
+                let State { slots, place_bufs, .. } = &mut *st;
+                if let Some(slot) = slots.get_mut(&lent.pid) {
+                    let mut data = place_bufs.pop().unwrap_or_default();
+                    data.clear();
+                    data.extend_from_slice(&bytes[range]);
+                    slot.work.push_back(Work::Place { offset: lent.offset, data });
                     self.wake(st, lent.pid, origin.actor());
                 }
                 None
@@ -875,6 +883,7 @@ impl Shared {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
         let mut spinner = net::Spin::cheap();
         let mut work = VecDeque::new();
+        let mut spent = Vec::new();
         if spin_until.is_some() {
             signal.cpu.store(current_cpu(), Ordering::Relaxed);
         }
@@ -906,8 +915,9 @@ impl Shared {
                     slot.signal.ready.store(false, Ordering::Relaxed);
                 }
                 drop(st);
-                self.do_work(&mut work, &mut lend);
+                self.do_work(&mut work, &mut lend, &mut spent);
                 st = self.lock();
+                keep_place_bufs(&mut st, &mut spent);
                 continue;
             }
             if let Some(c) = slot.signal.take() {
@@ -1051,8 +1061,9 @@ impl Shared {
         st
     }
 
-    /// Does the queued work on the lent buffer (outside the lock), in order.
-    fn do_work(&self, work: &mut VecDeque<Work>, lend: &mut Lend<'_>) {
+    /// Does the queued work on the lent buffer (outside the lock), in order;
+    /// the placed data's buffers go to `spent`, for [`keep_place_bufs`].
+    fn do_work(&self, work: &mut VecDeque<Work>, lend: &mut Lend<'_>, spent: &mut Vec<Vec<u8>>) {
         for w in work.drain(..) {
             match w {
                 Work::Send { to, head, lent } => match lend {
@@ -1061,7 +1072,10 @@ impl Shared {
                     }
                     _ => tracing::debug!("a lent chunk for a call that lends no such data"),
                 },
-                Work::Place { offset, data } => place(lend, offset, &data),
+                Work::Place { offset, data } => {
+                    place(lend, offset, &data);
+                    spent.push(data);
+                }
             }
         }
     }
@@ -1232,6 +1246,16 @@ fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
             spinner.pause();
         }
     }
+}
+
+/// Placed data's buffers kept for the next ones (see `State::place_bufs`).
+const PLACE_BUFS: usize = 64;
+
+/// Gives the buffers of placed data back to the node, up to [`PLACE_BUFS`]
+/// of at most a datagram each (a larger one came from a local writer).
+fn keep_place_bufs(st: &mut State, spent: &mut Vec<Vec<u8>>) {
+    let room = PLACE_BUFS.saturating_sub(st.place_bufs.len());
+    st.place_bufs.extend(spent.drain(..).filter(|b| b.capacity() <= net::RECV_BUFFER).take(room));
 }
 
 /// Copies `data` to `offset` of the lent buffer.
