@@ -59,3 +59,17 @@ pub use serve::ServeStats;
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Every parser of bytes other hosts wrote (table header and entries,
+/// requests and answers of the lookup by notification, a request slot) on
+/// `data`, for the fuzz target: each returns an error or a value, never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    let word = |at: usize| data.get(at..at + 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let _ = Header::parse(data, word(0));
+    let _ = Entry::parse(data);
+    let _ = Request::parse(data);
+    let _ = Answer::parse(data);
+    let _ = serve::parse_slot(data, word(4), word(8));
+    let _ = serve::slots_touched(word(0), word(4), word(8));
+}
