@@ -287,3 +287,33 @@ fn parse_done(l: &str) -> Result<Done> {
         (field(l, "us")?, field(l, "half_sweeps")?, field(l, "first")?, field(l, "rows")?);
     Ok(Done { us, digest, half_sweeps, first, rows })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn done_lines_parse_and_bands_are_checked_against_the_grid() {
+        let grid: Vec<i8> = (0..16).map(|k| if k % 3 == 0 { 1 } else { -1 }).collect();
+        let line = |first: usize, h: u64| {
+            let d = model::digest(&grid[first * 4..(first + 2) * 4]);
+            format!("DONE us=12.5 digest={d:016x} half_sweeps={h} first={first} rows=2")
+        };
+        let done =
+            |lines: &[String]| Sweeps { done: lines.iter().map(|l| parse_done(l).unwrap()).collect(), wall_us: 1.0 };
+        assert_eq!(parse_done(&line(2, 6)).unwrap().us, 12.5);
+        assert!(done(&[line(0, 6), line(2, 6)]).check(&grid, 4, 6).is_ok());
+        let err = |s: Sweeps| s.check(&grid, 4, 6).unwrap_err().to_string();
+        assert!(err(done(&[line(0, 6), line(2, 4)])).contains("ising-worker 1: 4 half-sweeps, not 6"));
+        assert!(err(done(&[line(2, 6), line(0, 6)])).contains("ising-worker 0: its rows start at 2, not 0"));
+        assert!(err(done(&[line(0, 6)])).contains("cover 2 of 4 rows"));
+        let mut other = grid.clone();
+        other[9] = -other[9];
+        assert!(done(&[line(0, 6), line(2, 6)])
+            .check(&other, 4, 6)
+            .unwrap_err()
+            .to_string()
+            .contains("ising-worker 1: rows 2..4"));
+        assert!(parse_done("DONE us=1 digest=xyz half_sweeps=0 first=0 rows=1").is_err());
+    }
+}
