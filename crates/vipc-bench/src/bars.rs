@@ -588,8 +588,10 @@ pub const BARS: &[Bar] = &[
         limit: 1.1,
     },
     Bar {
-        what: "rmem: Ising 80x80 sweep on 4 nodes / on 1 (003 Table 6.3: speedup 3.6)",
-        record: "ising_80_p4",
+        // 003's nodes were machines: the bar reads the workers in processes
+        // (`ising_80_p4` keeps the figure of the workers as threads of one process).
+        what: "rmem: Ising 80x80 sweep on 4 nodes in processes / on 1 (003 Table 6.3: speedup 3.6)",
+        record: "ising_80_p4_procs",
         baseline: Some("ising_80_p1"),
         field: Field::Ratio,
         cmp: Cmp::AtMost,

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod apps;
+pub mod apps_procs;
 pub mod bars;
 pub mod condvar;
 pub mod error;

@@ -245,6 +245,7 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "group-host" => crate::groups::peers::host_peer(&a),
         "group-client" => crate::groups::peers::client_peer(&a),
         "group-reaper" => crate::groups::reaper_peer(&a),
+        crate::apps_procs::KIND => crate::apps_procs::worker_peer(&a),
         other => Err(format!("bench-peer: unknown peer kind {other:?}").into()),
     }
 }

@@ -14,7 +14,7 @@
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
 //! | `names` | the name service of 003 §7.3: export, lookup local / cached / pulled / by notification, delete, against one remote read and remote Send–Receive–Reply, µs ([`crate::names`]) |
 //! | `file_styles` | file reads in the transfer styles of 003 §7.4 against a Send–Receive–Reply read, and the server's CPU per transfer ([`crate::filestyles`]) |
-//! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
+//! | `ising` | an Ising sweep (003 §6.3.1) on 2 and 4 nodes against 1, the workers as threads of this process and as separate processes, µs ([`crate::apps`], [`crate::apps_procs`]) |
 //! | `chandy_misra` | a vector through the simulated 32-bit adder (003 §6.3.2) on 2 and 4 nodes against 1, µs ([`crate::apps`]) |
 
 use crate::error::{BenchError, Result};

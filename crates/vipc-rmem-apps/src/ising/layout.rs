@@ -56,7 +56,7 @@ pub(crate) fn outbox(size: usize, g: Ghost, seq: u64) -> u32 {
 /// The check word of a row: FNV-1a over the ghost, the sequence number and the spins.
 fn check(g: Ghost, seq: u64, row: &[u8]) -> u64 {
     let head = (seq << 1 | g as u64).to_le_bytes();
-    head.iter().chain(row).fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    super::model::fnv1a(head.iter().chain(row))
 }
 
 /// The slot holding `row` as ghost `g` of half-sweep `seq`.

@@ -78,6 +78,20 @@ pub fn decide(p: &IsingParams, h: u64, i: usize, j: usize, s: i8, field: f64) ->
     }
 }
 
+/// FNV-1a (64 bits) over `bytes`: the check word of a row slot and the grid digest.
+pub(crate) fn fnv1a<'a>(bytes: impl IntoIterator<Item = &'a u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// A digest of spins (FNV-1a over one byte per spin, −1 as 0xff): what a
+/// worker in another process reports of its rows, so that a driver can
+/// compare its band with the same rows of the reference without moving
+/// the grid.
+pub fn digest(spins: &[i8]) -> u64 {
+    let bytes: Vec<u8> = spins.iter().map(|&s| s as u8).collect();
+    fnv1a(&bytes)
+}
+
 /// The sum of the spins.
 pub fn magnetisation(grid: &[i8]) -> i64 {
     grid.iter().map(|&s| i64::from(s)).sum()
