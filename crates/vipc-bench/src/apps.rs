@@ -157,7 +157,7 @@ pub fn ising(ctx: &mut Ctx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Item `chandy_misra`: runs of [`VECTORS`] vectors through the adder, time per vector.
+/// Item `chandy_misra`: runs of `VECTORS` vectors through the adder, time per vector.
 pub fn chandy_misra(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(7, 5, 2);
     let vectors = Vector::random(VECTORS, 1);

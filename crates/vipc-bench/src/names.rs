@@ -40,7 +40,7 @@ fn names_err(e: vipc_rmem_names::Error) -> BenchError {
 }
 
 /// The clerk peer (`names-clerk --host H`): a node whose clerk registers
-/// [`TARGET`], bound to a segment it exports; READY `addr=` `host=`. No
+/// `TARGET`, bound to a segment it exports; READY `addr=` `host=`. No
 /// thread of it runs for a pull (the node serves the reads); its serving
 /// thread answers lookups by notification.
 pub fn clerk_peer(a: &PeerArgs) -> Result<()> {

@@ -62,7 +62,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
 }
 
 /// The owner peer (`rmem-owner --host H`): a node exporting a segment of
-/// [`SEGMENT`] bytes that any host may read and write (no notification);
+/// `SEGMENT` bytes that any host may read and write (no notification);
 /// READY `addr=` `name=` (hex). No thread of it touches the segment again:
 /// every operation is served by its node. Runs until stdin closes.
 pub fn owner_peer(a: &PeerArgs) -> Result<()> {

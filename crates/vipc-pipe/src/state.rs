@@ -1,5 +1,5 @@
 //! One pipe's state without any I/O: its buffer, its open ends, and the rules
-//! for end of file and broken pipes (unit-tested here; [`crate::server`]
+//! for end of file and broken pipes (unit-tested here; `crate::server`
 //! drives it with Send/Receive/Reply).
 //!
 //! The rules, chosen so that a pipe can be used from the shell in either

@@ -16,7 +16,10 @@ thread_local! {
 }
 
 /// Runs `f` with every blocking primitive it calls on this thread bounded
-/// by `limit` from now (see the [module docs](self)).
+/// by `limit` from now — 002's completion statement: the first call still
+/// blocked at the deadline fails with a deadline error
+/// ([`Error::is_deadline`]), and so does every later call inside `f`;
+/// nested `within`s keep the earlier deadline.
 ///
 /// ```
 /// use std::time::Duration;

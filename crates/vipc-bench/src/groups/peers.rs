@@ -133,7 +133,7 @@ pub fn host_peer(a: &PeerArgs) -> Result<()> {
 }
 
 /// `bench-peer group-client --listen IP:PORT --host H --expect N`: waits until
-/// N hosts are alive, then runs the commands it reads (see [`client_command`]).
+/// N hosts are alive, then runs the commands it reads (see `client_command`).
 pub fn client_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("listen")?, a.get("host")?)?)?;
     let expect: usize = a.get("expect")?;

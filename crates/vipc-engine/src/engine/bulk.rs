@@ -237,7 +237,7 @@ impl Engine {
     /// data part there) and skip the copy when [`Engine::poll_placement`]
     /// confirms it. `None` before the first chunk (its size is not known),
     /// once complete, or if `pid` has no such stream. Also `None` while the
-    /// node keeps more than [`NEXT_PLACEMENT_SCAN`] incoming streams
+    /// node keeps more than `NEXT_PLACEMENT_SCAN` incoming streams
     /// (finished ones stay for T_t): the search looks at each, per datagram.
     pub fn next_placement(&self, pid: Pid) -> Option<(usize, usize)> {
         if self.streams_in.len() > NEXT_PLACEMENT_SCAN {

@@ -3,7 +3,7 @@
 //! placed on P nodes.
 //!
 //! - [`circuit`]: the adder, the gates' delays and the input vectors.
-//! - [`reference`]: the sequential event-driven simulation the others must equal.
+//! - [`reference`](mod@reference): the sequential event-driven simulation the others must equal.
 //! - [`SimCluster`]: one [`SimNode`] per vipc node; every gate is a logical
 //!   process whose inputs are event queues; an event for a gate on another
 //!   node is remote-written into a per-link ring in that node's segment.
