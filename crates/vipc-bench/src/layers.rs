@@ -5,7 +5,7 @@
 //!
 //! | record | what | baselines |
 //! |---|---|---|
-//! | `rmem_block_transfer_1MiB` | a 1 MiB block written in N-packet units, bitmask-acknowledged, MB/s | `tcp_bulk_1MiB`, `moveto_remote_1MiB` |
+//! | `rmem_block_transfer_1MiB` | a 1 MiB block written in N-packet units, bitmask-acknowledged, the sender's default window (`WINDOW` = 8 units in flight: here both units of the block), MB/s | `tcp_bulk_1MiB`, `moveto_remote_1MiB` |
 //! | `rapid_rpc_32B` | a RAPID call with 32 B of arguments and 32 B of result, µs | `srr_remote_32B` |
 
 use crate::error::{BenchError, Result};
@@ -25,7 +25,8 @@ use vipc_rmem_layers::rapid::{RapidClient, RapidParams, RapidServer};
 /// The block of item `block_transfer`.
 const BLOCK: usize = 1 << 20;
 /// Its packets: 32 KiB (one loopback datagram each), in units of 16 (003's N):
-/// 32 packets, 2 acknowledgement units.
+/// 32 packets, 2 acknowledgement units, both in flight at once under the
+/// sender's default window.
 const PACKET: usize = 32 << 10;
 const UNIT: usize = 16;
 /// Arguments and result of item `rapid` (the 32-byte V message's size).
@@ -152,8 +153,8 @@ pub fn block_transfer(ctx: &mut Ctx<'_>) -> Result<()> {
     ctx.rec(&format!("{v}_vs_moveto"), value, "MB/s", &mv, move_rate);
     let s = tx.stats();
     ctx.out.note(format!(
-        "rmem/block_transfer: {} blocks of {PACKET}-byte packets in units of {UNIT}: {} packets, {} sent again, {} bitmasks, {} status reads",
-        s.blocks, s.packets, s.retransmitted, s.acks, s.probes
+        "rmem/block_transfer: {} blocks of {PACKET}-byte packets in units of {UNIT}, {} in flight: {} packets, {} sent again, {} bitmasks, {} status reads",
+        s.blocks, tx.window(), s.packets, s.retransmitted, s.acks, s.probes
     ));
     Ok(())
 }

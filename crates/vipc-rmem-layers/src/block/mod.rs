@@ -5,15 +5,27 @@
 //! sender ([`BlockSender`]) exports a small acknowledgement segment and
 //! registers its name in the receiver's header. A block is cut into packets
 //! of `packet` bytes, grouped into acknowledgement units of `unit` (N ≤ 64)
-//! packets. For each unit the sender writes every packet not yet
-//! acknowledged — the last one with the notify bit — and waits; the
-//! receiver, woken by that notification (or its own tick), checks the
-//! unit's slots and writes one bitmask of the packets it holds into the
-//! sender's segment; the sender rewrites only the missing ones. After a
-//! retransmission timeout without an acknowledgement the sender reads the
-//! receiver's status word itself (a remote read, answered by the receiver's
-//! node with no receiver thread running): that recovers a lost
-//! acknowledgement, and a refused or unanswered read says the receiver is gone.
+//! packets. The sender keeps up to a window of W units in flight
+//! ([`BlockSender::set_window`], default [`WINDOW`], at most [`MAX_WINDOW`]):
+//! for each it writes every packet not yet acknowledged — the unit's last
+//! with the ask bit — and goes on with the next unit while the window has
+//! room. The receiver, which takes each packet as its notification comes,
+//! answers an asking packet with one record {done, block, unit, bitmask,
+//! check word} written into slot `unit mod 16` of the sender's segment; the
+//! sender rewrites only the missing packets of that unit, and the window
+//! moves on past its lowest unit once that unit is complete. W = 1 is
+//! stop-and-wait, unit by unit. After a retransmission timeout without an
+//! acknowledgement the sender reads the receiver's status word itself (a
+//! remote read, answered by the receiver's node with no receiver thread
+//! running): that recovers lost acknowledgements, and a refused or
+//! unanswered read says the receiver is gone.
+//!
+//! Why a record names its block and unit and carries a check word: any
+//! host may write the acknowledgement segment, and a record may arrive late
+//! or twice. The sender takes a record only if its check word (over the
+//! sender's registration id) matches and it names the block being sent and
+//! a unit in flight that maps to the slot it is in; anything else is
+//! counted ([`SenderStats::ignored_acks`]) and skipped (see `judge`).
 //!
 //! Why each packet carries a tag: 003 relied on ATM delivering cells in
 //! order, so the source could announce in advance which word of each cell
@@ -45,7 +57,7 @@ mod receiver;
 mod sender;
 
 pub use receiver::BlockReceiver;
-pub use sender::BlockSender;
+pub use sender::{BlockSender, SenderStats, WINDOW};
 
 use crate::common::{get32, get64, put32, put64};
 
@@ -99,9 +111,17 @@ const STATUS_LEN: usize = 24;
 /// Header offsets: the registered sender's acknowledgement segment name and registration id.
 const H_REG: usize = 40;
 const REG_LEN: usize = 20;
-/// The sender's acknowledgement segment: {block, unit, mask, done}, one write.
-const ACK_LEN: usize = 24;
-const ACK_SEGMENT: usize = 64;
+/// The sender's acknowledgement segment: one 32-byte record per slot, unit
+/// `u`'s in slot `u % ACK_SLOTS` (units in flight are consecutive, so at
+/// most [`MAX_WINDOW`] of them never share a slot), each written in one write.
+const ACK_SLOT: usize = 32;
+const ACK_SLOTS: usize = 16;
+const ACK_SEGMENT: usize = ACK_SLOT * ACK_SLOTS;
+/// Where an acknowledgement record keeps its check word (zero in the status word).
+const ACK_CHECK: usize = 12;
+
+/// The most units a sender keeps in flight: one acknowledgement slot each.
+pub const MAX_WINDOW: usize = ACK_SLOTS;
 
 /// The receiver's state as one record: in its status word and in every acknowledgement.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,6 +148,58 @@ impl Ack {
 
     fn from_bytes(b: &[u8]) -> Ack {
         Ack { done: get32(b, 0), block: get32(b, 4), unit: get32(b, 8), mask: get64(b, 16) }
+    }
+
+    /// The acknowledgement record for the sender registered as `reg`: the
+    /// status bytes, a check word and zeros to the slot's end.
+    fn to_record(self, reg: u32) -> [u8; ACK_SLOT] {
+        let mut b = [0u8; ACK_SLOT];
+        b[..STATUS_LEN].copy_from_slice(&self.to_bytes());
+        put32(&mut b, ACK_CHECK, self.check(reg));
+        b
+    }
+
+    /// Over the registration id too, like a packet's: any host may write the
+    /// segment, and bytes that are not this receiver's record for this sender
+    /// (garbage, a torn or foreign write) fail it.
+    fn check(self, reg: u32) -> u32 {
+        let seed = (u64::from(self.block) << 32) | u64::from(self.unit);
+        crate::check::check(seed, &[&reg.to_le_bytes(), &self.done.to_le_bytes(), &self.mask.to_le_bytes()])
+    }
+}
+
+/// What the sender makes of one acknowledgement slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The receiver has the whole block.
+    Done,
+    /// The packets of unit `unit` it holds (a unit in flight).
+    Mask { unit: usize, mask: u64 },
+    /// A true record, but of another block or of a unit not in flight (late, or duplicated).
+    Stale,
+    /// Not a record of this receiver for this sender: wrong check word, or
+    /// it says a block is done that was never sent.
+    Garbled,
+}
+
+/// Judges the record in acknowledgement slot `slot` while the sender, registered
+/// as `reg`, has units `lo..next` of `block` in flight. Any bytes are safe here:
+/// a short or garbled record is [`Verdict::Garbled`], never a panic.
+fn judge(rec: &[u8], slot: usize, reg: u32, block: u32, lo: usize, next: usize) -> Verdict {
+    if rec.len() < ACK_SLOT {
+        return Verdict::Garbled;
+    }
+    let a = Ack::from_bytes(rec);
+    if get32(rec, ACK_CHECK) != a.check(reg) || (a.done != block && newer_or_same(a.done, block)) {
+        return Verdict::Garbled;
+    }
+    let unit = a.unit as usize;
+    if a.done == block {
+        Verdict::Done
+    } else if a.block != block || !(lo..next).contains(&unit) || unit % ACK_SLOTS != slot {
+        Verdict::Stale
+    } else {
+        Verdict::Mask { unit, mask: a.mask }
     }
 }
 
@@ -188,4 +260,64 @@ fn full_mask(n: usize) -> u64 {
 /// `a` is `b` or after it (block numbers wrap).
 fn newer_or_same(a: u32, b: u32) -> bool {
     a.wrapping_sub(b) < 1 << 31
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const REG: u32 = 0x5eed_1234;
+
+    fn record(done: u32, block: u32, unit: u32, mask: u64) -> [u8; ACK_SLOT] {
+        Ack { done, block, unit, mask }.to_record(REG)
+    }
+
+    #[test]
+    fn only_a_current_units_record_counts() {
+        // Block 7, units 3..7 in flight.
+        let judge7 = |rec: &[u8], slot| judge(rec, slot, REG, 7, 3, 7);
+        assert_eq!(judge7(&record(6, 7, 4, 0b101), 4), Verdict::Mask { unit: 4, mask: 0b101 });
+        assert_eq!(judge7(&record(7, 7, 9, 0), 9), Verdict::Done);
+        // Late or duplicated: a unit already complete, a unit whose slot is
+        // reused later, the same unit of the previous block (even in its slot).
+        assert_eq!(judge7(&record(6, 7, 2, 0b1), 2), Verdict::Stale);
+        assert_eq!(judge7(&record(6, 7, 4 + ACK_SLOTS as u32, 0b1), 4), Verdict::Stale);
+        assert_eq!(judge7(&record(5, 6, 4, 0b1111), 4), Verdict::Stale);
+        assert_eq!(judge7(&record(6, 6, 4, 0b1111), 4), Verdict::Stale, "block 6's final record");
+        // In the wrong slot: not written by the receiver.
+        assert_eq!(judge7(&record(6, 7, 4, 0b1), 5), Verdict::Stale);
+        // Another sender's record, a block done that was never sent, bytes changed.
+        assert_eq!(
+            judge(&Ack { done: 6, block: 7, unit: 4, mask: 1 }.to_record(REG + 1), 4, REG, 7, 3, 7),
+            Verdict::Garbled
+        );
+        assert_eq!(judge7(&record(8, 8, 4, 0b1), 4), Verdict::Garbled);
+        let mut r = record(6, 7, 4, 0b101);
+        r[16] ^= 0b10;
+        assert_eq!(judge7(&r, 4), Verdict::Garbled);
+        assert_eq!(judge7(&[0u8; ACK_SLOT], 0), Verdict::Garbled);
+        assert_eq!(judge7(&r[..ACK_SLOT - 1], 4), Verdict::Garbled);
+    }
+
+    #[test]
+    fn block_numbers_wrap() {
+        let rec = Ack { done: u32::MAX, block: 0, unit: 0, mask: 1 }.to_record(REG);
+        assert_eq!(judge(&rec, 0, REG, 0, 0, 1), Verdict::Mask { unit: 0, mask: 1 });
+        let done = Ack { done: 0, block: 0, unit: 0, mask: 1 }.to_record(REG);
+        assert_eq!(judge(&done, 0, REG, 0, 0, 1), Verdict::Done);
+        assert_eq!(judge(&done, 0, REG, u32::MAX, 0, 1), Verdict::Garbled);
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_in_a_slot_are_judged_without_panic(
+            rec in proptest::collection::vec(any::<u8>(), 0..=2 * ACK_SLOT),
+            slot in 0..ACK_SLOTS, block: u32, lo in 0usize..1 << 20, w in 0usize..=MAX_WINDOW,
+        ) {
+            // Random bytes pass the check word only by a 2^-32 chance.
+            let v = judge(&rec, slot, REG, block, lo, lo + w);
+            prop_assert!(matches!(v, Verdict::Garbled), "{v:?}");
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //! copied into the block) as its notification comes, and one bitmask per
 //! round written back into the sender's segment when the round's last packet asks.
 
-use super::{full_mask, packets, Ack, BlockParams, Tag, ACK_LEN, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG};
+use super::{
+    full_mask, packets, Ack, BlockParams, Tag, ACK_SLOT, ACK_SLOTS, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG,
+};
 use crate::common::{get32, import_retrying, put32, Error, Result};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -124,12 +126,21 @@ impl BlockReceiver {
                     asked.insert(i / self.params.unit);
                 }
             }
+            // An asking packet's unit is looked at whole before its mask is
+            // written: a packet whose notification was dropped (a full control
+            // queue, likelier with several units in flight) is taken, not resent.
+            for &u in &asked {
+                self.scan(p, u)?;
+            }
             if p.complete() {
                 self.done = p.block;
                 self.received += 1;
+                // This block's notifications are answered by the final record.
+                // Drained before it is written: the sender moves on to the
+                // next block only once it has it, so none of those is lost here.
+                while self.seg.poll_control()?.is_some() {}
                 let last = p.have.len() - 1;
                 self.acknowledge(p, Some(last))?;
-                while self.seg.poll_control()?.is_some() {} // this block's: answered
                 return Ok(std::mem::take(&mut p.data));
             }
             self.acknowledge(p, None)?;
@@ -234,7 +245,7 @@ impl BlockReceiver {
     }
 
     /// Publishes the status (what the sender's reads see) and writes unit
-    /// `u`'s bitmask, if any, into the sender's segment.
+    /// `u`'s bitmask, if any, into its slot of the sender's segment.
     fn acknowledge(&self, p: &Progress, u: Option<usize>) -> Result<()> {
         let low = p.lowest_incomplete();
         let done = if p.complete() { p.block } else { self.done };
@@ -243,7 +254,7 @@ impl BlockReceiver {
         match (&self.sender, u.and_then(|u| Some((u, *p.have.get(u)?)))) {
             (Some(ack), Some((u, mask))) => {
                 let a = Ack { done, block: p.block, unit: u as u32, mask };
-                Ok(ack.write(0, &a.to_bytes()[..ACK_LEN], true)?)
+                Ok(ack.write(((u % ACK_SLOTS) * ACK_SLOT) as u32, &a.to_record(self.reg), true)?)
             }
             _ => Ok(()),
         }
