@@ -108,11 +108,17 @@ impl BlockReceiver {
     }
 
     fn receive(&mut self, p: &mut Progress, deadline: Instant) -> Result<Vec<u8>> {
+        // The registration is read once per call whatever the queue says: a
+        // sender that registered as the last block completed had its record
+        // drained with that block's (see below), and its packets would never
+        // match the old sender's id.
+        let mut first = true;
         loop {
             let (notified, reg) = self.drain()?;
-            if (reg || self.sender.is_none()) && self.register()? {
+            if (reg || first || self.sender.is_none()) && self.register()? {
                 *p = Progress::new(self.done.wrapping_add(1), &self.params); // another sender: start afresh
             }
+            first = false;
             // Take each packet as its notification comes; a round's last asks
             // for its unit's mask. A tick (nothing came): look at the current
             // unit anyway and publish the status, but send no mask unasked —
@@ -306,5 +312,32 @@ impl Progress {
 
     fn complete(&self) -> bool {
         self.total.is_some() && self.lowest_incomplete() == self.have.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::BlockSender;
+
+    /// A second sender registers after a block, and its registration's
+    /// notification is drained unread (as the drain at a block's completion
+    /// does when the registration lands just then): the next `recv` still
+    /// finds it, and takes the new sender's block.
+    #[test]
+    fn a_registration_whose_record_was_drained_is_read_at_the_next_recv() {
+        let wait = Duration::from_secs(5);
+        let nodes = vipc::loopback_cluster(3, 1, |_, _| {}).unwrap();
+        let params = BlockParams { packet: 1024, unit: 4, max_block: 16 * 1024 };
+        let mut rx = BlockReceiver::export(&nodes[0], params).unwrap();
+        let mut a = BlockSender::connect(&nodes[1], rx.name(), wait).unwrap();
+        let first = std::thread::spawn(move || a.send(&[1u8; 5000], wait));
+        assert_eq!(rx.recv(wait).unwrap(), vec![1u8; 5000]);
+        first.join().unwrap().unwrap();
+        let mut b = BlockSender::connect(&nodes[2], rx.name(), wait).unwrap();
+        while rx.seg.poll_control().unwrap().is_some() {}
+        let second = std::thread::spawn(move || b.send(&[2u8; 5000], wait));
+        assert_eq!(rx.recv(wait).unwrap(), vec![2u8; 5000]);
+        second.join().unwrap().unwrap();
     }
 }
