@@ -73,6 +73,10 @@ pub struct Stats {
     /// has no multicast (a broadcast or group Send fanned out to n hosts
     /// counts n). Counted by the runtime; the engine leaves it 0.
     pub unicast_fanout: u64,
+    /// Datagrams from the multicast socket read by the process they
+    /// completed, waiting in Receive (no hand-off from the multicast
+    /// thread). Counted by the runtime; the engine leaves it 0.
+    pub multicast_by_receiver: u64,
     /// Remote memory: writes and writevs issued by this node (operations, not packets).
     pub rmem_writes: u64,
     /// Remote memory: write and writev packets applied to this node's segments.
@@ -186,6 +190,7 @@ impl Stats {
             ("group_segment_dropped", self.group_segment_dropped),
             ("group_failures", self.group_failures),
             ("unicast_fanout", self.unicast_fanout),
+            ("multicast_by_receiver", self.multicast_by_receiver),
             ("memberships", self.memberships),
             ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),

@@ -74,7 +74,9 @@ impl Drop for Handle {
 ///   (or the release of a datagram held back by fault injection) is due, at
 ///   most once a millisecond; whoever drains the engine notifies it of an
 ///   earlier deadline.
-/// - The **multicast thread** (if enabled) feeds what the group hears.
+/// - The **multicast socket** (if enabled) has a token of its own: a process
+///   blocked in Receive whose messages came by multicast lately reads it
+///   itself; otherwise the **multicast thread** does.
 /// - With [`NodeConfig::poll_spin`], a blocked process first spins: the
 ///   reader on non-blocking receives, the others on their slot's flag.
 ///
@@ -120,11 +122,13 @@ impl Node {
         }
         let engine = Engine::new(ecfg.clone(), Time::ZERO);
         let has_multicast = multicast.is_some();
+        let bells = multicast.as_ref().map(runtime::mcast_set_up).transpose()?;
         let shared = Arc::new(Shared::new(
             engine,
             Parts {
                 unicast,
                 multicast,
+                bells,
                 targets,
                 peers,
                 groups,

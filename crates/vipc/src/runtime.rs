@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, SegmentId, Stats, Time};
 use vipc_wire::HEADER_LEN;
 
+mod mcast;
+pub(crate) use mcast::{multicast_loop, set_up as mcast_set_up};
+
 /// After a process gives the reader token up with no other process asking
 /// for it, the background network thread leaves it this long for a process
 /// to take back (a server between two Receives) before reading the socket itself.
@@ -80,8 +83,15 @@ pub(crate) enum Reader {
 pub(crate) enum Origin {
     /// An API call, by a process (whose own completion needs no wake-up) or not.
     Call(Option<Pid>),
-    /// A datagram, read by a process (the leader) or by a background thread.
+    /// A datagram from the unicast socket, read by a process (the leader)
+    /// or by a background thread.
     Net(Option<Pid>),
+    /// A datagram from the multicast socket, read by the process holding
+    /// the multicast token or by the multicast thread. It makes its receiver
+    /// multicast-hot (see [`mcast`]), not hot: a group member leading the
+    /// unicast socket would wait where its messages do not come, and hand
+    /// every other process's datagram over.
+    Multicast(Option<Pid>),
     /// A timer.
     Timer,
 }
@@ -90,7 +100,7 @@ impl Origin {
     /// The process whose own thread is doing the work, if any.
     fn actor(self) -> Option<Pid> {
         match self {
-            Origin::Call(by) | Origin::Net(by) => by,
+            Origin::Call(by) | Origin::Net(by) | Origin::Multicast(by) => by,
             Origin::Timer => None,
         }
     }
@@ -188,8 +198,11 @@ struct Slot {
     sleeping: bool,
     /// The thread sleeps waiting for the reader token (it is in `lead_waiters`).
     wants_lead: bool,
-    /// When a datagram last completed one of its calls; None after a local one.
+    /// When a datagram from the unicast socket last completed one of its
+    /// calls; None after a local one.
     last_net: Option<Time>,
+    /// The same for the multicast socket.
+    last_mcast: Option<Time>,
 }
 
 /// Everything under the node's lock.
@@ -241,6 +254,8 @@ pub(crate) struct State {
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
     rxbuf: Vec<u8>,
+    /// Who reads the multicast socket (see [`mcast`]).
+    mcast: mcast::Token,
     /// Group multicast addresses the multicast socket has joined, with the
     /// number of local groups mapped to each (distinct groups may share one).
     joined: HashMap<Ipv4Addr, u32>,
@@ -267,8 +282,12 @@ pub(crate) struct Shared {
     pub(crate) rmem_cv: Condvar,
     /// The sender thread sleeps on it.
     pub(crate) sender_cv: Condvar,
+    /// The multicast thread sleeps on it while a process holds the multicast token.
+    mcast_cv: Condvar,
     pub(crate) unicast: UdpSocket,
     pub(crate) multicast: Option<UdpSocket>,
+    /// The doorbells of the multicast socket's readers (with `multicast`).
+    bells: Option<mcast::Bells>,
     targets: Vec<SocketAddr>,
     peers: Vec<SocketAddr>,
     groups: Option<GroupAddrs>,
@@ -316,6 +335,7 @@ fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
 pub(crate) struct Parts {
     pub unicast: UdpSocket,
     pub multicast: Option<UdpSocket>,
+    pub bells: Option<mcast::Bells>,
     pub targets: Vec<SocketAddr>,
     pub peers: Vec<SocketAddr>,
     pub groups: Option<GroupAddrs>,
@@ -355,6 +375,7 @@ impl Shared {
                 send_kick: false,
                 kicked: false,
                 rxbuf: vec![0; net::RECV_BUFFER],
+                mcast: mcast::Token::default(),
                 joined: HashMap::new(),
                 fanout: 0,
                 place_bufs: Vec::new(),
@@ -365,6 +386,8 @@ impl Shared {
             bg_cv: Condvar::new(),
             rmem_cv: Condvar::new(),
             sender_cv: Condvar::new(),
+            mcast_cv: Condvar::new(),
+            bells: p.bells,
             self_addr: net::self_addr(p.local),
             unicast: p.unicast,
             multicast: p.multicast,
@@ -542,7 +565,8 @@ impl Shared {
         *slot.signal.done() = Some(completion);
         match origin {
             Origin::Net(_) => slot.last_net = Some(now),
-            Origin::Call(by) if by != Some(pid) => slot.last_net = None,
+            Origin::Multicast(_) => slot.last_mcast = Some(now),
+            Origin::Call(by) if by != Some(pid) => (slot.last_net, slot.last_mcast) = (None, None),
             Origin::Call(_) | Origin::Timer => {}
         }
         self.wake(st, pid, origin.actor());
@@ -567,6 +591,8 @@ impl Shared {
         let Some(slot) = st.slots.get(&pid) else { return };
         if st.reader == Reader::Process(pid) && st.reader_blocked {
             st.wake_reader = true;
+        } else if st.mcast.holder == Some(pid) && st.mcast.holder_blocked {
+            st.mcast.wake_holder = true;
         } else {
             // Signalled once the lock is released (see `flush_locked`), so
             // that the woken thread does not find the lock still held.
@@ -617,9 +643,10 @@ impl Shared {
     /// one sending leaves its datagrams to it.
     pub(crate) fn flush_locked<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let mut wake = std::mem::take(&mut st.wake_reader);
+        let mut wake_holder = std::mem::take(&mut st.mcast.wake_holder);
         let mut notify = take_notify(&mut st);
         let send = !st.sending && !st.outq.is_empty();
-        if !send && !wake && notify.is_empty() {
+        if !send && !wake && !wake_holder && notify.is_empty() {
             return st;
         }
         st.sending |= send;
@@ -634,6 +661,9 @@ impl Shared {
             signal_all(&mut notify);
             if std::mem::take(&mut wake) {
                 self.send_wake();
+            }
+            if std::mem::take(&mut wake_holder) {
+                self.ring_holder();
             }
             net::send_all(&self.unicast, &mut batch);
             st = self.lock();
@@ -667,11 +697,15 @@ impl Shared {
     /// any (without sending the queue).
     fn unlock_and_signal(&self, mut st: MutexGuard<'_, State>) {
         let wake = std::mem::take(&mut st.wake_reader);
+        let wake_holder = std::mem::take(&mut st.mcast.wake_holder);
         let mut notify = take_notify(&mut st);
         drop(st);
         signal_all(&mut notify);
         if wake {
             self.send_wake();
+        }
+        if wake_holder {
+            self.ring_holder();
         }
     }
 
@@ -765,6 +799,13 @@ impl Shared {
         }
     }
 
+    /// Ends the wait of the process holding the multicast token.
+    fn ring_holder(&self) {
+        if let Some(b) = &self.bells {
+            b.holder.ring();
+        }
+    }
+
     /// An empty datagram to our own socket: ends the blocked reader's receive.
     fn send_wake(&self) {
         if let Err(e) = self.unicast.send_to(&[], self.self_addr) {
@@ -831,12 +872,13 @@ impl Shared {
             return Err(Error::NodeStopped);
         }
         let now = self.now();
-        let (signal, hot) = match st.slots.get_mut(&pid) {
+        let (signal, hot, mhot) = match st.slots.get_mut(&pid) {
             Some(slot) => {
                 *slot.signal.done() = None;
                 slot.work.clear();
                 slot.signal.ready.store(false, Ordering::Relaxed);
-                (slot.signal.clone(), slot.last_net.is_some_and(|t| now.since(t) < HOT))
+                let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
+                (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast))
             }
             None => return Err(vipc_engine::Error::NotLocalProcess(pid).into()),
         };
@@ -852,6 +894,8 @@ impl Shared {
             self.flush(st);
             return Err(e.into());
         }
+        // A Receive whose messages came from the multicast socket lately reads that socket.
+        let mlead = matches!(lead, Lead::IfHot) && mhot;
         let lead = match lead {
             Lead::Yes => true,
             Lead::No => false,
@@ -860,10 +904,10 @@ impl Shared {
         if self.poll_spin.is_some() && !lead {
             // A spinning follower waits without the lock (see `wait`).
             self.flush(st);
-            self.wait(pid, None, &signal, lead, lend)
+            self.wait(pid, None, &signal, (lead, mlead), lend)
         } else {
             let st = self.flush_locked(st);
-            self.wait(pid, Some(st), &signal, lead, lend)
+            self.wait(pid, Some(st), &signal, (lead, mlead), lend)
         }
     }
 
@@ -871,13 +915,15 @@ impl Shared {
     /// reader token when it is free and reads the socket itself, feeding the
     /// engine and waking the others, until its own completion arrives; the
     /// others sleep on their slot. With `poll_spin`, first spins: the leader
-    /// on non-blocking receives, a follower on its slot's flag.
+    /// on non-blocking receives, a follower on its slot's flag. One that
+    /// does not lead the unicast socket and `mlead`s reads the multicast
+    /// socket if it can (see [`mcast`]).
     fn wait<'a>(
         &'a self,
         pid: Pid,
         st: Option<MutexGuard<'a, State>>,
         signal: &Signal,
-        lead: bool,
+        (lead, mlead): (bool, bool),
         mut lend: Lend<'_>,
     ) -> Result<Completion> {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
@@ -965,6 +1011,10 @@ impl Shared {
                 }
                 st.rxbuf = buf;
                 st = self.flush_locked(st);
+                continue;
+            }
+            if self.may_lead_multicast(&st, pid, mlead) {
+                st = self.lead_multicast(st, pid, signal, &mut lend);
                 continue;
             }
             // A follower. One that would lead asks for the token; if the
@@ -1088,6 +1138,7 @@ impl Shared {
             slot.sleeping = false;
             slot.wants_lead = false;
         }
+        self.release_multicast(st, pid);
         if st.reader == Reader::Process(pid) {
             st.reader = Reader::None;
             st.releases += 1;
@@ -1140,7 +1191,14 @@ impl Shared {
         }
         let pid = st.engine.create_process()?;
         let signal = Arc::new(Signal::new());
-        let slot = Slot { work: VecDeque::new(), signal, sleeping: false, wants_lead: false, last_net: None };
+        let slot = Slot {
+            work: VecDeque::new(),
+            signal,
+            sleeping: false,
+            wants_lead: false,
+            last_net: None,
+            last_mcast: None,
+        };
         st.slots.insert(pid, slot);
         Ok(pid)
     }
@@ -1165,7 +1223,7 @@ impl Shared {
     /// The engine's counters.
     pub(crate) fn stats(&self) -> Stats {
         let st = self.lock();
-        Stats { unicast_fanout: st.fanout, ..st.engine.stats() }
+        Stats { unicast_fanout: st.fanout, multicast_by_receiver: st.mcast.by_receiver, ..st.engine.stats() }
     }
 
     /// Stops the node: threads exit, blocked calls return `NodeStopped`.
@@ -1186,9 +1244,14 @@ impl Shared {
             cv.notify_all();
         }
         self.sender_cv.notify_all();
+        self.mcast_cv.notify_all();
         drop(st);
-        // Wake the reader at once rather than after its read timeout.
+        // Wake the readers at once rather than after their read timeout.
         self.send_wake();
+        if let Some(b) = &self.bells {
+            b.holder.ring();
+            b.thread.ring();
+        }
     }
 }
 
@@ -1371,23 +1434,6 @@ pub(crate) fn net_loop(shared: Arc<Shared>) {
                     st = shared.bg_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
                 }
             }
-        }
-    }
-}
-
-/// The multicast thread: feeds every datagram heard on the group to the engine.
-pub(crate) fn multicast_loop(shared: Arc<Shared>) {
-    let Some(sock) = shared.multicast.as_ref() else { return };
-    let mut buf = vec![0u8; net::RECV_BUFFER];
-    loop {
-        let got = net::recv(sock, &mut buf);
-        let mut st = shared.lock();
-        if st.stopped {
-            return;
-        }
-        if let Some((n, from)) = got {
-            shared.feed(&mut st, from, &buf[..n], Origin::Net(None));
-            shared.flush(st);
         }
     }
 }

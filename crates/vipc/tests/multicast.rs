@@ -82,3 +82,102 @@ fn group_sends_go_to_the_group_address_and_only_member_nodes_hear_them() {
     assert_eq!(sends_in(&nodes[2]), 0, "a node without members heard the group's Send");
     assert_eq!(nodes[0].stats().unicast_fanout, 0, "with multicast nothing is fanned out");
 }
+
+/// Second byte of a message that makes [`spawn_adder`]'s member exit.
+const EXIT: u8 = 0xEE;
+
+/// A member spawned on `node` that joins `g` and answers every message with
+/// its first byte plus one, until a message says [`EXIT`].
+fn spawn_adder(node: &Node, g: vipc::Pid) -> vipc::Pid {
+    node.spawn(move |p| {
+        p.join_group(g).unwrap();
+        let mut m = [0u8; 32];
+        while let Ok(from) = p.receive(&mut m) {
+            m[0] = m[0].wrapping_add(1);
+            let _ = p.reply(&m, from);
+            if m[1] == EXIT {
+                return;
+            }
+        }
+    })
+    .unwrap()
+    .0
+}
+
+/// A member blocked in Receive whose messages come by multicast reads the
+/// multicast socket itself (the multicast token): after the first messages,
+/// group Sends reach it without a hand-off from the multicast thread.
+#[test]
+fn a_multicast_hot_member_reads_its_group_sends_itself() {
+    use vipc::{ReplyMode, SendOptions};
+    let group = random_group();
+    let nodes: Vec<Node> = (0..2).map(|_| Node::start(config(group)).unwrap()).collect();
+    let g = vipc::well_known_group(0x4243);
+    let member = spawn_adder(&nodes[1], g);
+    let me = nodes[0].attach().unwrap();
+    let sends = 200u64;
+    for i in 0..sends {
+        let mut m = [0u8; 32];
+        m[0] = i as u8;
+        assert_eq!(me.send_group(&mut m, g, ReplyMode::One, SendOptions::default()).unwrap(), member);
+        assert_eq!(m[0], (i as u8).wrapping_add(1), "send {i}");
+    }
+    let direct = nodes[1].stats().multicast_by_receiver;
+    assert!(direct >= sends / 2, "only {direct} of {sends} group Sends were read by their member");
+}
+
+/// The member holding the multicast token is woken at once for a message
+/// that does not come by multicast (here a local Send), not when its wait
+/// on the socket times out; and when it is gone, the multicast thread reads
+/// the group's Sends again.
+#[test]
+fn the_multicast_token_holder_hears_other_messages_and_its_exit_frees_the_token() {
+    use std::time::Instant;
+    use vipc::{ReplyMode, SendOptions};
+    let group = random_group();
+    // No announcements: nothing but the test's own datagrams ends the holder's wait.
+    let quiet = || {
+        let mut c = config(group);
+        c.engine.alive_period = None;
+        c
+    };
+    let nodes: Vec<Node> = (0..2).map(|_| Node::start(quiet()).unwrap()).collect();
+    let g = vipc::well_known_group(0x4244);
+    let member = spawn_adder(&nodes[1], g);
+    let remote = nodes[0].attach().unwrap();
+    let warm = |n: u64| {
+        for _ in 0..n {
+            remote.send_group(&mut [0u8; 32], g, ReplyMode::One, SendOptions::default()).unwrap();
+        }
+    };
+    warm(20);
+    let before = nodes[1].stats().multicast_by_receiver;
+    warm(5);
+    assert!(nodes[1].stats().multicast_by_receiver > before, "the member does not hold the multicast token");
+    // Now the member waits on the multicast socket: a local Send must wake it.
+    let local = nodes[1].attach().unwrap();
+    let mut times = Vec::new();
+    for i in 0..10u8 {
+        let mut m = [i; 32];
+        let t = Instant::now();
+        local.send(&mut m, member).unwrap();
+        times.push(t.elapsed());
+        assert_eq!(m[0], i + 1);
+        warm(2); // the member takes the token again
+    }
+    // Unwoken, the holder would wait for the next datagram on the socket
+    // (an announcement) or its poll's end: tens of milliseconds.
+    let slow = times.iter().filter(|t| **t > Duration::from_millis(20)).count();
+    assert!(slow <= 2, "local Sends to the token holder took {times:?}");
+    // The member exits with the token: a new member's first messages come
+    // by the multicast thread again.
+    warm(2);
+    let mut bye = [0u8; 32];
+    bye[1] = EXIT;
+    remote.send_group(&mut bye, g, ReplyMode::One, SendOptions::default()).unwrap();
+    let second = spawn_adder(&nodes[1], g);
+    for _ in 0..5 {
+        let mut m = [0u8; 32];
+        assert_eq!(remote.send_group(&mut m, g, ReplyMode::One, SendOptions::default()).unwrap(), second);
+    }
+}

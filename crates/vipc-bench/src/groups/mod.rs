@@ -25,6 +25,7 @@
 //! the bench exits in any way (error, Ctrl-C, SIGKILL).
 
 pub mod peers;
+mod raw;
 pub mod report;
 mod topology;
 
@@ -179,6 +180,13 @@ impl Runs {
         self.packets.entry(name.into()).or_default().push(num(f, "packets")?);
         Ok(())
     }
+    /// A raw UDP round's figures: the last answer's time under `name`, the
+    /// first's under `name_first`.
+    fn keep_raw(&mut self, name: &str, f: &Fields) -> Result<()> {
+        self.time.entry(name.into()).or_default().push(num(f, "median")?);
+        self.time.entry(format!("{name}_first")).or_default().push(num(f, "first")?);
+        Ok(())
+    }
     fn time(&self, k: &str) -> f64 {
         self.time.get(k).map(|v| median(v)).unwrap_or(0.0)
     }
@@ -217,6 +225,8 @@ fn measure_size(topo: &mut Topology, runs: &mut Runs, s: usize, idle: Option<usi
     let (rounds, n) = if quick { (1, 40) } else { (5, 300) };
     for _ in 0..rounds {
         runs.keep(&format!("unicast_{s}"), &topo.ask(&format!("UNICAST host=1 n={n}"))?)?;
+        runs.keep_raw(&format!("raw_unicast_{s}"), &topo.ask(&format!("RAWUNICAST host=1 n={n}"))?)?;
+        runs.keep_raw(&format!("raw_mcast_{s}"), &topo.ask(&format!("RAWMCAST size={s} n={n}"))?)?;
         runs.keep(&format!("k1_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply=1 size={s} n={n}"))?)?;
         runs.keep(&format!("kall_{s}"), &topo.ask(&format!("RELIABLE mode=k-reply={s} size={s} n={n}"))?)?;
         runs.keep(&format!("all_{s}"), &topo.ask(&format!("RELIABLE mode=all-reply size={s} n={n}"))?)?;
@@ -257,6 +267,17 @@ fn records(runs: &Runs, sizes: &[usize]) -> Vec<Record> {
         rec(format!("k_reply_vs_all_{s}"), m(format!("kall_{s}")), "us", format!("all_reply_{s}"), all);
         rec(format!("all_reply_{s}"), all, "us", uc(), unicast);
         rec(format!("all_reply_vs_k1_{s}"), all, "us", format!("k_reply1_{s}"), k1);
+        // The floor: the same exchanges in plain UDP between the same
+        // namespaces (one datagram out, the S echoes back).
+        let raw = m(format!("raw_unicast_{s}"));
+        let (raw_first, raw_all) = (m(format!("raw_mcast_{s}_first")), m(format!("raw_mcast_{s}")));
+        let ru = || format!("raw_udp_unicast_{s}");
+        rec(format!("unicast_exchange_vs_raw_{s}"), unicast, "us", ru(), raw);
+        rec(format!("raw_mcast_first_{s}"), raw_first, "us", ru(), raw);
+        rec(format!("raw_mcast_all_{s}"), raw_all, "us", ru(), raw);
+        rec(format!("raw_mcast_all_vs_first_{s}"), raw_all, "us", format!("raw_mcast_first_{s}"), raw_first);
+        rec(format!("k_reply1_vs_raw_{s}"), k1, "us", format!("raw_mcast_first_{s}"), raw_first);
+        rec(format!("all_reply_vs_raw_{s}"), all, "us", format!("raw_mcast_all_{s}"), raw_all);
         // V's own group Send taking the first reply (000 §6: ≈ a unicast exchange).
         rec(format!("group_send_one_{s}"), m(format!("one_{s}")), "us", uc(), unicast);
         // 004 Table 3.

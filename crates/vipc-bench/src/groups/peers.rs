@@ -2,6 +2,7 @@
 //! network namespace: a member host (kernel server plus one member of each
 //! group it is told to join) and the measuring client, driven line by line.
 
+use super::raw;
 use crate::error::Result;
 use crate::peer::{announce, say, stdin_lines, PeerArgs};
 use crate::stats::{median, quantile, sort};
@@ -68,12 +69,18 @@ fn start_load(node: &Node, size: usize) -> Result<Load> {
     Ok(Load { stop, sends, thread })
 }
 
+fn v4(listen: SocketAddr) -> Result<Ipv4Addr> {
+    match listen {
+        SocketAddr::V4(a) => Ok(*a.ip()),
+        SocketAddr::V6(_) => Err("groups bench: IPv4 listen address needed".into()),
+    }
+}
+
 fn node_config(listen: SocketAddr, host: u16) -> Result<NodeConfig> {
-    let SocketAddr::V4(v4) = listen else { return Err("groups bench: IPv4 listen address needed".into()) };
     let mut cfg = NodeConfig::fixed(host, listen, Vec::new());
     cfg.host_id = HostIdConfig::Fixed(host);
     cfg.broadcast = Broadcast {
-        multicast: Some(Multicast { group: BENCH_CHANNEL, interface: *v4.ip(), ..Multicast::default() }),
+        multicast: Some(Multicast { group: BENCH_CHANNEL, interface: v4(listen)?, ..Multicast::default() }),
         peers: Vec::new(),
     };
     Ok(cfg)
@@ -86,11 +93,16 @@ fn node_config(listen: SocketAddr, host: u16) -> Result<NodeConfig> {
 /// starts ALL_REPLY Sends back to back to the group of S; `UNLOAD` stops
 /// them and answers `UNLOADED sends=N`.
 pub fn host_peer(a: &PeerArgs) -> Result<()> {
-    let node = Node::start(node_config(a.get("listen")?, a.get("host")?)?)?;
+    let listen: SocketAddr = a.get("listen")?;
+    let node = Node::start(node_config(listen, a.get("host")?)?)?;
     let groups: String = a.opt("groups")?.unwrap_or_default();
-    let mut received = Vec::new();
+    let mut sizes = Vec::new();
     for g in groups.split(',').filter(|s| !s.is_empty()) {
-        let size: usize = g.parse().map_err(|_| format!("bad group size {g:?}"))?;
+        sizes.push(g.parse::<usize>().map_err(|_| format!("bad group size {g:?}"))?);
+    }
+    raw::spawn_echo(v4(listen)?, &sizes)?;
+    let mut received = Vec::new();
+    for &size in &sizes {
         spawn_group_member(&node, well_known_group(group_of_size(size)))?;
         let got = Arc::new(AtomicU64::new(0));
         spawn_silent_member(&node, well_known_group(silent_group_of_size(size)), got.clone())?;
@@ -100,7 +112,8 @@ pub fn host_peer(a: &PeerArgs) -> Result<()> {
     let mut load: Option<Load> = None;
     for line in stdin_lines() {
         if line == "STATS" {
-            let mut out = format!("STATS hosts_down={}", node.stats().hosts_down);
+            let stats = node.stats();
+            let mut out = format!("STATS hosts_down={} by_receiver={}", stats.hosts_down, stats.multicast_by_receiver);
             for (size, got) in &received {
                 out.push_str(&format!(" recv_{size}={}", got.load(Ordering::Relaxed)));
             }
@@ -135,7 +148,9 @@ pub fn host_peer(a: &PeerArgs) -> Result<()> {
 /// `bench-peer group-client --listen IP:PORT --host H --expect N`: waits until
 /// N hosts are alive, then runs the commands it reads (see `client_command`).
 pub fn client_peer(a: &PeerArgs) -> Result<()> {
-    let node = Node::start(node_config(a.get("listen")?, a.get("host")?)?)?;
+    let listen: SocketAddr = a.get("listen")?;
+    let node = Node::start(node_config(listen, a.get("host")?)?)?;
+    let mut raw = raw::RawClient::new(v4(listen)?)?;
     let expect: usize = a.get("expect")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while node.alive_hosts()?.hosts().count() < expect {
@@ -149,7 +164,11 @@ pub fn client_peer(a: &PeerArgs) -> Result<()> {
     let p = node.attach()?;
     announce(&[("alive", expect.to_string())]);
     for line in stdin_lines() {
-        match client_command(&node, &p, &line) {
+        let answer = match line.split_whitespace().next() {
+            Some("RAWUNICAST" | "RAWMCAST") => raw_command(&mut raw, &line),
+            _ => client_command(&node, &p, &line),
+        };
+        match answer {
             Ok(out) => say(&format!("RESULT {out}")),
             Err(e) => say(&format!("ERROR {e}")),
         }
@@ -290,6 +309,43 @@ fn client_command(node: &Node, p: &Process, line: &str) -> Result<String> {
         }
         _ => Err(format!("unknown command {line:?}").into()),
     }
+}
+
+/// The raw UDP floor (see [`raw`]):
+/// - `RAWUNICAST host=H n=N`: a 32-byte echo with host H;
+/// - `RAWMCAST size=S n=N`: one datagram to the echoes of size S, timing the
+///   first (`first=`) and the last (`median=`) of their answers.
+///
+/// Rounds that lost a datagram are counted (`lost=`) and not timed.
+fn raw_command(c: &mut raw::RawClient, line: &str) -> Result<String> {
+    let n: usize = field(line, "n")?;
+    let (to, answers) = if line.starts_with("RAWUNICAST") {
+        (SocketAddrV4::new(super::topology::host_ip(field(line, "host")?), raw::RAW_PORT), 1)
+    } else {
+        let size: usize = field(line, "size")?;
+        (SocketAddrV4::new(raw::raw_group_addr(size), raw::RAW_PORT), size)
+    };
+    let (mut first, mut all, mut lost) = (Vec::with_capacity(n), Vec::with_capacity(n), 0usize);
+    for _ in 0..n {
+        match c.round(to, answers)? {
+            Some(r) => {
+                first.push(r.first.as_secs_f64() * 1e6);
+                all.push(r.all.as_secs_f64() * 1e6);
+            }
+            None => lost += 1,
+        }
+    }
+    if all.is_empty() {
+        return Err(format!("every one of {n} raw rounds to {to} was lost").into());
+    }
+    sort(&mut first);
+    sort(&mut all);
+    Ok(format!(
+        "median={:.2} first={:.2} p99={:.2} lost={lost} n={n}",
+        median(&all),
+        median(&first),
+        quantile(&all, 0.99)
+    ))
 }
 
 /// An unreliable group Send made reliable by the user: collect `size`

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::peer::{parse_fields, Peer, PeerExe};
 use std::collections::BTreeMap;
 use std::io::BufRead;
+use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -53,8 +54,9 @@ fn ip(args: &[&str]) -> std::result::Result<(), String> {
     }
 }
 
-fn host_ip(i: usize) -> String {
-    format!("10.87.0.{i}")
+/// The address of member host `i` (200: the client).
+pub fn host_ip(i: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 87, 0, i)
 }
 
 impl Topology {
@@ -79,14 +81,15 @@ impl Topology {
         ip(&["-n", &br, "link", "set", "br0", "up"]).map_err(Setup::Failed)?;
         for i in 1..=hosts + 1 {
             let ns = t.ns(i, hosts);
-            t.add_namespace(&br, &ns, i, if i <= hosts { host_ip(i) } else { host_ip(200) }).map_err(Setup::Failed)?;
+            t.add_namespace(&br, &ns, i, if i <= hosts { host_ip(i as u8) } else { host_ip(200) })
+                .map_err(Setup::Failed)?;
         }
         let err = |e: crate::BenchError| Setup::Failed(format!("a peer did not start: {e}"));
         for i in 1..=hosts {
             let groups: Vec<String> = sizes.iter().filter(|&&s| s >= i).map(|s| s.to_string()).collect();
             let args = vec![
                 "--listen".into(),
-                format!("{}:{PORT}", host_ip(i)),
+                format!("{}:{PORT}", host_ip(i as u8)),
                 "--host".into(),
                 i.to_string(),
                 "--groups".into(),
@@ -115,7 +118,7 @@ impl Topology {
         }
     }
 
-    fn add_namespace(&mut self, br: &str, ns: &str, i: usize, addr: String) -> std::result::Result<(), String> {
+    fn add_namespace(&mut self, br: &str, ns: &str, i: usize, addr: Ipv4Addr) -> std::result::Result<(), String> {
         ip(&["netns", "add", ns])?;
         self.created.push(ns.to_string());
         let port = format!("p{i}");

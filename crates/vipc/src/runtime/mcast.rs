@@ -1,0 +1,234 @@
+//! Who reads the multicast socket: the multicast token.
+//!
+//! Group Sends arrive on the multicast socket. Read by the multicast thread,
+//! each one destined to a member blocked in Receive costs a hand-off: the
+//! thread wakes, feeds the engine and wakes the member, which then replies —
+//! two threads woken per message on every member host. So, as with the
+//! unicast socket's reader token, a process blocked in Receive whose
+//! messages came from the multicast socket lately ("multicast-hot") takes
+//! the multicast token and reads the socket itself while it waits: its own
+//! group message then wakes nobody else.
+//!
+//! The token holder waits in `poll` on the socket and a doorbell (an
+//! eventfd) rung when something else is for it — a completion that came
+//! another way, or the node stopping. The multicast thread holds the token
+//! when no process does: it polls the socket and its own doorbell, rung when
+//! a process takes the token; when a process gives the token up, the thread
+//! leaves it [`GRACE`] to come back (a member between two Receives) before
+//! reading again, and sleeps while one process keeps it.
+//!
+//! Two readers may briefly overlap (the thread reading one datagram while a
+//! process takes over): the engine does not depend on the order of
+//! multicast datagrams (group Sends, their retransmissions, announcements),
+//! only on that of a unicast stream, which is why the unicast token is strict.
+
+use super::{Lend, MutexGuard, Origin, Shared, Signal, State, GRACE};
+use crate::net;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use vipc_engine::Pid;
+
+/// An eventfd that wakes whoever polls it; ringing twice before it is
+/// heard wakes once.
+pub(crate) struct Doorbell(EventFd);
+
+impl Doorbell {
+    pub(crate) fn new() -> std::io::Result<Doorbell> {
+        Ok(Doorbell(EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?))
+    }
+
+    pub(crate) fn ring(&self) {
+        if let Err(e) = self.0.write(1) {
+            tracing::debug!("doorbell: {e}");
+        }
+    }
+
+    /// Silences it (a ring after this is heard by the next wait).
+    fn clear(&self) {
+        let _ = self.0.read();
+    }
+}
+
+/// The two doorbells of a node with multicast.
+pub(crate) struct Bells {
+    /// Rung for the process holding the token.
+    pub(crate) holder: Doorbell,
+    /// Rung for the multicast thread when a process takes the token.
+    pub(crate) thread: Doorbell,
+}
+
+/// The token's state, under the node's lock.
+#[derive(Default)]
+pub(crate) struct Token {
+    /// The process holding it; None: the multicast thread reads.
+    pub(crate) holder: Option<Pid>,
+    /// The holder is (about to be) in its poll: waking it takes its doorbell.
+    pub(crate) holder_blocked: bool,
+    /// Ring the holder's doorbell once the lock is released.
+    pub(crate) wake_holder: bool,
+    /// The multicast thread is (about to be) in its poll.
+    thread_polling: bool,
+    /// The thread sleeps until notified (one process has kept the token).
+    thread_parked: bool,
+    /// Counts the times a process took the token.
+    taken: u64,
+    /// Counts the times a process gave it up.
+    released: u64,
+    /// Datagrams read by the process they were for (no hand-off).
+    pub(crate) by_receiver: u64,
+    /// The holder's receive buffer.
+    buf: Vec<u8>,
+}
+
+/// Waits until `sock` has a datagram or `bell` rings, at most `limit`;
+/// true if the socket is readable. The bell is silenced.
+fn wait_readable(sock: &UdpSocket, bell: &Doorbell, limit: Duration) -> bool {
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(bell.0.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(limit).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, timeout) {
+        Ok(_) => {
+            if fds[1].any().unwrap_or(false) {
+                bell.clear();
+            }
+            fds[0].any().unwrap_or(false)
+        }
+        Err(e) => {
+            tracing::debug!("poll: {e}");
+            false
+        }
+    }
+}
+
+/// One datagram if one is there now (the socket does not block: see
+/// [`set_up`]).
+fn recv_now(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    match sock.recv_from(buf) {
+        Ok(got) => Some(got),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None, // another reader took it
+        Err(e) => {
+            tracing::debug!("multicast receive: {e}");
+            None
+        }
+    }
+}
+
+/// Makes the multicast socket non-blocking (every reader polls before it
+/// receives, and two may find the same datagram ready) and the doorbells.
+pub(crate) fn set_up(sock: &UdpSocket) -> std::io::Result<Bells> {
+    sock.set_nonblocking(true)?;
+    Ok(Bells { holder: Doorbell::new()?, thread: Doorbell::new()? })
+}
+
+impl Shared {
+    /// Whether `pid`, about to wait in Receive, should read the multicast
+    /// socket: it is multicast-hot and no other process holds the token.
+    pub(super) fn may_lead_multicast(&self, st: &State, pid: Pid, hot: bool) -> bool {
+        hot && self.bells.is_some() && st.mcast.holder.is_none_or(|h| h == pid)
+    }
+
+    /// `pid` holds (or takes) the token and reads one multicast datagram,
+    /// or until its doorbell rings or [`net::RECV_POLL`] passes; returns with
+    /// the lock held.
+    pub(super) fn lead_multicast<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        pid: Pid,
+        signal: &Signal,
+        lend: &mut Lend<'_>,
+    ) -> MutexGuard<'a, State> {
+        let (Some(sock), Some(bells)) = (self.multicast.as_ref(), self.bells.as_ref()) else { return st };
+        let took = st.mcast.holder != Some(pid);
+        if took {
+            st.mcast.holder = Some(pid);
+            st.mcast.taken += 1;
+        }
+        let kick = took && st.mcast.thread_polling;
+        st.mcast.holder_blocked = true;
+        if let Some(slot) = st.slots.get_mut(&pid) {
+            slot.wants_lead = false; // not also waiting for the unicast token
+        }
+        signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked by the caller
+        let mut buf = std::mem::take(&mut st.mcast.buf);
+        buf.resize(net::RECV_BUFFER, 0);
+        drop(st);
+        if kick {
+            bells.thread.ring();
+        }
+        let got = if wait_readable(sock, &bells.holder, net::RECV_POLL) { recv_now(sock, &mut buf) } else { None };
+        let mut st = self.lock();
+        st.mcast.holder_blocked = false;
+        if let Some((n, from)) = got {
+            let had = signal.done().is_some();
+            if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Multicast(Some(pid))) {
+                drop(st);
+                super::place(lend, offset, &buf[range]);
+                st = self.lock();
+            }
+            if !had && signal.done().is_some() {
+                st.mcast.by_receiver += 1;
+            }
+        }
+        st.mcast.buf = buf;
+        self.flush_locked(st)
+    }
+
+    /// `pid` stops waiting: the token, if it held it, goes back to the thread.
+    pub(super) fn release_multicast(&self, st: &mut State, pid: Pid) {
+        if st.mcast.holder == Some(pid) {
+            st.mcast.holder = None;
+            st.mcast.released += 1;
+            if st.mcast.thread_parked {
+                self.mcast_cv.notify_one();
+            }
+        }
+    }
+}
+
+/// The multicast thread: reads the multicast socket while no process holds
+/// the token, feeding every datagram to the engine.
+pub(crate) fn multicast_loop(shared: Arc<Shared>) {
+    let (Some(sock), Some(bells)) = (shared.multicast.as_ref(), shared.bells.as_ref()) else { return };
+    let mut buf = vec![0u8; net::RECV_BUFFER];
+    let (mut seen_taken, mut seen_released) = (u64::MAX, u64::MAX);
+    let mut st = shared.lock();
+    loop {
+        if st.stopped {
+            return;
+        }
+        if st.mcast.holder.is_some() {
+            if st.mcast.taken == seen_taken {
+                // One process has held it for a whole GRACE: sleep until it lets go.
+                st.mcast.thread_parked = true;
+                st = shared.mcast_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.mcast.thread_parked = false;
+            } else {
+                seen_taken = st.mcast.taken;
+                st = shared.mcast_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            continue;
+        }
+        if st.mcast.released != seen_released {
+            // Given up since we last looked: leave it a GRACE to come back.
+            seen_released = st.mcast.released;
+            st = shared.mcast_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
+            continue;
+        }
+        st.mcast.thread_polling = true;
+        drop(st);
+        let got = if wait_readable(sock, &bells.thread, net::RECV_POLL) { recv_now(sock, &mut buf) } else { None };
+        st = shared.lock();
+        st.mcast.thread_polling = false;
+        if st.stopped {
+            return;
+        }
+        if let Some((n, from)) = got {
+            shared.feed(&mut st, from, &buf[..n], Origin::Multicast(None));
+            st = shared.flush_locked(st);
+        }
+    }
+}
