@@ -115,6 +115,7 @@ impl Session {
                 for r in records(&runs, &all) {
                     out.record(r);
                 }
+                out.note(floor_note(&runs, &all));
                 Ok(())
             }
             "soak" => match self.topology(out, most)? {
@@ -245,6 +246,30 @@ fn measure_size(topo: &mut Topology, runs: &mut Runs, s: usize, idle: Option<usi
         }
     }
     Ok(())
+}
+
+/// What plain UDP allows on this machine, beside the bars that compare
+/// ALL_REPLY with the unicast exchange and with 1-reliable: the same bars
+/// computed on the raw echoes (one datagram out, S answers back).
+fn floor_note(runs: &Runs, sizes: &[usize]) -> String {
+    let m = |k: String| runs.time(&k);
+    let per_size: Vec<String> = sizes
+        .iter()
+        .map(|&s| {
+            let (first, all) = (m(format!("raw_mcast_{s}_first")), m(format!("raw_mcast_{s}")));
+            let unicast = m(format!("unicast_{s}"));
+            format!(
+                "{s} members: raw all / vipc unicast {:.2}, raw all / raw first {:.2}, ALL_REPLY / raw all {:.2}",
+                all / unicast,
+                all / first,
+                m(format!("all_{s}")) / all
+            )
+        })
+        .collect();
+    format!(
+        "groups: the raw UDP floor (bars: ALL_REPLY to 8 / unicast ≤ 2.5, ALL_REPLY / 1-reliable ≤ 1.10): {}",
+        per_size.join("; ")
+    )
 }
 
 /// The suite's records of item `sizes` from the medians of its rounds (the

@@ -107,6 +107,38 @@ pub fn section(records: &[Record]) -> Option<String> {
             paper(n, |p| Some(p.all_vs_k1)),
         );
     }
+    if sizes.iter().any(|n| get(records, &format!("raw_mcast_all_{n}")).is_some()) {
+        let _ = writeln!(
+            s,
+            "\n### The floor: plain UDP between the same namespaces\n\n\
+             One 32-byte datagram multicast to an echo thread on each member host, timed to the first \
+             and the last echo, and a unicast echo with host 1: what any implementation pays here before \
+             its own work. On two cores every host's kernel and thread share the CPUs, so the floor \
+             itself grows with the group.\n\n\
+             | members | raw unicast | raw first | raw all | raw all ÷ vipc unicast (bar 2.5 at 8) | \
+             raw all ÷ raw first (bar 1.10) | 1-reliable ÷ raw first | ALL_REPLY ÷ raw all |\n\
+             |---|---|---|---|---|---|---|---|"
+        );
+        for &n in &sizes {
+            let v = |name: String| get(records, &name).map(|r| r.value);
+            let div = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                _ => "–".into(),
+            };
+            let raw_all = v(format!("raw_mcast_all_{n}"));
+            let _ = writeln!(
+                s,
+                "| {n} | {} | {} | {} | {} | {} | {} | {} |",
+                get(records, &format!("raw_mcast_all_{n}")).map_or("–".into(), |r| fmt_num(r.baseline_value)),
+                value(records, &format!("raw_mcast_first_{n}")),
+                value(records, &format!("raw_mcast_all_{n}")),
+                div(raw_all, v(format!("unicast_exchange_{n}"))),
+                ratio(records, &format!("raw_mcast_all_vs_first_{n}")),
+                ratio(records, &format!("k_reply1_vs_raw_{n}")),
+                ratio(records, &format!("all_reply_vs_raw_{n}")),
+            );
+        }
+    }
     let ones: Vec<String> = sizes
         .iter()
         .filter_map(|n| get(records, &format!("group_send_one_{n}")).map(|r| format!("{n} members {:.2}", r.ratio)))
@@ -250,6 +282,11 @@ mod tests {
             Record::new("groups", "all_reply_vs_series_8", 50.0, "us", "unicast_series_8", 200.0),
             Record::new("groups", "packets_all_reply_8", 17.0, "packets", "formula_1+R+H_8", 17.0),
             Record::new("groups", "down_detect_ms", 312.0, "ms", "configured_bound_ms", 405.0),
+            Record::new("groups", "raw_mcast_first_8", 30.0, "us", "raw_udp_unicast_8", 10.0),
+            Record::new("groups", "raw_mcast_all_8", 40.0, "us", "raw_udp_unicast_8", 10.0),
+            Record::new("groups", "raw_mcast_all_vs_first_8", 40.0, "us", "raw_mcast_first_8", 30.0),
+            Record::new("groups", "k_reply1_vs_raw_8", 60.0, "us", "raw_mcast_first_8", 30.0),
+            Record::new("groups", "all_reply_vs_raw_8", 50.0, "us", "raw_mcast_all_8", 40.0),
         ];
         let md = section(&rs).unwrap();
         for needle in [
@@ -260,6 +297,8 @@ mod tests {
             "| 0.25 | 0.42 |",
             "17.00 / 17.00 = 1.000",
             "declared down after 312.0 ms",
+            "### The floor",
+            "| 8 | 10.00 | 30.00 | 40.00 | 2.00 | 1.33 | 2.00 | 1.25 |",
         ] {
             assert!(md.contains(needle), "missing {needle:?} in\n{md}");
         }
