@@ -278,3 +278,33 @@ fn garbage_in_the_acknowledgement_segment_is_ignored() {
     let st = tx.stats();
     assert!(written > 0 && st.ignored_acks > 0, "{written} junk writes: {st:?}");
 }
+
+#[test]
+fn no_host_can_write_the_receivers_layout_or_status() {
+    // A third host writes a status saying "block 1 done" and a bogus layout
+    // into the receiver's header: refused (write-inhibited), read back
+    // unchanged, counted by the receiver; the sender's block still arrives.
+    let nodes = cluster(3, 103, clean());
+    let params = BlockParams { packet: 1024, unit: 4, max_block: 64 << 10 };
+    let rx = BlockReceiver::export(&nodes[0], params).unwrap();
+    let seg = vipc_rmem_layers::import_retrying(&nodes[2], rx.name(), Access::READ_WRITE, WAIT).unwrap();
+    let anon = nodes[2].anonymous_segment(64).unwrap();
+    let header = |anon: &vipc::AnonSegment| {
+        seg.read(0, 40, (anon, 0), false).unwrap().wait(WAIT).unwrap();
+        anon.to_vec(0, 40).unwrap()
+    };
+    let before = header(&anon);
+    let mut forged = [0u8; 24];
+    forged[..4].copy_from_slice(&1u32.to_le_bytes()); // done: block 1
+    seg.write(16, &forged, true).unwrap();
+    seg.write(0, &[0xff; 16], false).unwrap();
+    // A read after the writes sees them if they were applied (one sender, in order).
+    assert_eq!(header(&anon), before, "a remote write changed the receiver's header");
+    let mut tx = BlockSender::connect(&nodes[1], rx.name(), WAIT).unwrap();
+    let block = pattern(20_000, 3);
+    let t = receive(rx, 1);
+    tx.send(&block, WAIT).unwrap();
+    let (rx, got) = t.join().unwrap();
+    assert_eq!(got, vec![block]);
+    assert_eq!(rx.refused_writes(), 2);
+}

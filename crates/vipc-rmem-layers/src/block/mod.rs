@@ -25,7 +25,9 @@
 //! or twice. The sender takes a record only if its check word (over the
 //! sender's registration id) matches and it names the block being sent and
 //! a unit in flight that maps to the slot it is in; anything else is
-//! counted ([`SenderStats::ignored_acks`]) and skipped (see `judge`).
+//! counted ([`SenderStats::ignored_acks`]) and skipped (see `judge`). The
+//! receiver's status word needs no check word: the receiver write-inhibits
+//! its layout and status, so no other host's write lands there.
 //!
 //! Why each packet carries a tag: 003 relied on ATM delivering cells in
 //! order, so the source could announce in advance which word of each cell

@@ -30,6 +30,8 @@ pub struct BlockReceiver {
     sender: Option<RemoteSegment>,
     /// Blocks returned.
     received: u64,
+    /// Writes into the layout or the status, refused (see `export`).
+    refused: u64,
     /// The block in progress, kept across calls that time out.
     progress: Option<Progress>,
     /// A packet's bytes until they are checked (the first of a block).
@@ -76,9 +78,25 @@ impl BlockReceiver {
         put32(&mut head, super::H_UNIT, params.unit as u32);
         put32(&mut head, super::H_SLOTS, params.slots() as u32);
         seg.write(0, &head)?;
+        // Senders write packets and their registration; the layout and the
+        // status are the receiver's alone: a write there from any host is
+        // queued on the data channel (003 write-inhibit), never applied, so
+        // no host can make a sender believe a forged status.
+        seg.set_protection(0, H_REG as u32, true)?;
         let node = node.clone();
         let scratch = Vec::with_capacity(params.packet);
-        Ok(BlockReceiver { node, seg, params, done: 0, reg: 0, sender: None, received: 0, progress: None, scratch })
+        Ok(BlockReceiver {
+            node,
+            seg,
+            params,
+            done: 0,
+            reg: 0,
+            sender: None,
+            received: 0,
+            refused: 0,
+            progress: None,
+            scratch,
+        })
     }
 
     /// The segment's name: hand it to the sender.
@@ -89,6 +107,12 @@ impl BlockReceiver {
     /// Blocks returned so far.
     pub fn blocks_received(&self) -> u64 {
         self.received
+    }
+
+    /// Writes by other hosts into the segment's layout or status words,
+    /// refused and discarded so far.
+    pub fn refused_writes(&self) -> u64 {
+        self.refused
     }
 
     /// Waits for the next block and returns it. [`Error::Timeout`] if it is
@@ -162,8 +186,12 @@ impl BlockReceiver {
     }
 
     /// Drains the control channel: the slots whose packets notified, and
-    /// whether the registration area was written.
-    fn drain(&self) -> Result<(BTreeSet<usize>, bool)> {
+    /// whether the registration area was written. Discards (and counts) the
+    /// refused writes queued on the data channel.
+    fn drain(&mut self) -> Result<(BTreeSet<usize>, bool)> {
+        while self.seg.poll_data()?.is_some() {
+            self.refused += 1;
+        }
         let (mut slots, mut reg) = (BTreeSet::new(), false);
         while let Some(r) = self.seg.poll_control()? {
             let off = r.offset as usize;
