@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, SegmentId, Stats, Time};
 use vipc_wire::HEADER_LEN;
 
+mod apart;
 mod mcast;
 pub(crate) use mcast::{multicast_loop, set_up as mcast_set_up};
 
@@ -566,7 +567,9 @@ impl Shared {
         match origin {
             Origin::Net(_) => slot.last_net = Some(now),
             Origin::Multicast(_) => slot.last_mcast = Some(now),
-            Origin::Call(by) if by != Some(pid) => (slot.last_net, slot.last_mcast) = (None, None),
+            // A local message cools a server for the unicast socket; it says
+            // nothing of its group messages (those keep coming by multicast).
+            Origin::Call(by) if by != Some(pid) => slot.last_net = None,
             Origin::Call(_) | Origin::Timer => {}
         }
         self.wake(st, pid, origin.actor());
@@ -1051,6 +1054,7 @@ impl Shared {
             if let Some(slot) = st.slots.get_mut(&pid) {
                 slot.sleeping = true;
             }
+            self.multicast_unattended(&mut st);
             st = signal.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             if let Some(slot) = st.slots.get_mut(&pid) {
                 slot.sleeping = false;
@@ -1295,19 +1299,28 @@ fn signal_all(notify: &mut Notify) {
 
 /// Spins until `signal`'s flag is set or `until` passes. While the thread
 /// expected to answer last ran on our CPU, each round yields it the CPU.
+/// A wait that keeps finding its answerer on its own CPU moves the thread
+/// away (see [`apart`]).
 fn spin_on(signal: &Signal, until: Instant, spinner: &mut net::Spin) {
     let mut rounds = 0u32;
+    let mut together = None;
     while !signal.ready.load(Ordering::Acquire) {
         rounds = rounds.wrapping_add(1);
         if rounds % 16 == 0 && Instant::now() >= until {
-            return;
+            break;
         }
         let peer = signal.peer_cpu.load(Ordering::Relaxed);
         if peer != NO_CPU && peer == current_cpu() {
+            together = Some(peer);
             std::thread::yield_now();
         } else {
             spinner.pause();
         }
+    }
+    if let Some(cpu) = together {
+        apart::after_wait(true, cpu);
+    } else if rounds > 0 {
+        apart::after_wait(false, NO_CPU);
     }
 }
 

@@ -83,6 +83,10 @@ pub(crate) struct Token {
     pub(crate) by_receiver: u64,
     /// The holder's receive buffer.
     buf: Vec<u8>,
+    /// The holder's last wait read a datagram: the next may be there already.
+    busy: bool,
+    /// A process went to sleep with the token free: the thread reads at once.
+    skip_grace: bool,
 }
 
 /// Waits until `sock` has a datagram or `bell` rings, at most `limit`;
@@ -148,6 +152,7 @@ impl Shared {
             st.mcast.taken += 1;
         }
         let kick = took && st.mcast.thread_polling;
+        let busy = st.mcast.busy;
         st.mcast.holder_blocked = true;
         if let Some(slot) = st.slots.get_mut(&pid) {
             slot.wants_lead = false; // not also waiting for the unicast token
@@ -159,9 +164,16 @@ impl Shared {
         if kick {
             bells.thread.ring();
         }
-        let got = if wait_readable(sock, &bells.holder, net::RECV_POLL) { recv_now(sock, &mut buf) } else { None };
+        // Under load the next datagram is most likely there already: take it
+        // without polling first (one system call per datagram, as a thread
+        // blocked in a receive would make).
+        let mut got = if busy { recv_now(sock, &mut buf) } else { None };
+        if got.is_none() && wait_readable(sock, &bells.holder, net::RECV_POLL) {
+            got = recv_now(sock, &mut buf);
+        }
         let mut st = self.lock();
         st.mcast.holder_blocked = false;
+        st.mcast.busy = got.is_some();
         if let Some((n, from)) = got {
             let had = signal.done().is_some();
             if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Multicast(Some(pid))) {
@@ -175,6 +187,17 @@ impl Shared {
         }
         st.mcast.buf = buf;
         self.flush_locked(st)
+    }
+
+    /// A process is going to sleep without reading any socket: if the
+    /// multicast token is free, the thread reads now instead of leaving the
+    /// token its [`GRACE`] (the process that gave it up may be this one, or
+    /// busy elsewhere: nobody would read the socket meanwhile).
+    pub(super) fn multicast_unattended(&self, st: &mut State) {
+        if self.bells.is_some() && st.mcast.holder.is_none() && !st.mcast.thread_polling && !st.mcast.skip_grace {
+            st.mcast.skip_grace = true;
+            self.mcast_cv.notify_one();
+        }
     }
 
     /// `pid` stops waiting: the token, if it held it, goes back to the thread.
@@ -212,12 +235,14 @@ pub(crate) fn multicast_loop(shared: Arc<Shared>) {
             }
             continue;
         }
-        if st.mcast.released != seen_released {
+        if st.mcast.released != seen_released && !std::mem::take(&mut st.mcast.skip_grace) {
             // Given up since we last looked: leave it a GRACE to come back.
             seen_released = st.mcast.released;
             st = shared.mcast_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
             continue;
         }
+        seen_released = st.mcast.released;
+        st.mcast.skip_grace = false;
         st.mcast.thread_polling = true;
         drop(st);
         let got = if wait_readable(sock, &bells.thread, net::RECV_POLL) { recv_now(sock, &mut buf) } else { None };
