@@ -240,7 +240,7 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
     interleave(&mut probes, rounds, warm)?;
     let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
     let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
-    let rows: [(&str, f64, &str, f64); 14] = [
+    let rows: [(&str, f64, &str, f64); 15] = [
         ("srr_local_32B", m("srr_local_32B")?, "condvar_roundtrip", m("condvar_roundtrip")?),
         ("srr_local_32B_p99", p99("srr_local_32B")?, "condvar_roundtrip_p99", p99("condvar_roundtrip")?),
         ("srr_remote_32B", m("srr_remote_32B")?, "udp_pingpong_32B", m("udp_pingpong_32B")?),
@@ -248,6 +248,8 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
         ("srr_remote_32B_vs_tcp", m("srr_remote_32B")?, "tcp_pingpong_32B", m("tcp_pingpong_32B")?),
         ("srr_remote_32B_vs_zmq", m("srr_remote_32B")?, "zmq_reqrep_32B", m("zmq_reqrep_32B")?),
         ("srr_remote_32B_vs_grpc", m("srr_remote_32B")?, "grpc_unary_32B", m("grpc_unary_32B")?),
+        // gRPC beside the node's polling option too (the bar reads the blocking figure).
+        ("srr_remote_32B_spin_vs_grpc", m("srr_remote_32B_spin")?, "grpc_unary_32B", m("grpc_unary_32B")?),
         ("srr_remote_over_local", m("srr_remote_32B")?, "srr_local_32B", m("srr_local_32B")?),
         ("srr_local_32B_spin", m("srr_local_32B_spin")?, "condvar_roundtrip", m("condvar_roundtrip")?),
         ("srr_local_32B_spin_p99", p99("srr_local_32B_spin")?, "condvar_roundtrip_p99", p99("condvar_roundtrip")?),

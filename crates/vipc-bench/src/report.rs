@@ -195,6 +195,7 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
         ("local, poll_spin", format!("{} µs", f(v.value("srr_local_32B_spin"))), "–", "–"),
         ("remote / ZeroMQ REQ/REP", r2(v.ratio("srr_remote_32B_vs_zmq")), "–", "–"),
         ("remote / gRPC unary", r2(v.ratio("srr_remote_32B_vs_grpc")), "–", "–"),
+        ("remote poll_spin / gRPC unary", r2(v.ratio("srr_remote_32B_spin_vs_grpc")), "–", "–"),
         ("remote / TCP ping-pong", r2(v.ratio("srr_remote_32B_vs_tcp")), "–", "–"),
     ];
     for (a, b, c, d) in rows {

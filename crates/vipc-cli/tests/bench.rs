@@ -17,6 +17,7 @@ fn quick_json_lines_parse_and_ratios_are_positive() {
         "srr_remote_32B_spin",
         "srr_remote_32B_vs_zmq",
         "srr_remote_32B_vs_grpc",
+        "srr_remote_32B_spin_vs_grpc",
         "packets_per_exchange_remote",
         "page_read_512B_packets",
         "page_write_4KB_packets",

@@ -456,12 +456,24 @@ fn sequential(ctx: &mut Ctx<'_, '_>) -> Result<()> {
         ctx.rec("files_seqread_lib_vs_movefrom", lib, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
         match (&env.cp, &env.vipc) {
             (Ok(()), Ok(v)) => {
-                let mut rates = Vec::new();
+                let (mut rates, mut local) = (Vec::new(), Vec::new());
+                let out = env.tmp.path().join("cp.out");
                 for _ in 0..s.big_rounds {
-                    rates.push(vipcside::cp_rate(ctx.exe, v, data::BIG, &env.tmp.path().join("cp.out"), ctx.host + 2)?);
+                    rates.push(vipcside::cp_rate(ctx.exe, v, data::BIG, &out, ctx.host + 2)?);
+                    local.push(work::copy_path(&env.export.join(data::BIG), &out, vipcside::CP_CHUNK)?);
                 }
                 let cp = crate::stats::median(&rates);
+                let local = crate::stats::median(&local);
                 ctx.rec("files_cp_vs_movefrom", cp, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
+                // The floor: the same copy with both files on this machine.
+                ctx.rec(
+                    "files_cp_local_copy_vs_movefrom",
+                    local,
+                    "MB/s",
+                    &format!("movefrom_remote_{}", label(size)),
+                    mf,
+                );
+                ctx.rec("files_cp_vs_local_copy", cp, "MB/s", "local_copy", local);
                 if let Some(b) = reads.iter().find(|(k, _)| *k == "sshfs").map(|(_, v)| crate::stats::median(v)) {
                     ctx.rec("files_cp_vs_sshfs", cp, "MB/s", "sshfs_nocache_seqread", b);
                 }

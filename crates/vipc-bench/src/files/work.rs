@@ -162,6 +162,30 @@ pub fn seq_write_path(path: &Path, size: u64, chunk: usize) -> Result<f64> {
     Ok(size as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
+/// Copies `src` to a new file `dst` on this machine the way `vipc cp` copies
+/// (`chunk`-byte positioned reads and writes, not forced to the disk): MB/s.
+/// The floor a remote copy sits on: the same reads and writes with no network.
+pub fn copy_path(src: &Path, dst: &Path, chunk: usize) -> Result<f64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; chunk];
+    let t = Instant::now();
+    let from = File::open(src)?;
+    let to = File::create(dst)?;
+    let mut off = 0u64;
+    loop {
+        let n = from.read_at(&mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        to.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    drop(to);
+    let rate = off as f64 / t.elapsed().as_secs_f64() / 1e6;
+    std::fs::remove_file(dst)?;
+    Ok(rate)
+}
+
 /// The same through the vipc library: open with O_CREAT|O_TRUNC, write, close.
 pub fn seq_write_lib(client: &FsClient, path: &str, size: u64, chunk: usize) -> Result<f64> {
     let e = |e: vipc_fs::FsError| BenchError::Other(format!("vipc write: {e}"));
