@@ -33,6 +33,9 @@ pub struct MountArgs {
     /// Drop a file's cached pages at every open, even when it is unchanged.
     #[arg(long)]
     pub no_data_cache: bool,
+    /// Threads reading subdirectories' listings ahead while a program walks a tree (0: none).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub dir_read_ahead: usize,
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
@@ -96,6 +99,7 @@ pub fn run(args: &MountArgs) -> CliResult<()> {
         data_cache: !args.no_data_cache,
         direct_io: args.direct_io,
         read_only: args.read_only,
+        dir_read_ahead: args.dir_read_ahead,
         ..MountOptions::default()
     };
     let source = format!("vipc:{export}");

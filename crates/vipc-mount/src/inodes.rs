@@ -119,7 +119,10 @@ impl InodeTable {
             let n = self.nodes.get_mut(&ino).expect("paths and nodes agree");
             if ino == ROOT || (n.server_ino == attr.ino && n.kind == attr.kind) {
                 n.lookups += 1;
-                n.attr = Some((attr.clone(), now));
+                // A listing read ahead may be older than what a lookup has brought meanwhile.
+                if n.attr.as_ref().is_none_or(|(_, seen)| *seen <= now) {
+                    n.attr = Some((attr.clone(), now));
+                }
                 return ino;
             }
             self.detach(path);
@@ -259,10 +262,11 @@ impl InodeTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn attr(ino: u64, kind: FileKind) -> Attr {
+    /// Attributes of a file of size 0 for tests.
+    pub(crate) fn attr(ino: u64, kind: FileKind) -> Attr {
         let t = Timestamp { secs: 0, nanos: 0 };
         Attr {
             ino,
@@ -342,6 +346,23 @@ mod tests {
         assert_eq!(t.path(b).as_deref(), Some("a"));
         let c = t.remember("a", &attr(2, FileKind::Dir), now);
         assert_ne!(b, c);
+    }
+
+    #[test]
+    fn older_attributes_do_not_replace_newer_ones() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let mut fresh = attr(1, FileKind::File);
+        fresh.size = 8;
+        let a = t.remember("a", &fresh, now);
+        // A listing read before the lookup above brings the file again, with its older size.
+        let old = now - Duration::from_millis(100);
+        assert_eq!(t.remember("a", &attr(1, FileKind::File), old), a);
+        let ttl = Duration::from_secs(1);
+        assert_eq!(t.cached_attr(a, ttl, now).map(|(at, _)| at.size), Some(8));
+        // A newer one does.
+        assert_eq!(t.remember("a", &attr(1, FileKind::File), now + Duration::from_millis(1)), a);
+        assert_eq!(t.cached_attr(a, ttl, now).map(|(at, _)| at.size), Some(0));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod convert;
+mod dirahead;
 mod fs;
 mod inodes;
 mod mount;

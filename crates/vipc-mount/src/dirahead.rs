@@ -1,0 +1,240 @@
+//! Directory read-ahead: when a listing shows subdirectories, their listings are fetched from the server in
+//! the background, so that a walk (`find`, `du`, `tar c`) finds the next directory's entries already here
+//! instead of waiting a round trip per directory — the directory counterpart of the file server's read-ahead
+//! (001 §4).
+//!
+//! A listing read ahead is used once, only while no change made through this mount can have made it stale
+//! (every change bumps an epoch and drops what was read ahead), and only while younger than the attribute
+//! TTL; the attributes it carries are handed to the kernel with what is left of that TTL, so another client's
+//! change still shows within one TTL.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use vipc_fs::DirEntry;
+
+/// A directory's entries as read from the server, and when the request for them was made.
+#[derive(Debug)]
+pub struct Listing {
+    /// The entries, without "." and "..".
+    pub entries: Vec<DirEntry>,
+    /// When the server was asked (the entries are at least this old).
+    pub at: Instant,
+}
+
+/// Most listings waiting to be fetched; more requests are dropped (the walk then fetches them itself).
+const QUEUE: usize = 1024;
+/// Most listings kept ready; beyond it, new ones are dropped.
+const KEPT: usize = 4096;
+
+/// Reads a directory (by path) from the server.
+pub type Fetch = dyn Fn(&str) -> Option<Vec<DirEntry>> + Send + Sync;
+
+struct Shared {
+    /// Bumped by every change made through the mount.
+    epoch: AtomicU64,
+    /// Fetched listings by path, with the epoch their fetch started in.
+    ready: Mutex<HashMap<String, (Arc<Listing>, u64)>>,
+    /// Paths queued or being fetched.
+    pending: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The read-ahead: a queue of directories and the threads that fetch them. Dropping it stops the threads
+/// once they finish the fetch in hand.
+pub struct DirAhead {
+    shared: Arc<Shared>,
+    queue: Option<SyncSender<(String, u64)>>,
+}
+
+impl DirAhead {
+    /// Read-ahead by `threads` threads calling `fetch`; with 0 threads it does nothing.
+    pub fn new(threads: usize, fetch: Arc<Fetch>) -> DirAhead {
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(0),
+            ready: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashSet::new()),
+        });
+        if threads == 0 {
+            return DirAhead { shared, queue: None };
+        }
+        let (tx, rx) = sync_channel::<(String, u64)>(QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let (rx, shared, fetch) = (rx.clone(), shared.clone(), fetch.clone());
+            let spawned = std::thread::Builder::new().name(format!("dirahead-{i}")).spawn(move || loop {
+                let Ok((path, epoch)) = lock(&rx).recv() else { return };
+                let at = Instant::now();
+                let got = if shared.epoch.load(Ordering::SeqCst) == epoch { fetch(&path) } else { None };
+                let mut ready = lock(&shared.ready);
+                if let Some(entries) = got {
+                    // Checked under the lock `changed` clears under: a change after the fetch began wins.
+                    if shared.epoch.load(Ordering::SeqCst) == epoch && ready.len() < KEPT {
+                        ready.insert(path.clone(), (Arc::new(Listing { entries, at }), epoch));
+                    }
+                }
+                lock(&shared.pending).remove(&path);
+            });
+            if spawned.is_err() {
+                break; // fewer threads (or none): the walk fetches what they would have
+            }
+        }
+        DirAhead { shared, queue: Some(tx) }
+    }
+
+    /// Asks for the listing of the directory at `path` in the background (at most once at a time).
+    pub fn request(&self, path: &str) {
+        let Some(queue) = &self.queue else { return };
+        if lock(&self.shared.ready).contains_key(path) || !lock(&self.shared.pending).insert(path.to_string()) {
+            return;
+        }
+        let epoch = self.shared.epoch.load(Ordering::SeqCst);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send((path.to_string(), epoch)) {
+            lock(&self.shared.pending).remove(path);
+        }
+    }
+
+    /// The listing of `path` read ahead, if there is one from the present epoch younger than `max_age`
+    /// (it is handed out once).
+    pub fn take(&self, path: &str, max_age: Duration) -> Option<Arc<Listing>> {
+        let (listing, epoch) = lock(&self.shared.ready).remove(path)?;
+        let fresh = epoch == self.shared.epoch.load(Ordering::SeqCst) && listing.at.elapsed() < max_age;
+        fresh.then_some(listing)
+    }
+
+    /// Something changed through the mount: nothing read ahead so far may be used.
+    pub fn changed(&self) {
+        let mut ready = lock(&self.shared.ready);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        ready.clear();
+    }
+
+    /// Listings kept ready.
+    #[cfg(test)]
+    fn ready_count(&self) -> usize {
+        lock(&self.shared.ready).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{channel, Receiver, Sender};
+    use vipc_fs::FileKind;
+
+    fn entry(name: &str) -> DirEntry {
+        DirEntry { name: name.into(), attr: crate::inodes::tests::attr(1, FileKind::Dir) }
+    }
+
+    /// A fetch that lists `[path]` and counts its calls.
+    fn counting() -> (Arc<Fetch>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        (
+            Arc::new(move |p: &str| {
+                c.fetch_add(1, Ordering::SeqCst);
+                Some(vec![entry(p)])
+            }),
+            calls,
+        )
+    }
+
+    /// A fetch that waits for a go-ahead per call (to change things while a fetch is in flight).
+    fn gated() -> (Arc<Fetch>, Sender<()>, Receiver<()>) {
+        let (go_tx, go_rx) = channel::<()>();
+        let (started_tx, started_rx) = channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let started_tx = Mutex::new(started_tx);
+        let f = move |p: &str| {
+            let _ = lock(&started_tx).send(());
+            lock(&go_rx).recv().ok()?;
+            Some(vec![entry(p)])
+        };
+        (Arc::new(f), go_tx, started_rx)
+    }
+
+    fn wait_ready(a: &DirAhead, n: usize) {
+        let t = Instant::now();
+        while a.ready_count() < n {
+            assert!(t.elapsed() < Duration::from_secs(10), "read-ahead never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_requested_listing_is_taken_once() {
+        let (fetch, calls) = counting();
+        let a = DirAhead::new(2, fetch);
+        a.request("d/e");
+        wait_ready(&a, 1);
+        let l = a.take("d/e", Duration::from_secs(5)).expect("read ahead");
+        assert_eq!(l.entries[0].name, "d/e");
+        assert!(a.take("d/e", Duration::from_secs(5)).is_none(), "handed out twice");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_ready_listing_is_not_fetched_again() {
+        let (fetch, calls) = counting();
+        let a = DirAhead::new(1, fetch);
+        a.request("x");
+        wait_ready(&a, 1);
+        a.request("x");
+        a.request("x");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_change_during_the_fetch_discards_it() {
+        let (fetch, go, started) = gated();
+        let a = DirAhead::new(1, fetch);
+        a.request("p");
+        started.recv().unwrap();
+        a.changed(); // e.g. a write through the mount while the server was listing
+        go.send(()).unwrap();
+        // The thread is free again once its fetch is done: a new request goes through and is kept.
+        a.request("q");
+        started.recv().unwrap();
+        go.send(()).unwrap();
+        wait_ready(&a, 1);
+        assert!(a.take("p", Duration::from_secs(5)).is_none(), "a listing older than a change was kept");
+        assert!(a.take("q", Duration::from_secs(5)).is_some());
+    }
+
+    #[test]
+    fn a_change_after_the_fetch_drops_it() {
+        let (fetch, _) = counting();
+        let a = DirAhead::new(1, fetch);
+        a.request("a");
+        wait_ready(&a, 1);
+        a.changed();
+        assert!(a.take("a", Duration::from_secs(5)).is_none());
+    }
+
+    #[test]
+    fn an_old_listing_is_not_used() {
+        let (fetch, _) = counting();
+        let a = DirAhead::new(1, fetch);
+        a.request("b");
+        wait_ready(&a, 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(a.take("b", Duration::from_millis(10)).is_none());
+    }
+
+    #[test]
+    fn without_threads_nothing_is_read_ahead() {
+        let (fetch, calls) = counting();
+        let a = DirAhead::new(0, fetch);
+        a.request("a");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(a.take("a", Duration::from_secs(5)).is_none());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+}
