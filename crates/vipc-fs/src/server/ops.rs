@@ -60,6 +60,15 @@ impl Drop for Behind<'_> {
     }
 }
 
+/// Bumps the epoch when dropped (see [`Service::mutation`]).
+struct Changed<'a>(&'a Service);
+
+impl Drop for Changed<'_> {
+    fn drop(&mut self) {
+        self.0.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// The data a reply carries back into the client's segment.
 pub enum Data {
     /// None.
@@ -185,12 +194,15 @@ pub fn read_full(f: &File, mut off: u64, buf: &mut [u8]) -> Result<usize, Errno>
 }
 
 impl Service {
-    fn mutation(&self) -> Result<(), Errno> {
+    /// A change is about to be made: bumps the epoch now, and again when the
+    /// returned guard goes once the change is made — a read-ahead that read
+    /// the old bytes in between then carries an older epoch and is not served.
+    fn mutation(&self) -> Result<Changed<'_>, Errno> {
         if self.read_only {
             return Err(libc::EROFS);
         }
-        self.epoch.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        Ok(Changed(self))
     }
 
     fn file(&self, h: u64) -> Result<std::sync::Arc<OpenFile>, Errno> {
@@ -241,7 +253,7 @@ impl Service {
             OP_READDIR => self.readdir(i),
             OP_MKDIR => {
                 need_reply(crate::attr::ATTR_LEN)?;
-                self.mutation()?;
+                let _changed = self.mutation()?;
                 let (dir, name) =
                     self.root.parent(path1(i)?).map_err(|e| if e == libc::EINVAL { libc::EEXIST } else { e })?;
                 rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(req.a() & 0o7777)).map_err(errno)?;
@@ -249,14 +261,14 @@ impl Service {
                 Ok(Answer::with(Rep::errno(0), attr_bytes(&attr_of(&st))))
             }
             OP_RMDIR | OP_UNLINK => {
-                self.mutation()?;
+                let _changed = self.mutation()?;
                 let (dir, name) = self.root.parent(path1(i)?)?;
                 let flags = if req.op() == OP_RMDIR { AtFlags::REMOVEDIR } else { AtFlags::empty() };
                 rustix::fs::unlinkat(&dir, name, flags).map_err(errno)?;
                 Ok(Answer::ok())
             }
             OP_RENAME => {
-                self.mutation()?;
+                let _changed = self.mutation()?;
                 let flags = RenameFlags::from_bits(req.count()).ok_or(libc::EINVAL)?;
                 let (d1, n1) = self.root.parent(path1(i)?)?;
                 let (d2, n2) = self.root.parent(path2(i)?)?;
@@ -269,7 +281,7 @@ impl Service {
             }
             OP_SYMLINK => {
                 need_reply(crate::attr::ATTR_LEN)?;
-                self.mutation()?;
+                let _changed = self.mutation()?;
                 let (dir, name) = self.root.parent(path1(i)?)?;
                 rustix::fs::symlinkat(path2(i)?, &dir, name).map_err(errno)?;
                 let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
@@ -318,9 +330,8 @@ impl Service {
         }
         let acc = flags & libc::O_ACCMODE;
         let writes = acc != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0;
-        if writes {
-            self.mutation()?;
-        }
+        // Held until the open (O_TRUNC) is done.
+        let _changed = if writes { Some(self.mutation()?) } else { None };
         let owner = Pid(req.b());
         // O_NONBLOCK: opening a FIFO in the export must never block a worker.
         let oflags = OFlags::from_bits_retain(flags as u32) | OFlags::NONBLOCK | OFlags::NOCTTY;
@@ -355,10 +366,16 @@ impl Service {
             io.resize(n, 0);
         }
         let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        let epoch = self.epoch.load(Ordering::SeqCst);
         let fresh = ra.at.is_some_and(|t| t.elapsed() < READ_AHEAD_TTL) && ra.epoch == epoch;
         let hit = fresh && off >= ra.buf_off && off + n as u64 <= ra.buf_off + ra.buf.len() as u64;
-        let got = if hit {
+        let got = if hit && off == ra.buf_off && n == ra.buf.len() {
+            // The whole block read ahead: taken, not copied (the worker's
+            // buffer becomes the handle's, for the next read-ahead to fill).
+            std::mem::swap(io, &mut ra.buf);
+            ra.at = None;
+            n
+        } else if hit {
             let s = (off - ra.buf_off) as usize;
             io[..n].copy_from_slice(&ra.buf[s..s + n]);
             n
@@ -389,7 +406,7 @@ impl Service {
             std::num::NonZeroU64::new(4 * len as u64),
             rustix::fs::Advice::WillNeed,
         );
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        let epoch = self.epoch.load(Ordering::SeqCst);
         let mut buf = std::mem::take(&mut ra.buf);
         buf.resize(len, 0);
         match read_full(&f.file, off, &mut buf) {
@@ -425,7 +442,8 @@ impl Service {
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(libc::EBADF);
         }
-        self.mutation()?;
+        // The epoch goes up again in finish_write, once the data are in.
+        drop(self.mutation()?);
         let e = f.deferred.swap(0, Ordering::SeqCst);
         if e != 0 {
             return Err(e);
@@ -441,8 +459,10 @@ impl Service {
 
     /// WRITE, part 2: writes `data` (after the reply, with write-behind; a
     /// failure is then reported by the handle's next WRITE, FSYNC or CLOSE).
-    pub fn finish_write(f: &OpenFile, req: &Req, data: &[u8], behind: Option<Behind<'_>>) -> Result<(), Errno> {
+    pub fn finish_write(&self, f: &OpenFile, req: &Req, data: &[u8], behind: Option<Behind<'_>>) -> Result<(), Errno> {
         let r = f.file.write_all_at(data, req.offset()).map_err(io_errno);
+        // Before the write counts as done (settle): a read-ahead of the old bytes is stale from here on.
+        self.epoch.fetch_add(1, Ordering::SeqCst);
         if let (Err(e), Some(_)) = (&r, &behind) {
             f.deferred.store(*e, Ordering::SeqCst);
         }
@@ -530,7 +550,7 @@ impl Service {
         let req = i.req;
         let p = req.path_len();
         let set = SetAttr::decode(&mut Reader::new(i.seg.get(p..).ok_or(libc::EINVAL)?)).ok_or(libc::EINVAL)?;
-        self.mutation()?;
+        let _changed = self.mutation()?;
         let path = path1(i)?;
         let handle = if req.handle() != 0 { Some(self.file(req.handle())?) } else { None };
         // The object: the open file, or the path (a final symlink is followed, as chmod(2) does).

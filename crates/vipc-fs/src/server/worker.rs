@@ -256,10 +256,10 @@ fn serve_one(
             // Write-behind: the reply leaves first; requests that come after
             // it wait (Service::settle) until the data are written.
             let r = p.reply(&rep.0, to);
-            let _ = Service::finish_write(&f, &req, seg, behind);
+            let _ = svc.finish_write(&f, &req, seg, behind);
             return r;
         }
-        return match Service::finish_write(&f, &req, seg, None) {
+        return match svc.finish_write(&f, &req, seg, None) {
             Ok(()) => p.reply(&rep.0, to),
             Err(e) => p.reply(&Rep::errno(e).0, to),
         };
