@@ -33,7 +33,7 @@ pub struct MountArgs {
     /// Drop a file's cached pages at every open, even when it is unchanged.
     #[arg(long)]
     pub no_data_cache: bool,
-    /// Threads reading subdirectories' listings ahead while a program walks a tree (0: none).
+    /// Threads reading the next 16 subdirectories' listings ahead while a program walks a tree (0: none).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub dir_read_ahead: usize,
     /// Mount read-only.

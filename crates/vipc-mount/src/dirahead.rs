@@ -3,11 +3,16 @@
 //! instead of waiting a round trip per directory — the directory counterpart of the file server's read-ahead
 //! (001 §4).
 //!
+//! Only a window of the subdirectories ahead of the walk is fetched: opening one asks for the next
+//! [`WINDOW`] after it in its parent's listing, so that `ls` of a directory with thousands of subdirectories
+//! costs the server a few listings, not thousands.
+//!
 //! A listing read ahead is used once, only while no change made through this mount can have made it stale
 //! (every change bumps an epoch and drops what was read ahead), and only while younger than the attribute
 //! TTL; the attributes it carries are handed to the kernel with what is left of that TTL, so another client's
 //! change still shows within one TTL.
 
+use crate::inodes::join;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -28,6 +33,10 @@ pub struct Listing {
 const QUEUE: usize = 1024;
 /// Most listings kept ready; beyond it, new ones are dropped.
 const KEPT: usize = 4096;
+/// Subdirectories read ahead of the one the walk opens.
+pub const WINDOW: usize = 16;
+/// Most directories whose subdirectories are remembered (the oldest are forgotten all at once).
+const ROADS: usize = 256;
 
 /// Reads a directory (by path) from the server.
 pub type Fetch = dyn Fn(&str) -> Option<Vec<DirEntry>> + Send + Sync;
@@ -39,6 +48,8 @@ struct Shared {
     ready: Mutex<HashMap<String, (Arc<Listing>, u64)>>,
     /// Paths queued or being fetched.
     pending: Mutex<HashSet<String>>,
+    /// The subdirectories of directories listed lately, in listing order.
+    roads: Mutex<HashMap<String, Arc<Vec<String>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -59,6 +70,7 @@ impl DirAhead {
             epoch: AtomicU64::new(0),
             ready: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashSet::new()),
+            roads: Mutex::new(HashMap::new()),
         });
         if threads == 0 {
             return DirAhead { shared, queue: None };
@@ -87,8 +99,36 @@ impl DirAhead {
         DirAhead { shared, queue: Some(tx) }
     }
 
+    /// Directory `path` was listed and holds subdirectories `subdirs` (names, in listing order): the first
+    /// [`WINDOW`] of them are read ahead.
+    pub fn listed(&self, path: &str, subdirs: Vec<String>) {
+        if self.queue.is_none() || subdirs.is_empty() {
+            return;
+        }
+        for name in subdirs.iter().take(WINDOW) {
+            self.request(&join(path, name));
+        }
+        let mut roads = lock(&self.shared.roads);
+        if roads.len() >= ROADS {
+            roads.clear();
+        }
+        roads.insert(path.to_string(), Arc::new(subdirs));
+    }
+
+    /// Directory `path` is being opened: the [`WINDOW`] subdirectories after it in its parent's listing
+    /// are read ahead.
+    pub fn opened(&self, path: &str) {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let Some(road) = lock(&self.shared.roads).get(parent).cloned() else { return };
+        if let Some(i) = road.iter().position(|n| n == name) {
+            for next in road.iter().skip(i + 1).take(WINDOW) {
+                self.request(&join(parent, next));
+            }
+        }
+    }
+
     /// Asks for the listing of the directory at `path` in the background (at most once at a time).
-    pub fn request(&self, path: &str) {
+    fn request(&self, path: &str) {
         let Some(queue) = &self.queue else { return };
         if lock(&self.shared.ready).contains_key(path) || !lock(&self.shared.pending).insert(path.to_string()) {
             return;
@@ -226,6 +266,35 @@ mod tests {
         wait_ready(&a, 1);
         std::thread::sleep(Duration::from_millis(30));
         assert!(a.take("b", Duration::from_millis(10)).is_none());
+    }
+
+    #[test]
+    fn a_listing_reads_ahead_a_window_that_the_walk_moves() {
+        let (fetch, calls) = counting();
+        let a = DirAhead::new(2, fetch);
+        let names: Vec<String> = (0..100).map(|i| format!("s{i:03}")).collect();
+        a.listed("top", names);
+        wait_ready(&a, WINDOW);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(calls.load(Ordering::SeqCst), WINDOW, "more than the window was fetched");
+        let age = Duration::from_secs(5);
+        assert!(a.take(&format!("top/s{:03}", WINDOW - 1), age).is_some());
+        assert!(a.take(&format!("top/s{WINDOW:03}"), age).is_none());
+        // The walk opens s010: the window now ends 16 after it (s015, taken above, is fetched again).
+        a.opened("top/s010");
+        wait_ready(&a, 27);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(calls.load(Ordering::SeqCst), WINDOW + 12);
+        assert!(a.take("top/s026", age).is_some());
+        assert!(a.take("top/s027", age).is_none());
+        // One whose parent was never listed moves nothing; a directory of the root is found.
+        a.opened("elsewhere/x");
+        a.listed("", vec!["r".into()]);
+        a.opened("r");
+        wait_ready(&a, 27);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(calls.load(Ordering::SeqCst), WINDOW + 13);
+        assert!(a.take("r", age).is_some());
     }
 
     #[test]

@@ -539,10 +539,10 @@ impl Filesystem for VipcFs {
                 }
             }
         };
-        // A walk opens the subdirectories next: have their listings read meanwhile.
-        for e in listing.entries.iter().filter(|e| e.attr.kind == FileKind::Dir) {
-            self.ahead.request(&join(&path, &e.name));
-        }
+        // A walk opens the next subdirectories: have their listings read meanwhile.
+        self.ahead.opened(&path);
+        let subdirs = listing.entries.iter().filter(|e| e.attr.kind == FileKind::Dir).map(|e| e.name.clone());
+        self.ahead.listed(&path, subdirs.collect());
         let fh = self.new_fh();
         lock(&self.dirs).insert(fh, listing);
         reply.opened(FileHandle(fh), FopenFlags::empty());
