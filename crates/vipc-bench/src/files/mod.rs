@@ -536,6 +536,7 @@ fn tree(ctx: &mut Ctx<'_, '_>) -> Result<()> {
         Some((_, l)) => l.push(v),
         None => times.push((k, vec![v])),
     };
+    let mut cache_note = false;
     for round in 0..s.big_rounds {
         for op in ops {
             if round > 0 && matches!(op, "tar_c" | "untar") {
@@ -555,6 +556,16 @@ fn tree(ctx: &mut Ctx<'_, '_>) -> Result<()> {
                     }
                     _ => {
                         let dest = format!("untar-{name}-{round}");
+                        // Each untar starts from clean caches (see drop_caches): else the later ones pay
+                        // for the trees created and deleted before them.
+                        if let Err(why) = work::drop_caches() {
+                            if !cache_note {
+                                let line = format!("files: untar: {why}; later untars may be slower for that alone");
+                                eprintln!("bench: {line}");
+                                ctx.out.note(line);
+                                cache_note = true;
+                            }
+                        }
                         let t = timed_shell(&format!(
                             "mkdir {d} && tar xf {} -C {d}",
                             sh_quote(&env.tarball),
