@@ -15,7 +15,7 @@
 use crate::inodes::join;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vipc_fs::DirEntry;
@@ -44,8 +44,9 @@ pub type Fetch = dyn Fn(&str) -> Option<Vec<DirEntry>> + Send + Sync;
 struct Shared {
     /// Bumped by every change made through the mount.
     epoch: AtomicU64,
-    /// Fetched listings by path, with the epoch their fetch started in.
-    ready: Mutex<HashMap<String, (Arc<Listing>, u64)>>,
+    /// Fetched listings by path. All are from the present epoch: `changed` empties it under the same lock
+    /// as it bumps the epoch, and a fetch is kept only if the epoch it began in is still the present one.
+    ready: Mutex<HashMap<String, Arc<Listing>>>,
     /// Paths queued or being fetched.
     pending: Mutex<HashSet<String>>,
     /// The subdirectories of directories listed lately, in listing order.
@@ -87,7 +88,7 @@ impl DirAhead {
                 if let Some(entries) = got {
                     // Checked under the lock `changed` clears under: a change after the fetch began wins.
                     if shared.epoch.load(Ordering::SeqCst) == epoch && ready.len() < KEPT {
-                        ready.insert(path.clone(), (Arc::new(Listing { entries, at }), epoch));
+                        ready.insert(path.clone(), Arc::new(Listing { entries, at }));
                     }
                 }
                 lock(&shared.pending).remove(&path);
@@ -134,17 +135,15 @@ impl DirAhead {
             return;
         }
         let epoch = self.shared.epoch.load(Ordering::SeqCst);
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send((path.to_string(), epoch)) {
-            lock(&self.shared.pending).remove(path);
+        if queue.try_send((path.to_string(), epoch)).is_err() {
+            lock(&self.shared.pending).remove(path); // queue full: the walk will fetch it itself
         }
     }
 
-    /// The listing of `path` read ahead, if there is one from the present epoch younger than `max_age`
-    /// (it is handed out once).
+    /// The listing of `path` read ahead, if there is one younger than `max_age` (it is handed out once).
     pub fn take(&self, path: &str, max_age: Duration) -> Option<Arc<Listing>> {
-        let (listing, epoch) = lock(&self.shared.ready).remove(path)?;
-        let fresh = epoch == self.shared.epoch.load(Ordering::SeqCst) && listing.at.elapsed() < max_age;
-        fresh.then_some(listing)
+        let listing = lock(&self.shared.ready).remove(path)?;
+        (listing.at.elapsed() < max_age).then_some(listing)
     }
 
     /// Something changed through the mount: nothing read ahead so far may be used.
