@@ -17,9 +17,9 @@ use vipc::Node;
 use vipc_fs::{FileKind, FsClient, Handle};
 
 /// Bytes per read/write step: the file server's read-ahead block, so that
-/// the next chunk is already read when its request comes; 4 MiB chunks
-/// copied 20-30% slower (their buffers leave the CPU caches).
-const CHUNK: usize = 1 << 20;
+/// the next chunk may be read already when its request comes (larger
+/// chunks are never served from read-ahead; 4 MiB ones copied 20-30% slower).
+const CHUNK: usize = vipc_fs::READ_AHEAD_MAX;
 /// Chunks read at once (the server reads one while another travels).
 const READERS: usize = 2;
 /// Copies at least this large show a progress bar (on a terminal).

@@ -453,7 +453,8 @@ fn sequential(ctx: &mut Ctx<'_, '_>) -> Result<()> {
     if let Some(lib) = reads.iter().find(|(k, _)| *k == "lib").map(|(_, v)| crate::stats::median(v)) {
         let size = if s.big_rounds > 1 { 16 << 20 } else { 4 << 20 };
         let mf = movefrom_rate(ctx.exe, ctx.host, size, if s.big_rounds > 1 { 5 } else { 1 })?;
-        ctx.rec("files_seqread_lib_vs_movefrom", lib, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
+        let mf_name = format!("movefrom_remote_{}", label(size));
+        ctx.rec("files_seqread_lib_vs_movefrom", lib, "MB/s", &mf_name, mf);
         match (&env.cp, &env.vipc) {
             (Ok(()), Ok(v)) => {
                 let (mut rates, mut local) = (Vec::new(), Vec::new());
@@ -464,15 +465,9 @@ fn sequential(ctx: &mut Ctx<'_, '_>) -> Result<()> {
                 }
                 let cp = crate::stats::median(&rates);
                 let local = crate::stats::median(&local);
-                ctx.rec("files_cp_vs_movefrom", cp, "MB/s", &format!("movefrom_remote_{}", label(size)), mf);
+                ctx.rec("files_cp_vs_movefrom", cp, "MB/s", &mf_name, mf);
                 // The floor: the same copy with both files on this machine.
-                ctx.rec(
-                    "files_cp_local_copy_vs_movefrom",
-                    local,
-                    "MB/s",
-                    &format!("movefrom_remote_{}", label(size)),
-                    mf,
-                );
+                ctx.rec("files_cp_local_copy_vs_movefrom", local, "MB/s", &mf_name, mf);
                 ctx.rec("files_cp_vs_local_copy", cp, "MB/s", "local_copy", local);
                 if let Some(b) = reads.iter().find(|(k, _)| *k == "sshfs").map(|(_, v)| crate::stats::median(v)) {
                     ctx.rec("files_cp_vs_sshfs", cp, "MB/s", "sshfs_nocache_seqread", b);
