@@ -33,8 +33,9 @@ pub struct MountArgs {
     /// Drop a file's cached pages at every open, even when it is unchanged.
     #[arg(long)]
     pub no_data_cache: bool,
-    /// Threads reading the next 16 subdirectories' listings ahead while a program walks a tree (0: none).
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    /// Threads reading the next 16 subdirectories' listings ahead while a program walks a tree (0: none; at most 64).
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64))]
     pub dir_read_ahead: usize,
     /// Mount read-only.
     #[arg(long)]

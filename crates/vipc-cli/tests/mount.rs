@@ -193,6 +193,12 @@ fn mount_errors_are_one_line() {
         assert!(err.starts_with("vipc: error: ") && err.contains(want), "{spec} {}: {err:?}", mnt.display());
         assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
     }
+    // Read-ahead threads are bounded: a typo must not start thousands of threads.
+    let out = run(&["mount", ":x", dir.path().to_str().unwrap(), "--dir-read-ahead", "1000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.starts_with("vipc: error: ") && err.contains("0..=64"), "{err:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
     if fuse_unavailable().is_some() {
         return;
     }
