@@ -89,9 +89,14 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
     let unicast: UdpSocket = sock.into();
     let local = unicast.local_addr()?;
 
-    let multicast = match &cfg.broadcast.multicast {
-        Some(m) => Some(open_multicast(m, cfg.socket_buffer)?),
-        None => None,
+    let multicast = match (&cfg.broadcast.multicast, local) {
+        (Some(m), SocketAddr::V4(l)) => {
+            // Our multicast datagrams leave from the interface's address when
+            // the listen address is the wildcard.
+            let source = if l.ip().is_unspecified() { SocketAddrV4::new(m.interface, l.port()) } else { l };
+            Some(open_multicast(m, cfg.socket_buffer, source)?)
+        }
+        _ => None,
     };
 
     let mut own = vec![local];
@@ -152,8 +157,9 @@ impl GroupAddrs {
 /// join further group addresses later) with SO_REUSEADDR and SO_REUSEPORT (so
 /// every node on this machine hears it), joined on the configured interface
 /// only. IP_MULTICAST_ALL is off, so it hears only the groups it joined itself,
-/// not those other sockets of this machine joined on the same port.
-fn open_multicast(m: &Multicast, buffer: usize) -> Result<UdpSocket> {
+/// not those other sockets of this machine joined on the same port. Our own
+/// datagrams, sent from `own`, are dropped by the kernel (see [`not_from`]).
+fn open_multicast(m: &Multicast, buffer: usize, own: SocketAddrV4) -> Result<UdpSocket> {
     let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, m.group.port()));
     let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
@@ -165,8 +171,38 @@ fn open_multicast(m: &Multicast, buffer: usize) -> Result<UdpSocket> {
         Error::Config(format!("cannot join multicast group {} on interface {}: {e}", m.group.ip(), m.interface))
     })?;
     sock.set_multicast_loop_v4(m.loopback)?;
+    if let Err(e) = sock.attach_filter(&not_from(own)) {
+        // Still correct: the runtime skips our own datagrams (at the cost of a wake-up).
+        tracing::debug!("multicast socket filter: {e}");
+    }
     sock.set_read_timeout(Some(RECV_POLL))?;
     Ok(sock.into())
+}
+
+/// A classic BPF socket filter that drops the datagrams sent from `own`.
+///
+/// Every reliable group Send and every announcement goes to the broadcast
+/// channel, which the sender has joined too, and IP_MULTICAST_LOOP (which
+/// other nodes on this machine need) hands it a copy: without the filter
+/// each such Send would wake a reader of the sender's multicast socket only
+/// for the copy to be thrown away — a wasted thread wake-up on the sending
+/// host, in the middle of the Send, per message.
+fn not_from(own: SocketAddrV4) -> [libc::sock_filter; 6] {
+    const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const LOAD_HALF: u16 = (libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16;
+    const JUMP_EQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    [
+        // The IPv4 source address (offset 12 of the network header).
+        op(LOAD_WORD, 0, 0, (libc::SKF_NET_OFF + 12) as u32),
+        op(JUMP_EQ, 0, 3, u32::from(*own.ip())),
+        // The UDP source port: a UDP socket's filter sees the packet from its UDP header on.
+        op(LOAD_HALF, 0, 0, 0),
+        op(JUMP_EQ, 0, 1, u32::from(own.port())),
+        op(RETURN, 0, 0, 0),        // ours: dropped
+        op(RETURN, 0, 0, u32::MAX), // anyone else's: kept whole
+    ]
 }
 
 /// The address to send a wake-up datagram to our own socket.
@@ -347,6 +383,31 @@ fn next_yield_gap(every: u32, took: Duration) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_multicast_socket_hears_other_nodes_but_never_its_own_datagrams() {
+        let r = rand::random::<u32>();
+        let group =
+            SocketAddrV4::new(Ipv4Addr::new(239, 255, (r >> 8) as u8, r as u8 | 1), 20_000 + (r >> 16) as u16 % 40_000);
+        let mut cfg = NodeConfig::default();
+        cfg.broadcast.multicast = Some(Multicast { group, ..Multicast::default() });
+        let ours = open(&cfg).unwrap();
+        let heard = ours.multicast.expect("multicast is configured");
+        heard.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let other = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        other.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).unwrap();
+        other.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into()).unwrap();
+        let other: UdpSocket = other.into();
+
+        ours.unicast.send_to(b"own", group).unwrap();
+        other.send_to(b"other", group).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, from) = heard.recv_from(&mut buf).expect("another node's datagram is heard");
+        assert_eq!((&buf[..n], from), (&b"other"[..], other.local_addr().unwrap()));
+        ours.unicast.send_to(b"own again", group).unwrap();
+        let more = heard.recv_from(&mut buf).map(|(n, from)| (buf[..n].to_vec(), from));
+        assert!(more.is_err(), "our own datagram came back: {more:?}");
+    }
 
     #[test]
     fn yield_gap_doubles_while_yields_come_back_and_resets_when_one_ran_others() {
