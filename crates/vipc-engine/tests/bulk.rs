@@ -231,6 +231,36 @@ fn a_lent_move_from_places_every_chunk_in_the_movers_buffer() {
     assert!(net.lent[&(0, server)] == pattern(size, 7)[1000..], "every byte placed");
 }
 
+/// The runtime receives a lent move's next chunk in place where the engine
+/// says it goes: that still holds after many finished moves, which stay in
+/// the engine for T_t (a client reading file after file), more of them than
+/// the engine would search.
+#[test]
+fn the_next_placement_is_known_after_many_finished_moves() {
+    let mut net = Net::new(2);
+    let size = 200_000;
+    let (server, client) = exchange_with_segment(&mut net, size, Access::READ);
+    net.lent.insert((0, server), vec![0; size]);
+    for _ in 0..20 {
+        let now = net.now;
+        net.nodes[0].move_from_lent(now, server, client, 0, size as u32).unwrap();
+        net.settle();
+        assert_eq!(net.take_move(0, server), Ok(Vec::new()));
+    }
+    // One more, of which only the first data packet arrives.
+    let mut data_packets = 0;
+    net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
+        let data = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveFromData);
+        data_packets += usize::from(data);
+        usize::from(!data || data_packets == 1)
+    }));
+    let now = net.now;
+    net.nodes[0].move_from_lent(now, server, client, 0, size as u32).unwrap();
+    net.settle();
+    let chunk = net.nodes[0].config().max_data();
+    assert_eq!(net.nodes[0].next_placement(server), Some((chunk, chunk)), "the second chunk, after the first");
+}
+
 #[test]
 fn lent_moves_need_a_remote_client_and_no_key() {
     let mut net = Net::new(1);

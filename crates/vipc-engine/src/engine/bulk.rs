@@ -18,9 +18,9 @@ use super::primitives::{check_range, nack};
 use super::*;
 use vipc_wire::{Flags, HEADER_LEN};
 
-/// [`Engine::next_placement`] answers only while the node keeps at most this
-/// many incoming streams (it searches them all).
-pub const NEXT_PLACEMENT_SCAN: usize = 8;
+/// [`Engine::next_placement`] answers only while at most this many incoming
+/// streams into lent buffers are under way (it searches them all).
+pub(crate) const NEXT_PLACEMENT_SCAN: usize = 8;
 
 /// Bits in an acknowledgement's chunk map (the 32-byte message field).
 const ACK_MAP_BITS: usize = 256;
@@ -236,14 +236,18 @@ impl Engine {
     /// written, so the runtime may receive the next datagram in place (its
     /// data part there) and skip the copy when [`Engine::poll_placement`]
     /// confirms it. `None` before the first chunk (its size is not known),
-    /// once complete, or if `pid` has no such stream. Also `None` while the
-    /// node keeps more than `NEXT_PLACEMENT_SCAN` incoming streams
-    /// (finished ones stay for T_t): the search looks at each, per datagram.
+    /// once complete, or if `pid` has no such stream. Also `None` while more
+    /// than `NEXT_PLACEMENT_SCAN` streams into lent buffers are under way:
+    /// the search looks at each, per datagram.
     pub fn next_placement(&self, pid: Pid) -> Option<(usize, usize)> {
-        if self.streams_in.len() > NEXT_PLACEMENT_SCAN {
+        if self.placing.len() > NEXT_PLACEMENT_SCAN {
             return None;
         }
-        let s = self.streams_in.values().find(|s| s.lent && s.local == pid && !s.done && s.chunk > 0)?;
+        let s = self
+            .placing
+            .iter()
+            .filter_map(|key| self.streams_in.get(key))
+            .find(|s| s.local == pid && !s.done && s.chunk > 0)?;
         let at = s.cum.checked_mul(s.chunk)?;
         // A MoveTo's chunks go to its base offset of the client's buffer; a MoveFrom's buffer is its own.
         let base = if s.kind == StreamKind::MoveTo { s.base as usize } else { 0 };
@@ -281,6 +285,9 @@ impl Engine {
         };
         let seq = self.fresh_seq();
         let retransmit = now + self.cfg.retransmit;
+        if lent {
+            self.placing.push((src, seq));
+        }
         self.streams_in.insert(
             (src, seq),
             StreamIn {
@@ -518,6 +525,10 @@ impl Engine {
             {
                 return self.send_nack(from, h, reason, detail);
             }
+            let lent = self.exchanges.get(&h.dst).is_some_and(|ex| ex.lent_write.is_some());
+            if lent {
+                self.placing.push(key);
+            }
             self.streams_in.insert(
                 key,
                 StreamIn {
@@ -532,7 +543,7 @@ impl Engine {
                     got_count: 0,
                     cum: 0,
                     buf: Vec::new(),
-                    lent: self.exchanges.get(&h.dst).is_some_and(|ex| ex.lent_write.is_some()),
+                    lent,
                     done: false,
                     last_heard: now,
                     next_retransmit: now,
@@ -601,6 +612,8 @@ impl Engine {
         let just_done = complete && !s.done;
         if just_done {
             s.done = true;
+            self.placing.retain(|k| *k != key);
+            let s = self.streams_in.get_mut(&key).expect("present");
             if kind == StreamKind::MoveFrom {
                 let (mover, buf) = (s.local, std::mem::take(&mut s.buf));
                 self.wake(mover, Completion::Move(Ok(buf)));
@@ -694,7 +707,7 @@ impl Engine {
             .get(&(peer, seq))
             .is_some_and(|s| s.local == owner && s.kind == StreamKind::MoveFrom && !s.done)
         {
-            self.streams_in.remove(&(peer, seq));
+            self.remove_stream_in((peer, seq));
             self.wake(owner, Completion::Move(Err(err)));
             return true;
         }
@@ -705,6 +718,14 @@ impl Engine {
     pub(crate) fn cancel_streams_of(&mut self, pid: Pid) {
         self.streams_out.retain(|_, s| s.local != pid);
         self.streams_in.retain(|_, s| s.local != pid);
+        let streams_in = &self.streams_in;
+        self.placing.retain(|k| streams_in.contains_key(k));
+    }
+
+    /// Forgets an incoming stream, and that it may be placing.
+    fn remove_stream_in(&mut self, key: (Pid, u32)) -> Option<StreamIn> {
+        self.placing.retain(|k| *k != key);
+        self.streams_in.remove(&key)
     }
 
     pub(crate) fn stream_out_timer(&mut self, now: Time, key: (Pid, u32), at: Time) {
@@ -741,7 +762,7 @@ impl Engine {
         }
         let expiry = s.last_heard + self.cfg.timeout;
         if now >= expiry {
-            let s = self.streams_in.remove(&key).expect("present");
+            let s = self.remove_stream_in(key).expect("present");
             if s.kind == StreamKind::MoveFrom && !s.done {
                 self.stats.timeouts += 1;
                 self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));

@@ -69,6 +69,11 @@ pub struct Engine {
     names: HashMap<Vec<u8>, (Pid, Scope)>,
     streams_out: HashMap<(Pid, u32), StreamOut>,
     streams_in: HashMap<(Pid, u32), StreamIn>,
+    /// The incoming streams into a lent buffer that are not complete: what
+    /// [`Engine::next_placement`] searches (a finished stream stays in
+    /// `streams_in` for T_t, and a client reading file after file keeps
+    /// hundreds there).
+    placing: Vec<(Pid, u32)>,
     location: LocationCache,
     alive: AliveTable,
     groups: Groups,
@@ -114,6 +119,7 @@ impl Engine {
             names: HashMap::default(),
             streams_out: HashMap::default(),
             streams_in: HashMap::default(),
+            placing: Vec::new(),
             timers: BinaryHeap::new(),
             pending_timers: HashMap::default(),
             transmits: VecDeque::new(),
