@@ -247,6 +247,10 @@ pub(crate) struct State {
     /// Threads waiting for a remote-memory operation that want the token
     /// (they sleep on `rmem_cv`, woken when it is freed).
     op_waiters: usize,
+    /// Threads asleep on `rmem_cv`: only then is there anyone to notify (a
+    /// notification is a system call even when nobody waits, and a waiter
+    /// reading the socket itself would pay two per operation).
+    rmem_sleepers: usize,
     /// The background network thread sleeps until notified.
     bg_parked: bool,
     /// Datagrams are queued for the sender thread (see [`Shared::call_deferred`]).
@@ -372,6 +376,7 @@ impl Shared {
                 reader_gen: 0,
                 lead_waiters: VecDeque::new(),
                 op_waiters: 0,
+                rmem_sleepers: 0,
                 bg_parked: false,
                 send_kick: false,
                 kicked: false,
@@ -495,7 +500,9 @@ impl Shared {
                     if st.reader == Reader::Op && st.reader_blocked {
                         st.wake_reader = true;
                     }
-                    self.rmem_cv.notify_all()
+                    if st.rmem_sleepers > 0 {
+                        self.rmem_cv.notify_all()
+                    }
                 }
                 Event::MemNotify(seg) => {
                     if let Some((cv, _)) = st.record_waiters.get(&seg) {
@@ -782,14 +789,22 @@ impl Shared {
     ) -> MutexGuard<'a, State> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left < net::RECV_POLL {
-            return self.rmem_cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+            return self.sleep_for_mem(st, left);
         }
         Self::op_waiting(&mut st, true);
         let (mut st, read) = self.read_for_op(st, spin_until);
         if !read {
-            st = self.rmem_cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+            st = self.sleep_for_mem(st, left);
         }
         Self::op_waiting(&mut st, false);
+        st
+    }
+
+    /// Sleeps on `rmem_cv` for at most `limit`, counted among its sleepers.
+    fn sleep_for_mem<'a>(&'a self, mut st: MutexGuard<'a, State>, limit: Duration) -> MutexGuard<'a, State> {
+        st.rmem_sleepers += 1;
+        let mut st = self.rmem_cv.wait_timeout(st, limit).unwrap_or_else(|e| e.into_inner()).0;
+        st.rmem_sleepers -= 1;
         st
     }
 
@@ -1168,7 +1183,7 @@ impl Shared {
                 }
             }
         }
-        if st.op_waiters > 0 {
+        if st.op_waiters > 0 && st.rmem_sleepers > 0 {
             self.rmem_cv.notify_all();
         }
         if st.bg_parked {
