@@ -83,10 +83,55 @@ pub(crate) struct Token {
     pub(crate) by_receiver: u64,
     /// The holder's receive buffer.
     buf: Vec<u8>,
-    /// The holder's last wait read a datagram: the next may be there already.
-    busy: bool,
+    /// Whether the holder's next wait first tries a receive without polling.
+    guess: Guess,
     /// A process went to sleep with the token free: the thread reads at once.
     skip_grace: bool,
+}
+
+/// The most waits a failed guess makes the holder skip guessing for.
+const MAX_GUESS_GAP: u8 = 16;
+
+/// Whether the next datagram is most likely there already when the holder
+/// comes back to wait: under load it is, and one receive takes it without a
+/// `poll` first (one system call per datagram, as a thread blocked in a
+/// receive makes); in a request/response exchange it never is, and the
+/// guess would cost a failed receive per message (about a tenth of a
+/// member's system-call time in the groups bench). So a wrong guess makes
+/// the holder skip guessing for a while — twice as long after each wrong
+/// one, up to [`MAX_GUESS_GAP`] waits — and a right one keeps it guessing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Guess {
+    /// The last wait read a datagram.
+    busy: bool,
+    /// Waits to skip before the next guess.
+    skip: u8,
+    /// Waits skipped after the last wrong guess.
+    gap: u8,
+}
+
+impl Guess {
+    /// Whether this wait should try a receive before polling (counts a skip).
+    fn now(&mut self) -> bool {
+        if !self.busy {
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// What the wait found: whether it `guessed`, whether the guess found a
+    /// datagram (`hit`), and whether the wait read one at all (`got`).
+    fn after(&mut self, guessed: bool, hit: bool, got: bool) {
+        if guessed {
+            self.gap = if hit { 0 } else { (self.gap * 2).clamp(1, MAX_GUESS_GAP) };
+            self.skip = self.gap;
+        }
+        self.busy = got;
+    }
 }
 
 /// Waits until `sock` has a datagram or `bell` rings, at most `limit`;
@@ -152,7 +197,7 @@ impl Shared {
             st.mcast.taken += 1;
         }
         let kick = took && st.mcast.thread_polling;
-        let busy = st.mcast.busy;
+        let guess = st.mcast.guess.now();
         st.mcast.holder_blocked = true;
         if let Some(slot) = st.slots.get_mut(&pid) {
             slot.wants_lead = false; // not also waiting for the unicast token
@@ -164,16 +209,14 @@ impl Shared {
         if kick {
             bells.thread.ring();
         }
-        // Under load the next datagram is most likely there already: take it
-        // without polling first (one system call per datagram, as a thread
-        // blocked in a receive would make).
-        let mut got = if busy { recv_now(sock, &mut buf) } else { None };
-        if got.is_none() && wait_readable(sock, &bells.holder, net::RECV_POLL) {
+        let mut got = if guess { recv_now(sock, &mut buf) } else { None };
+        let hit = got.is_some();
+        if !hit && wait_readable(sock, &bells.holder, net::RECV_POLL) {
             got = recv_now(sock, &mut buf);
         }
         let mut st = self.lock();
         st.mcast.holder_blocked = false;
-        st.mcast.busy = got.is_some();
+        st.mcast.guess.after(guess, hit, got.is_some());
         if let Some((n, from)) = got {
             let had = signal.done().is_some();
             if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Multicast(Some(pid))) {
@@ -255,5 +298,43 @@ pub(crate) fn multicast_loop(shared: Arc<Shared>) {
             shared.feed(&mut st, from, &buf[..n], Origin::Multicast(None));
             st = shared.flush_locked(st);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `waits` waits whose guesses all miss; returns which ones guessed.
+    fn guesses_missing(g: &mut Guess, waits: usize) -> Vec<bool> {
+        (0..waits)
+            .map(|_| {
+                let guessed = g.now();
+                g.after(guessed, false, true);
+                guessed
+            })
+            .collect()
+    }
+
+    #[test]
+    fn wrong_guesses_space_out_and_a_right_one_resumes_guessing() {
+        let mut g = Guess { busy: true, ..Guess::default() };
+        let seen = guesses_missing(&mut g, 40);
+        let at: Vec<usize> = seen.iter().enumerate().filter(|(_, &x)| x).map(|(i, _)| i).collect();
+        // Gaps of 1, 2, 4, 8, 16, 16 waits between guesses.
+        assert_eq!(at, [0, 2, 5, 10, 19, 36]);
+        // A guess that finds a datagram: guessing at every wait again.
+        while !g.now() {}
+        g.after(true, true, true);
+        assert!(g.now() && g.now(), "after a right guess every wait guesses");
+    }
+
+    #[test]
+    fn no_guess_after_a_wait_that_read_nothing() {
+        let mut g = Guess { busy: true, ..Guess::default() };
+        assert!(g.now());
+        g.after(true, false, false);
+        assert_eq!(g, Guess { busy: false, skip: 1, gap: 1 });
+        assert!(!g.now() && !g.now(), "an idle holder polls");
     }
 }
