@@ -636,10 +636,12 @@ impl Engine {
                 h.local_addr = copies.len() as u32;
             }
         }
-        let packet = self.emit(Destination::Addr(addr), &h, data);
         if keep || reliable {
+            let packet = self.emit_kept(Destination::Addr(addr), &h, data);
             let c = self.groups.copies.get_mut(&(to, from)).expect("looked up");
             c.state = CopyState::Replied { packet: Some(packet) };
+        } else {
+            self.emit(Destination::Addr(addr), &h, data);
         }
         Some(Ok(()))
     }

@@ -251,8 +251,15 @@ impl Engine {
         h
     }
 
-    /// Encodes and queues a packet, returning its bytes' index-free copy for caching.
-    fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) -> Vec<u8> {
+    /// Encodes and queues a packet.
+    fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) {
+        let bytes = vipc_wire::to_vec(h, data, self.cfg.key.as_ref());
+        self.emit_raw(to, h.ptype, bytes);
+    }
+
+    /// [`Engine::emit`], returning a copy of the packet for the engine to
+    /// resend (a reply or a forward it keeps): only those pay for the copy.
+    fn emit_kept(&mut self, to: Destination, h: &Header, data: &[u8]) -> Vec<u8> {
         let bytes = vipc_wire::to_vec(h, data, self.cfg.key.as_ref());
         self.emit_raw(to, h.ptype, bytes.clone());
         bytes

@@ -363,10 +363,16 @@ impl Engine {
         h.remote_addr = offset;
         h.message = msg;
         let (addr, idempotent) = (a.addr, a.opts.idempotent);
-        let packet = self.emit(Destination::Addr(addr), &h, &data);
+        // An idempotent sender's retransmission is served again, so its reply is not kept.
+        let state = if idempotent {
+            self.emit(Destination::Addr(addr), &h, &data);
+            AlienState::Done
+        } else {
+            AlienState::Replied { packet: self.emit_kept(Destination::Addr(addr), &h, &data) }
+        };
         let released = {
             let a = self.aliens.get_mut(&to).expect("looked up above");
-            a.state = if idempotent { AlienState::Done } else { AlienState::Replied { packet } };
+            a.state = state;
             std::mem::take(&mut a.appended).len()
         };
         self.buffered -= released;
@@ -415,7 +421,7 @@ impl Engine {
         h.dst = sender;
         h.fwd = to;
         h.message = msg;
-        let packet = self.emit(Destination::Addr(addr), &h, &[]);
+        let packet = self.emit_kept(Destination::Addr(addr), &h, &[]);
         let a = self.aliens.get_mut(&sender).expect("looked up above");
         a.state = AlienState::Forwarded { packet };
         let released = std::mem::take(&mut a.appended).len();

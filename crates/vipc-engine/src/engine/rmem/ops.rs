@@ -216,8 +216,14 @@ impl Engine {
         self.op_room()?;
         let seq = self.fresh_seq();
         if from.host == host {
-            let r = self.serve_read(host, from.desc, offset, len, notify).map_err(Error::Refused);
-            let r = r.and_then(|bytes| self.segment_write(dest.0, dest.1, &bytes)).map(|_| MemOutcome::Read);
+            let r = self.admit_read(host, from.desc, offset, len, notify).map_err(Error::Refused).and_then(|()| {
+                // A copy: source and destination are segments of the same table.
+                let range = offset as usize..offset as usize + len as usize;
+                let seg = self.rmem.table.get(from.desc).ok_or(Error::NoSuchSegment)?;
+                let bytes = seg.bytes.get(range).ok_or(Error::NoSuchSegment)?.to_vec();
+                self.segment_write(dest.0, dest.1, &bytes)
+            });
+            let r = r.map(|_| MemOutcome::Read);
             return Ok(self.finish_at_once(now, seq, r));
         }
         let kind = OpKind::Read { host: from.host, dest: dest.0, dest_offset: dest.1, len, got: Coverage::default() };

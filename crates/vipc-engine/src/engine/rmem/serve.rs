@@ -31,8 +31,8 @@ impl Engine {
             }
             PacketType::MemRead => {
                 let f = ReadFields::get(h);
-                match self.serve_read(host, f.source, f.offset, f.len, notify) {
-                    Ok(bytes) => self.answer_read(from, h, &f, &bytes),
+                match self.admit_read(host, f.source, f.offset, f.len, notify) {
+                    Ok(()) => self.answer_read(from, h, &f),
                     Err(r) => self.mem_nack(from, h, r),
                 }
             }
@@ -120,15 +120,16 @@ impl Engine {
         Ok(())
     }
 
-    /// The bytes a read from `from` asks for (a copy: they leave in packets).
-    pub(super) fn serve_read(
+    /// Admits a read from `from` of `len` bytes at `offset` of `desc`:
+    /// checked, counted, and the owner notified if asked.
+    pub(super) fn admit_read(
         &mut self,
         from: HostId,
         desc: Descriptor,
         offset: u32,
         len: u32,
         notify: bool,
-    ) -> Result<Vec<u8>, Refusal> {
+    ) -> Result<(), Refusal> {
         if len == 0 {
             return self.refused(Refusal::Malformed);
         }
@@ -136,10 +137,9 @@ impl Engine {
         if let Err(r) = seg.check(from, Access::READ, offset as u64, len as u64) {
             return self.refused(r);
         }
-        let bytes = seg.bytes[offset as usize..offset as usize + len as usize].to_vec();
         self.stats.rmem_reads_served += 1;
         self.notify_owner(desc, notify, ControlRecord { op: MemOp::Read, from, offset, len });
-        Ok(bytes)
+        Ok(())
     }
 
     /// CAS-II from `from`: atomic, since the engine does every operation on
@@ -196,16 +196,32 @@ impl Engine {
         }
     }
 
-    /// Answers a served read with MemWrite packets (flag ANSWER) into the
-    /// requester's destination, as large as the path to it allows.
-    fn answer_read(&mut self, to: SocketAddr, h: &Header, f: &ReadFields, bytes: &[u8]) {
+    /// Answers an admitted read with MemWrite packets (flag ANSWER) into the
+    /// requester's destination, as large as the path to it allows, encoded
+    /// straight from the segment into recycled buffers: the only copy before
+    /// the socket's, and no fresh large allocation (whose pages would fault
+    /// in again once the allocator has handed them back to the system).
+    fn answer_read(&mut self, to: SocketAddr, h: &Header, f: &ReadFields) {
         let chunk = self.cfg.data_to(to);
-        for (i, part) in bytes.chunks(chunk).enumerate() {
-            let mut w = self.mem_header(PacketType::MemWrite, h.seq, h.src.host(), false);
-            w.flags = w.flags.with(Flags::ANSWER, true);
-            let offset = f.dest_offset.wrapping_add((i * chunk) as u32);
-            WriteFields { dest: f.dest, offset, total: f.len }.put(&mut w);
-            self.emit(Destination::Addr(to), &w, part);
+        let (start, end) = (f.offset as usize, f.offset as usize + f.len as usize);
+        let keyed = self.cfg.key.is_some();
+        let mut packets: Vec<(Header, Vec<u8>)> = (start..end)
+            .step_by(chunk)
+            .map(|at| {
+                let mut w = self.mem_header(PacketType::MemWrite, h.seq, h.src.host(), false);
+                w.flags = w.flags.with(Flags::ANSWER, true);
+                let offset = f.dest_offset.wrapping_add((at - start) as u32);
+                WriteFields { dest: f.dest, offset, total: f.len }.put(&mut w);
+                (w, self.buffer(vipc_wire::encoded_len(chunk.min(end - at), keyed)))
+            })
+            .collect();
+        let Some(bytes) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes.get(start..end)) else { return };
+        let key = self.cfg.key.as_ref();
+        for ((w, out), part) in packets.iter_mut().zip(bytes.chunks(chunk)) {
+            vipc_wire::encode(w, part, key, out);
+        }
+        for (_, p) in packets {
+            self.emit_raw(Destination::Addr(to), PacketType::MemWrite, p);
         }
     }
 
