@@ -28,8 +28,8 @@ pub struct MountOptions {
     /// Largest read or write request the kernel sends (bytes), also the read-ahead window.
     pub max_io: u32,
     /// Threads that read the listings of the next subdirectories (a window of 16 ahead of the one opened)
-    /// while a program walks a tree (`find`, `du`, `tar c`); 0 = no directory read-ahead. A listing read ahead is dropped by any change made
-    /// through the mount and is never used older than the attribute TTL.
+    /// while a program walks a tree (`find`, `du`, `tar c`); 0 = no directory read-ahead. A listing read
+    /// ahead is dropped by any change made through the mount and is never used older than the attribute TTL.
     pub dir_read_ahead: usize,
 }
 
