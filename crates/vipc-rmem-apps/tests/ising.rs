@@ -115,3 +115,29 @@ fn a_silent_neighbour_fails_the_run_in_bounded_time() {
     assert!(c.run(2).is_err());
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
+
+#[test]
+fn every_ghost_depth_equals_the_sequential_run() {
+    // 32 rows over 4 nodes: 8 rows a band, so every depth up to 8 is kept;
+    // 7 sweeps in runs of 2, 3 and 2, so exchanges straddle the runs.
+    let params = IsingParams::new(32, 17);
+    let want = model::reference(&params, 7);
+    for (k, depth) in [1usize, 2, 3, 5, 8].into_iter().enumerate() {
+        let nodes = loopback_nodes(4, 170 + 10 * k as u16, &FaultConfig::default()).expect("nodes");
+        let mut c = IsingCluster::start(&nodes, &params, |cfg| {
+            cfg.rto = Duration::from_millis(3);
+            cfg.depth = depth;
+        })
+        .expect("cluster");
+        for sweeps in [2, 3, 2] {
+            c.run(sweeps).expect("run");
+        }
+        assert_eq!(c.grid(), want, "depth {depth}");
+        // One exchange of `depth` rows to each side every `depth` half-sweeps.
+        let rows = (14 / depth * depth * 2) as u64;
+        assert!(c.stats().iter().all(|s| s.rows_written == rows), "depth {depth}: {:?}", c.stats());
+    }
+    let nodes = loopback_nodes(4, 230, &FaultConfig::default()).expect("nodes");
+    let r = IsingCluster::start(&nodes, &params, |cfg| cfg.depth = 9);
+    assert!(matches!(r, Err(vipc_rmem_apps::Error::Params(_))), "depth 9: {r:?}");
+}

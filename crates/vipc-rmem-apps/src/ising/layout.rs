@@ -1,18 +1,19 @@
-//! A worker's exported segment: eight slots of one row each.
+//! A worker's exported segment: eight slots, each holding the rows one
+//! exchange carries to one side (as many as the bands' ghost depth).
 //!
 //! - **Inbox** (written by the neighbours): for each ghost (above, below)
-//!   two slots, by the parity of the half-sweep. A neighbour writes the
-//!   rows of half-sweep h + 2 only after it has this worker's rows of
-//!   h + 1, which this worker sends only after it read the rows of h, so a
-//!   slot is never overwritten before it is read.
+//!   two slots, by the parity of the exchange. A neighbour writes the rows
+//!   of exchange e + 2 only after it has this worker's rows of e + 1, which
+//!   this worker sends only after it read the rows of e, so a slot is never
+//!   overwritten before it is read.
 //! - **Outbox** (written by the worker itself, read by the neighbours when
-//!   a row written to them went missing): the same four slots, each row
-//!   encoded exactly as it was written to the neighbour.
+//!   rows written to them went missing): the same four slots, each encoded
+//!   exactly as it was written to the neighbour.
 //!
-//! A slot is {sequence number: u64, check word: u64, the row: one byte per
-//! spin}. A slot counts only if it names the half-sweep wanted and its
-//! check word matches, so a late duplicate of an older row, or a row that
-//! arrived in part, is never taken.
+//! A slot is {exchange number: u64, check word: u64, the rows: one byte per
+//! spin}. A slot counts only if it names the exchange wanted and its check
+//! word matches, so a late duplicate of older rows, or rows that arrived in
+//! part, are never taken. `width` below is the spins a slot carries.
 
 /// Which ghost row of a band.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,28 +30,28 @@ impl Ghost {
 
 const HEADER: usize = 16;
 
-/// The bytes of one slot for an L-wide grid.
-pub(crate) fn slot_len(size: usize) -> usize {
-    HEADER + size
+/// The bytes of one slot of `width` spins.
+pub(crate) fn slot_len(width: usize) -> usize {
+    HEADER + width
 }
 
 /// The segment's size.
-pub(crate) fn segment_len(size: usize) -> usize {
-    8 * slot_len(size)
+pub(crate) fn segment_len(width: usize) -> usize {
+    8 * slot_len(width)
 }
 
-fn slot(size: usize, index: usize) -> u32 {
-    (index * slot_len(size)) as u32
+fn slot(width: usize, index: usize) -> u32 {
+    (index * slot_len(width)) as u32
 }
 
-/// Where the neighbour writes this worker's ghost `g` of half-sweep `seq`.
-pub(crate) fn inbox(size: usize, g: Ghost, seq: u64) -> u32 {
-    slot(size, 2 * g as usize + (seq % 2) as usize)
+/// Where the neighbour writes this worker's ghost `g` of exchange `seq`.
+pub(crate) fn inbox(width: usize, g: Ghost, seq: u64) -> u32 {
+    slot(width, 2 * g as usize + (seq % 2) as usize)
 }
 
-/// Where this worker keeps the row it wrote to be its neighbour's ghost `g`.
-pub(crate) fn outbox(size: usize, g: Ghost, seq: u64) -> u32 {
-    slot(size, 4 + 2 * g as usize + (seq % 2) as usize)
+/// Where this worker keeps the rows it wrote to be its neighbour's ghost `g`.
+pub(crate) fn outbox(width: usize, g: Ghost, seq: u64) -> u32 {
+    slot(width, 4 + 2 * g as usize + (seq % 2) as usize)
 }
 
 /// The check word of a row: FNV-1a over the ghost, the sequence number and the spins.
@@ -59,7 +60,7 @@ fn check(g: Ghost, seq: u64, row: &[u8]) -> u64 {
     super::model::fnv1a(head.iter().chain(row))
 }
 
-/// The slot holding `row` as ghost `g` of half-sweep `seq`.
+/// The slot holding `row` (one or more rows) as ghost `g` of exchange `seq`.
 pub(crate) fn encode(g: Ghost, seq: u64, row: &[i8]) -> Vec<u8> {
     let spins: Vec<u8> = row.iter().map(|&s| u8::from(s > 0)).collect();
     let mut out = Vec::with_capacity(HEADER + row.len());
@@ -69,7 +70,7 @@ pub(crate) fn encode(g: Ghost, seq: u64, row: &[i8]) -> Vec<u8> {
     out
 }
 
-/// The row in `slot`, if it is ghost `g` of half-sweep `seq` and whole.
+/// The rows in `slot`, if they are ghost `g` of exchange `seq` and whole.
 pub(crate) fn decode(g: Ghost, seq: u64, slot: &[u8]) -> Option<Vec<i8>> {
     let word = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().unwrap_or([0; 8]));
     if slot.len() < HEADER || word(0) != seq {
@@ -91,12 +92,12 @@ mod tests {
         let row = [1i8, -1, -1, 1, 1, 1];
         let s = encode(Ghost::Above, 7, &row);
         assert_eq!(decode(Ghost::Above, 7, &s), Some(row.to_vec()));
-        assert_eq!(decode(Ghost::Above, 5, &s), None, "an older half-sweep");
+        assert_eq!(decode(Ghost::Above, 5, &s), None, "an older exchange");
         assert_eq!(decode(Ghost::Below, 7, &s), None, "the other ghost");
         let mut torn = s.clone();
         torn[HEADER + 2] = 1;
         assert_eq!(decode(Ghost::Above, 7, &torn), None, "a changed spin");
-        assert_eq!(decode(Ghost::Above, 0, &[0; 22]), None, "a zeroed slot is no row of half-sweep 0");
+        assert_eq!(decode(Ghost::Above, 0, &[0; 22]), None, "a zeroed slot is no row of exchange 0");
     }
 
     #[test]

@@ -121,40 +121,47 @@ pub fn reference(p: &IsingParams, sweeps: u64) -> Vec<i8> {
     s
 }
 
-/// A band of rows `first..first + rows` with a ghost row on each side
-/// (band rows 0 and rows + 1), and the coefficients of its bonds.
+/// A band of rows `first..first + rows` with `depth` ghost rows on each
+/// side (band rows `0..depth` above, `depth + rows..rows + 2·depth` below),
+/// and the coefficients of its bonds.
 #[derive(Clone, Debug)]
 pub struct Band {
     p: IsingParams,
     first: usize,
     rows: usize,
+    depth: usize,
     spins: Vec<i8>,
+    /// Band row k's horizontal bonds: (k, j)–(k, j + 1) at `k·L + j`.
     jh: Vec<f64>,
+    /// Band row k's bonds below: (k, j)–(k + 1, j) at `k·L + j`.
     jv: Vec<f64>,
 }
 
 impl Band {
     /// The band in its initial state, ghosts included.
-    pub fn new(p: &IsingParams, first: usize, rows: usize) -> Band {
+    pub fn new(p: &IsingParams, first: usize, rows: usize, depth: usize) -> Band {
         let n = p.size;
-        let global = |k: usize| (first + n + k - 1) % n; // band row k → grid row
-        let spins = (0..(rows + 2) * n).map(|x| initial_spin(p, global(x / n), x % n)).collect();
-        let jh = (0..rows * n).map(|x| coupling(p, global(x / n + 1), x % n, false)).collect();
-        let jv = (0..(rows + 1) * n).map(|x| coupling(p, global(x / n), x % n, true)).collect();
-        Band { p: *p, first, rows, spins, jh, jv }
+        let all = rows + 2 * depth;
+        let global = |k: usize| (first + n + k - depth) % n; // band row k → grid row
+        let spins = (0..all * n).map(|x| initial_spin(p, global(x / n), x % n)).collect();
+        let jh = (0..all * n).map(|x| coupling(p, global(x / n), x % n, false)).collect();
+        let jv = (0..all * n).map(|x| coupling(p, global(x / n), x % n, true)).collect();
+        Band { p: *p, first, rows, depth, spins, jh, jv }
     }
 
-    /// Updates the colour of half-sweep `h` in the band's own rows, reading the ghosts.
-    pub fn half_sweep(&mut self, h: u64) {
+    /// Updates the colour of half-sweep `h` in the band's own rows and the
+    /// `margin` ghost rows next to them on each side (margin < depth: the
+    /// outermost ghosts are only read).
+    pub fn half_sweep(&mut self, h: u64, margin: usize) {
         let (n, c) = (self.p.size, colour(h));
-        for k in 1..=self.rows {
-            let i = self.first + k - 1;
+        for k in self.depth - margin..self.depth + self.rows + margin {
+            let i = (self.first + n + k - self.depth) % n;
             let (row, above, below) = (k * n, (k - 1) * n, (k + 1) * n);
             for j in ((i + c) % 2..n).step_by(2) {
                 let (left, right) = ((j + n - 1) % n, (j + 1) % n);
                 let s = &self.spins;
-                let field = self.jh[above + left] * f64::from(s[row + left])
-                    + self.jh[above + j] * f64::from(s[row + right])
+                let field = self.jh[row + left] * f64::from(s[row + left])
+                    + self.jh[row + j] * f64::from(s[row + right])
                     + self.jv[above + j] * f64::from(s[above + j])
                     + self.jv[row + j] * f64::from(s[below + j]);
                 let new = decide(&self.p, h, i, j, s[row + j], field);
@@ -163,15 +170,20 @@ impl Band {
         }
     }
 
-    /// Band row `k` (0: the ghost above, `rows + 1`: the ghost below).
-    pub fn row(&self, k: usize) -> &[i8] {
-        &self.spins[k * self.p.size..(k + 1) * self.p.size]
+    /// `count` band rows from band row `k` (0: the outermost ghost above).
+    pub fn rows_at(&self, k: usize, count: usize) -> &[i8] {
+        &self.spins[k * self.p.size..(k + count) * self.p.size]
     }
 
-    /// Replaces band row `k` (a ghost).
-    pub fn set_row(&mut self, k: usize, row: &[i8]) {
-        let n = self.p.size;
-        self.spins[k * n..(k + 1) * n].copy_from_slice(row);
+    /// Replaces band rows from `k` (ghosts) with `rows`.
+    pub fn set_rows(&mut self, k: usize, rows: &[i8]) {
+        let at = k * self.p.size;
+        self.spins[at..at + rows.len()].copy_from_slice(rows);
+    }
+
+    /// Ghost rows on each side.
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 
     /// The number of rows owned.
@@ -186,13 +198,13 @@ impl Band {
 
     /// The owned rows, in grid order.
     pub fn owned(&self) -> &[i8] {
-        &self.spins[self.p.size..(self.rows + 1) * self.p.size]
+        self.rows_at(self.depth, self.rows)
     }
 
     /// With the whole grid in one band: the ghosts are its own last and first rows.
     pub fn wrap_ghosts(&mut self) {
-        let (n, r) = (self.p.size, self.rows);
-        self.spins.copy_within(r * n..(r + 1) * n, 0);
-        self.spins.copy_within(n..2 * n, (r + 1) * n);
+        let (n, r, d) = (self.p.size, self.rows, self.depth);
+        self.spins.copy_within(r * n..(r + d) * n, 0);
+        self.spins.copy_within(d * n..2 * d * n, (r + d) * n);
     }
 }
