@@ -164,8 +164,7 @@ impl IsingWorker {
     /// of the worker below.
     fn publish(&mut self, e: u64) -> Result<()> {
         let Some(peers) = &self.peers else { return Ok(()) };
-        let (d, r) = (self.band.depth(), self.band.rows());
-        let width = d * self.params.size;
+        let (d, r, width) = (self.band.depth(), self.band.rows(), self.slot_width());
         let (top, bottom) = (self.band.rows_at(d, d), self.band.rows_at(r, d));
         for (g, rows, to) in [(Ghost::Below, top, &peers[0]), (Ghost::Above, bottom, &peers[1])] {
             let slot = encode(g, e, rows);
@@ -181,7 +180,7 @@ impl IsingWorker {
         if self.peers.is_none() {
             return Ok(());
         }
-        let n = self.band.depth() * self.params.size;
+        let width = self.slot_width();
         let mut missing = Ghost::BOTH.to_vec();
         let start = Instant::now();
         let mut fetch_at = start + self.cfg.rto;
@@ -189,7 +188,7 @@ impl IsingWorker {
             while self.seg.poll_control()?.is_some() {} // every wake-up is looked at below
             let mut still = Vec::new();
             for g in missing {
-                match decode(g, h, &self.seg.to_vec(inbox(n, g, h), slot_len(n))?) {
+                match decode(g, h, &self.seg.to_vec(inbox(width, g, h), slot_len(width))?) {
                     Some(row) => self.set_ghost(g, &row),
                     None => still.push(g),
                 }
@@ -225,11 +224,11 @@ impl IsingWorker {
     /// Reads ghost `g` of exchange `h` from the outbox of the neighbour on that side.
     fn fetch(&mut self, g: Ghost, h: u64) -> Result<Option<Vec<i8>>> {
         let Some(peers) = &self.peers else { return Ok(None) };
-        let n = self.band.depth() * self.params.size;
+        let width = self.slot_width();
         let from = &peers[g as usize];
-        let op = from.read(outbox(n, g, h), slot_len(n) as u32, (&self.anon, 0), false)?;
+        let op = from.read(outbox(width, g, h), slot_len(width) as u32, (&self.anon, 0), false)?;
         let row = match op.wait(self.cfg.rto) {
-            Ok(_) => decode(g, h, &self.anon.to_vec(0, slot_len(n))?),
+            Ok(_) => decode(g, h, &self.anon.to_vec(0, slot_len(width))?),
             Err(e) if crate::error::lost(&e) => None,
             Err(e) => return Err(e.into()),
         };
@@ -238,6 +237,11 @@ impl IsingWorker {
             None => self.stats.empty_fetches += 1,
         }
         Ok(row)
+    }
+
+    /// The spins one slot carries: the `depth` rows of one exchange to one side.
+    fn slot_width(&self) -> usize {
+        self.band.depth() * self.params.size
     }
 
     fn set_ghost(&mut self, g: Ghost, rows: &[i8]) {
