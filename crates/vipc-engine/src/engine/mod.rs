@@ -252,8 +252,12 @@ impl Engine {
     }
 
     /// Encodes and queues a packet.
+    /// Large packets (a block write's) are encoded into recycled buffers,
+    /// as read answers are: see [`Engine::recycle`].
     fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) {
-        let bytes = vipc_wire::to_vec(h, data, self.cfg.key.as_ref());
+        let len = vipc_wire::encoded_len(data.len(), self.cfg.key.is_some());
+        let mut bytes = if len >= RECYCLE_MIN { self.buffer(len) } else { Vec::with_capacity(len) };
+        vipc_wire::encode(h, data, self.cfg.key.as_ref(), &mut bytes);
         self.emit_raw(to, h.ptype, bytes);
     }
 
