@@ -8,7 +8,7 @@
 //! | item | what |
 //! |---|---|
 //! | `latency` | read 8 B – 64 KB and CAS-II, medians and p99, against UDP; a ping-pong of notified writes (a write with notify wakes the owner's thread, which writes back with notify) against the UDP ping-pong |
-//! | `write` | time to issue a write (no round trip) against a UDP `send_to` |
+//! | `write` | time to issue a write (no round trip) against a UDP `send_to`, with an untimed read every 256 writes so the queue drains (the network keeps up) |
 //! | `block` | 1 MiB read into an anonymous segment, and 1 MiB written then confirmed by a read of its last word, against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
 //! | `rapid` | a RAPID call, 32 B each way, against remote Send–Receive–Reply, µs ([`crate::layers`]) |
@@ -278,7 +278,15 @@ fn write(ctx: &mut Ctx<'_>) -> Result<()> {
             sock.send_to(&data[..size], to)?;
             Ok(t.elapsed())
         }));
+        let issued = std::cell::Cell::new(0usize);
         probes.push(Probe::micros(&format!("rmem_write_issue_{l}"), n, move || {
+            // What issuing costs while the network keeps up: every 256
+            // writes, an untimed read (answered after them) lets the queue
+            // drain, so no write waits for the send-queue limit (8 MiB).
+            issued.set(issued.get() + 1);
+            if issued.get() % 256 == 0 {
+                r.read(8)?;
+            }
             let t = Instant::now();
             r.remote.write(0, &data[..size], false)?;
             Ok(t.elapsed())

@@ -77,6 +77,10 @@ pub struct Stats {
     /// completed, waiting in Receive (no hand-off from the multicast
     /// thread). Counted by the runtime; the engine leaves it 0.
     pub multicast_by_receiver: u64,
+    /// Fire-and-forget calls (remote writes) that waited because more than
+    /// the runtime's send-queue limit was queued unsent. Counted by the
+    /// runtime; the engine leaves it 0.
+    pub writes_throttled: u64,
     /// Remote memory: writes and writevs issued by this node (operations, not packets).
     pub rmem_writes: u64,
     /// Remote memory: write and writev packets applied to this node's segments.
@@ -191,6 +195,7 @@ impl Stats {
             ("group_failures", self.group_failures),
             ("unicast_fanout", self.unicast_fanout),
             ("multicast_by_receiver", self.multicast_by_receiver),
+            ("writes_throttled", self.writes_throttled),
             ("memberships", self.memberships),
             ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),

@@ -64,6 +64,11 @@ type Slots = HashMap<Pid, Slot, std::hash::BuildHasherDefault<PidHasher>>;
 /// Datagrams ready to go out, in the order the engine produced them.
 pub(crate) type Outgoing = VecDeque<(SocketAddr, Vec<u8>)>;
 
+/// Fire-and-forget calls (remote writes) wait while more than this many
+/// bytes are queued and not yet taken by a sender: a writer faster than the
+/// network would otherwise grow the queue without bound.
+pub(crate) const SEND_QUEUE_LIMIT: usize = 8 << 20;
+
 /// Who reads the unicast socket: at most one thread at a time holds the
 /// reader token, so datagrams are fed to the engine in arrival order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +228,14 @@ pub(crate) struct State {
     pub(crate) log_conflicts: bool,
     /// Datagrams drained from the engine and not yet sent.
     outq: Outgoing,
+    /// How many of `outq`'s datagrams, and bytes, have been counted towards
+    /// [`SEND_QUEUE_LIMIT`] (the queue only grows at its back until it is
+    /// taken whole, so counting is incremental).
+    outq_counted: (usize, usize),
+    /// Threads waiting on `drained_cv` for the queue to shrink.
+    throttled: usize,
+    /// Calls that waited so ([`Stats::writes_throttled`]).
+    throttled_calls: u64,
     /// An empty queue kept to swap with `outq` (no allocation per send).
     spare: Outgoing,
     /// True while some thread is sending from `outq` (it sends everything queued).
@@ -287,6 +300,8 @@ pub(crate) struct Shared {
     pub(crate) rmem_cv: Condvar,
     /// The sender thread sleeps on it.
     pub(crate) sender_cv: Condvar,
+    /// Throttled fire-and-forget callers sleep on it (see [`SEND_QUEUE_LIMIT`]).
+    drained_cv: Condvar,
     /// The multicast thread sleeps on it while a process holds the multicast token.
     mcast_cv: Condvar,
     pub(crate) unicast: UdpSocket,
@@ -366,6 +381,9 @@ impl Shared {
                 conflict: None,
                 log_conflicts: p.log_conflicts,
                 outq: VecDeque::new(),
+                outq_counted: (0, 0),
+                throttled: 0,
+                throttled_calls: 0,
                 spare: VecDeque::new(),
                 sending: false,
                 reader: Reader::None,
@@ -392,6 +410,7 @@ impl Shared {
             bg_cv: Condvar::new(),
             rmem_cv: Condvar::new(),
             sender_cv: Condvar::new(),
+            drained_cv: Condvar::new(),
             mcast_cv: Condvar::new(),
             bells: p.bells,
             self_addr: net::self_addr(p.local),
@@ -663,6 +682,10 @@ impl Shared {
         loop {
             let mut batch = if send {
                 let spare = std::mem::take(&mut st.spare);
+                st.outq_counted = (0, 0);
+                if st.throttled > 0 {
+                    self.drained_cv.notify_all();
+                }
                 std::mem::replace(&mut st.outq, spare)
             } else {
                 VecDeque::new()
@@ -863,13 +886,29 @@ impl Shared {
     /// remote write costs the writer (003: the interface, not the writer,
     /// moves the data). Order is kept: one thread at a time sends the
     /// queue, in order, and a later call by anyone sends what is still queued
-    /// before its own.
+    /// before its own. While more than [`SEND_QUEUE_LIMIT`] bytes wait for
+    /// the sender, the caller waits too, as a writer waits for a full
+    /// interface queue.
     pub(crate) fn call_deferred<T>(
         &self,
         f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
     ) -> Result<T> {
         let (mut st, r) = self.enter(None, f)?;
         let kick = !st.sending && !st.outq.is_empty() && !std::mem::replace(&mut st.send_kick, true);
+        if unsent_bytes(&mut st) > SEND_QUEUE_LIMIT {
+            st.throttled_calls += 1;
+            if kick {
+                self.sender_cv.notify_one();
+            }
+            while !st.stopped && unsent_bytes(&mut st) > SEND_QUEUE_LIMIT {
+                st.throttled += 1;
+                let limit = Duration::from_millis(50);
+                st = self.drained_cv.wait_timeout(st, limit).unwrap_or_else(|e| e.into_inner()).0;
+                st.throttled -= 1;
+            }
+            self.unlock_and_signal(st);
+            return Ok(r?);
+        }
         self.unlock_and_signal(st);
         if kick {
             self.sender_cv.notify_one();
@@ -1242,7 +1281,12 @@ impl Shared {
     /// The engine's counters.
     pub(crate) fn stats(&self) -> Stats {
         let st = self.lock();
-        Stats { unicast_fanout: st.fanout, multicast_by_receiver: st.mcast.by_receiver, ..st.engine.stats() }
+        Stats {
+            unicast_fanout: st.fanout,
+            multicast_by_receiver: st.mcast.by_receiver,
+            writes_throttled: st.throttled_calls,
+            ..st.engine.stats()
+        }
     }
 
     /// Stops the node: threads exit, blocked calls return `NodeStopped`.
@@ -1263,6 +1307,7 @@ impl Shared {
             cv.notify_all();
         }
         self.sender_cv.notify_all();
+        self.drained_cv.notify_all();
         self.mcast_cv.notify_all();
         drop(st);
         // Wake the readers at once rather than after their read timeout.
@@ -1400,6 +1445,14 @@ pub(crate) fn timer_loop(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Bytes queued in `outq` and not yet taken by a sending thread.
+fn unsent_bytes(st: &mut State) -> usize {
+    let (counted, bytes) = st.outq_counted;
+    let more: usize = st.outq.iter().skip(counted).map(|(_, b)| b.len()).sum();
+    st.outq_counted = (st.outq.len(), bytes + more);
+    bytes + more
 }
 
 /// The sender thread: sends what [`Shared::call_deferred`] queued.

@@ -305,3 +305,26 @@ fn a_segment_exported_at_a_chosen_name_is_imported_by_it_and_the_name_is_taken_o
     drop(seg);
     nodes[0].export_segment_named(name, 64, rw()).unwrap();
 }
+
+/// A writer faster than the network waits once more than the send-queue
+/// limit is queued unsent, instead of growing the queue without bound; small
+/// writes never wait.
+#[test]
+fn a_writer_faster_than_the_network_is_throttled() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(1 << 20, rw()).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    for i in 0..1000u32 {
+        remote.write(0, &i.to_le_bytes(), false).unwrap();
+    }
+    assert_eq!(nodes[1].stats().writes_throttled, 0, "4 KB in all never reaches the limit");
+    // 96 MiB issued back to back: encoding runs faster than sending.
+    let data = pattern(1 << 20, 5);
+    for _ in 0..96 {
+        remote.write(0, &data, false).unwrap();
+    }
+    assert!(nodes[1].stats().writes_throttled > 0, "{:?}", nodes[1].stats());
+    // The node still works: a read after the writes comes back.
+    let local = nodes[1].anonymous_segment(8).unwrap();
+    remote.read(0, 8, (&local, 0), false).unwrap().wait(WAIT).unwrap();
+}
