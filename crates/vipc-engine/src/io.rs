@@ -200,6 +200,18 @@ pub struct Transmit {
     pub lent: Option<Lent>,
 }
 
+/// A packet of [`crate::Engine::mem_write_headers`]: its header, to be sent
+/// to `to` with bytes `data` of the caller's buffer appended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderFor {
+    /// Where to.
+    pub to: SocketAddr,
+    /// The encoded header, its data length already set.
+    pub head: Vec<u8>,
+    /// The range of the caller's buffer that follows it.
+    pub data: std::ops::Range<usize>,
+}
+
 /// A range of the buffer a local process lends for the duration of its
 /// blocking call ([`crate::Engine::move_to_lent`], [`crate::Engine::move_from_lent`]).
 /// The engine never holds those bytes: the runtime moves them.

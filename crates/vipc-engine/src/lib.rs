@@ -48,8 +48,8 @@ pub use engine::{
 };
 pub use error::Error;
 pub use io::{
-    Access, Completion, Destination, Event, Lent, Received, ReplyMode, Scope, Segment, SendOptions, SendOutcome,
-    Transmit,
+    Access, Completion, Destination, Event, HeaderFor, Lent, Received, ReplyMode, Scope, Segment, SendOptions,
+    SendOutcome, Transmit,
 };
 pub use stats::Stats;
 pub use time::Time;

@@ -609,3 +609,41 @@ fn block_writes_are_encoded_into_recycled_buffers() {
     assert_eq!(first.bytes.as_ptr(), at, "the first packet was built in the recycled buffer");
     assert!(first.bytes.len() > 60_000, "packets as large as the path allows");
 }
+
+/// A write whose data stay in the caller's buffer: the headers the engine
+/// returns, sent with those bytes appended, are packets the owner applies
+/// like any write; where the data must be in the packet (this node's own
+/// segment, a keyed cluster) or the owner's address is unknown, it declines.
+#[test]
+fn writes_from_the_callers_buffer_land_like_queued_writes() {
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let seg = export(&mut net, 1 << 20, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let packets = net.nodes[1].mem_write_headers(&h, 1000, data.len(), false).unwrap().expect("a remote write");
+    assert_eq!(packets.len(), 4, "200,000 bytes in datagrams of up to 65,435 data bytes");
+    assert!(net.nodes[1].poll_transmit().is_none(), "nothing queued: the caller sends");
+    let mut covered = 0;
+    for p in &packets {
+        assert_eq!((p.to, p.data.start), (addr(0), covered), "in order, to the owner");
+        covered = p.data.end;
+        let mut datagram = p.head.clone();
+        datagram.extend_from_slice(&data[p.data.clone()]);
+        let now = net.now;
+        net.nodes[0].handle_datagram(now, addr(1), &datagram);
+    }
+    assert_eq!(covered, data.len());
+    assert_eq!(bytes_of(&net, 0, seg, 1000, data.len()), data);
+    assert_eq!(net.stats(0).rmem_writes_applied, 4);
+    assert_eq!((net.stats(1).rmem_writes, net.stats(1).sent(PacketType::MemWrite)), (1, 4));
+    // Refused as a queued write would be: out of range.
+    assert!(net.nodes[1].mem_write_headers(&h, (1 << 20) - 10, 11, false).is_err());
+    // Declined: the owner's own segment.
+    let own = import(&mut net, 0, Access::READ_WRITE).unwrap();
+    assert_eq!(net.nodes[0].mem_write_headers(&own, 0, 100_000, false), Ok(None));
+    // Declined with a key: the MAC covers the data.
+    let mut keyed = Net::with(2, |c| c.key = Some(AuthKey::from_bytes([7; 32])));
+    keyed.nodes[0].export_segment(Some(NAME), 1 << 20, rw()).unwrap();
+    let h = import(&mut keyed, 1, Access::READ_WRITE).unwrap();
+    assert_eq!(keyed.nodes[1].mem_write_headers(&h, 0, 100_000, false), Ok(None));
+}

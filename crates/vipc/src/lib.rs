@@ -65,7 +65,7 @@ pub use error::{Error, Result};
 pub use loopback::{free_loopback_addrs, loopback_cluster};
 pub use node::Node;
 pub use process::{Process, ReceiveInfo, SegmentRef};
-pub use rmem::{AnonSegment, ExportedSegment, PendingOp, RemoteSegment};
+pub use rmem::{AnonSegment, ExportedSegment, PendingOp, RemoteSegment, DIRECT_WRITE};
 pub use vipc_engine::{
     well_known_group, Access, AliveHost, AliveHosts, AuthKey, CasAnswer, Config as EngineConfig, ControlRecord,
     DataRecord, Error as ProtocolError, GroupOutcome, HostId, HostIdConfig, MemOp, MemOutcome, Message, Notify, Pid,

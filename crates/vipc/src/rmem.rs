@@ -268,6 +268,11 @@ impl AnonSegment {
     }
 }
 
+/// Writes of at least this many bytes are sent by the writer straight from
+/// its buffer: copying them into queued packets cost more than the hand-off
+/// to the sender thread saves (a 1 MiB write: 2.7 → 3.4 GB/s).
+pub const DIRECT_WRITE: usize = 64 << 10;
+
 /// A handle to another host's segment (or this node's, by import): no
 /// memory is mapped; addresses are offsets. Every operation returns at once.
 #[derive(Clone)]
@@ -304,8 +309,15 @@ impl RemoteSegment {
     /// queued for the node's sender thread (the writer pays for the engine
     /// and a queue); a notifying one is sent by the writer itself — it
     /// exists to wake someone, and the hand-off would delay that by a thread
-    /// switch. Order is kept either way.
+    /// switch. A write of [`DIRECT_WRITE`] bytes or more is sent by the
+    /// writer straight from `data`, without copying it into queued packets.
+    /// Order is kept either way.
     pub fn write(&self, offset: u32, data: &[u8], notify: bool) -> Result<()> {
+        if data.len() >= DIRECT_WRITE
+            && self.shared.send_from_buffer(data, |e| e.mem_write_headers(&self.target, offset, data.len(), notify))?
+        {
+            return Ok(());
+        }
         self.send(notify, |e| e.mem_write(&self.target, offset, data, notify))
     }
 

@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vipc_engine::{Completion, Destination, Engine, Event, HostId, Lent, Pid, SegmentId, Stats, Time};
+use vipc_engine::{Completion, Destination, Engine, Event, HeaderFor, HostId, Lent, Pid, SegmentId, Stats, Time};
 use vipc_wire::HEADER_LEN;
 
 mod apart;
@@ -232,8 +232,9 @@ pub(crate) struct State {
     /// [`SEND_QUEUE_LIMIT`] (the queue only grows at its back until it is
     /// taken whole, so counting is incremental).
     outq_counted: (usize, usize),
-    /// Threads waiting on `drained_cv` for the queue to shrink.
-    throttled: usize,
+    /// Threads waiting on `drained_cv`: for the queue to shrink, or for the
+    /// sending thread to finish.
+    send_waiters: usize,
     /// Calls that waited so ([`Stats::writes_throttled`]).
     throttled_calls: u64,
     /// An empty queue kept to swap with `outq` (no allocation per send).
@@ -300,7 +301,8 @@ pub(crate) struct Shared {
     pub(crate) rmem_cv: Condvar,
     /// The sender thread sleeps on it.
     pub(crate) sender_cv: Condvar,
-    /// Throttled fire-and-forget callers sleep on it (see [`SEND_QUEUE_LIMIT`]).
+    /// Throttled fire-and-forget callers sleep on it (see [`SEND_QUEUE_LIMIT`]),
+    /// and writers waiting for their turn to send ([`Shared::send_from_buffer`]).
     drained_cv: Condvar,
     /// The multicast thread sleeps on it while a process holds the multicast token.
     mcast_cv: Condvar,
@@ -382,7 +384,7 @@ impl Shared {
                 log_conflicts: p.log_conflicts,
                 outq: VecDeque::new(),
                 outq_counted: (0, 0),
-                throttled: 0,
+                send_waiters: 0,
                 throttled_calls: 0,
                 spare: VecDeque::new(),
                 sending: false,
@@ -680,16 +682,7 @@ impl Shared {
         }
         st.sending |= send;
         loop {
-            let mut batch = if send {
-                let spare = std::mem::take(&mut st.spare);
-                st.outq_counted = (0, 0);
-                if st.throttled > 0 {
-                    self.drained_cv.notify_all();
-                }
-                std::mem::replace(&mut st.outq, spare)
-            } else {
-                VecDeque::new()
-            };
+            let mut batch = if send { self.take_queue(&mut st) } else { VecDeque::new() };
             drop(st);
             signal_all(&mut notify);
             if std::mem::take(&mut wake) {
@@ -703,17 +696,68 @@ impl Shared {
             if !send {
                 return st;
             }
-            for (_, bytes) in batch.drain(..) {
-                st.engine.recycle(bytes);
-            }
-            if st.spare.capacity() < batch.capacity() {
-                st.spare = batch;
-            }
+            give_back(&mut st, batch);
             if st.outq.is_empty() {
                 st.sending = false;
+                if st.send_waiters > 0 {
+                    self.drained_cv.notify_all();
+                }
                 return st;
             }
         }
+    }
+
+    /// Takes the whole send queue for the sending thread (throttled callers
+    /// may go on: nothing is unsent any more).
+    fn take_queue(&self, st: &mut State) -> Outgoing {
+        let spare = std::mem::take(&mut st.spare);
+        st.outq_counted = (0, 0);
+        if st.send_waiters > 0 {
+            self.drained_cv.notify_all();
+        }
+        std::mem::replace(&mut st.outq, spare)
+    }
+
+    /// Sends packets whose headers `f` encodes and whose data are ranges of
+    /// `data` straight from the caller's buffer (no copy into a queued
+    /// datagram), after everything queued before them: the caller waits for
+    /// its turn as the one sending thread. `Ok(false)` if `f` declines, and
+    /// with fault injection (which must see every datagram).
+    pub(crate) fn send_from_buffer(
+        &self,
+        data: &[u8],
+        f: impl FnOnce(&mut Engine) -> Result<Option<Vec<HeaderFor>>, vipc_engine::Error>,
+    ) -> Result<bool> {
+        let mut st = self.lock();
+        if st.faults.is_some() {
+            return Ok(false);
+        }
+        while st.sending && !st.stopped {
+            st.send_waiters += 1;
+            st = self.drained_cv.wait_timeout(st, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+            st.send_waiters -= 1;
+        }
+        if st.stopped {
+            return Err(Error::NodeStopped);
+        }
+        let Some(packets) = f(&mut st.engine)? else { return Ok(false) };
+        let now = self.now();
+        self.drain(&mut st, Origin::Call(None), now);
+        st.sending = true;
+        let mut batch = self.take_queue(&mut st);
+        drop(st);
+        net::send_all(&self.unicast, &mut batch);
+        for p in &packets {
+            net::send_parts(&self.unicast, p.to, &p.head, &data[p.data.clone()]);
+        }
+        let mut st = self.lock();
+        give_back(&mut st, batch);
+        st.sending = false;
+        if st.send_waiters > 0 {
+            self.drained_cv.notify_all();
+        }
+        self.flush(st);
+        Ok(true)
     }
 
     /// [`Shared::flush_locked`], then unlocks. With nothing to send, the
@@ -901,10 +945,10 @@ impl Shared {
                 self.sender_cv.notify_one();
             }
             while !st.stopped && unsent_bytes(&mut st) > SEND_QUEUE_LIMIT {
-                st.throttled += 1;
+                st.send_waiters += 1;
                 let limit = Duration::from_millis(50);
                 st = self.drained_cv.wait_timeout(st, limit).unwrap_or_else(|e| e.into_inner()).0;
-                st.throttled -= 1;
+                st.send_waiters -= 1;
             }
             self.unlock_and_signal(st);
             return Ok(r?);
@@ -1444,6 +1488,16 @@ pub(crate) fn timer_loop(shared: Arc<Shared>) {
                 st = shared.timer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         }
+    }
+}
+
+/// A sent batch's buffers go back to the engine, the emptied queue back to `spare`.
+fn give_back(st: &mut State, mut batch: Outgoing) {
+    for (_, bytes) in batch.drain(..) {
+        st.engine.recycle(bytes);
+    }
+    if st.spare.capacity() < batch.capacity() {
+        st.spare = batch;
     }
 }
 

@@ -318,13 +318,35 @@ fn a_writer_faster_than_the_network_is_throttled() {
         remote.write(0, &i.to_le_bytes(), false).unwrap();
     }
     assert_eq!(nodes[1].stats().writes_throttled, 0, "4 KB in all never reaches the limit");
-    // 96 MiB issued back to back: encoding runs faster than sending.
-    let data = pattern(1 << 20, 5);
-    for _ in 0..96 {
+    // 96 MiB in writes queued for the sender thread (smaller than
+    // DIRECT_WRITE), issued back to back: encoding runs faster than sending.
+    let data = pattern(vipc::DIRECT_WRITE / 2, 5);
+    for _ in 0..(96 << 20) / data.len() {
         remote.write(0, &data, false).unwrap();
     }
     assert!(nodes[1].stats().writes_throttled > 0, "{:?}", nodes[1].stats());
     // The node still works: a read after the writes comes back.
     let local = nodes[1].anonymous_segment(8).unwrap();
     remote.read(0, 8, (&local, 0), false).unwrap().wait(WAIT).unwrap();
+}
+
+/// A large write, sent by the writer straight from its buffer, goes after
+/// the small writes queued before it: never overtaken by them, the last
+/// write wins every time.
+#[test]
+fn a_write_sent_from_the_buffer_follows_the_queued_ones() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(1 << 20, rw()).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    let local = nodes[1].anonymous_segment(8).unwrap();
+    let before = nodes[1].stats().sent(vipc::PacketType::MemWrite);
+    for round in 0..100u8 {
+        for _ in 0..8 {
+            remote.write(0, &[round ^ 0xff; 8], false).unwrap(); // queued for the sender thread
+        }
+        remote.write(0, &vec![round; vipc::DIRECT_WRITE], false).unwrap(); // sent by this thread
+        remote.read(0, 8, (&local, 0), false).unwrap().wait(WAIT).unwrap();
+        assert_eq!(local.to_vec(0, 8).unwrap(), [round; 8], "round {round}: a queued write came after");
+    }
+    assert_eq!(nodes[1].stats().sent(vipc::PacketType::MemWrite) - before, 100 * 10, "one datagram each, 64 KiB: two");
 }

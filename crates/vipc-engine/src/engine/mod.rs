@@ -280,12 +280,20 @@ impl Engine {
     /// header is encoded here (no key: a MAC would need the data), with the
     /// data length at offset 24 set to `lent.len`.
     fn emit_lent(&mut self, to: Destination, h: &Header, lent: Lent) {
+        let bytes = self.lent_header(h, lent.len);
+        self.transmits.push_back(Transmit { to, bytes, lent: Some(lent) });
+    }
+
+    /// The encoded header of a packet whose `len` data bytes the runtime
+    /// appends from a buffer it holds (no key: a MAC would need the data),
+    /// counted as sent.
+    fn lent_header(&mut self, h: &Header, len: usize) -> Vec<u8> {
         debug_assert!(self.cfg.key.is_none(), "lent data cannot be MACed");
         let mut bytes = vipc_wire::to_vec(h, &[], None);
-        bytes[24..28].copy_from_slice(&(lent.len as u32).to_be_bytes());
+        bytes[24..28].copy_from_slice(&(len as u32).to_be_bytes());
         self.stats.packets_out[h.ptype.index()] += 1;
-        self.stats.bytes_out += (bytes.len() + lent.len) as u64;
-        self.transmits.push_back(Transmit { to, bytes, lent: Some(lent) });
+        self.stats.bytes_out += (bytes.len() + len) as u64;
+        bytes
     }
 
     /// Where to send a packet for `pid`: its cached host, or broadcast on a miss.
