@@ -718,6 +718,17 @@ impl Shared {
         std::mem::replace(&mut st.outq, spare)
     }
 
+    /// Sleeps until the sending thread takes the queue or finishes (the
+    /// caller checks its own condition again; the limit only bounds a missed
+    /// notification).
+    fn wait_drained<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.send_waiters += 1;
+        let limit = Duration::from_millis(50);
+        let mut st = self.drained_cv.wait_timeout(st, limit).unwrap_or_else(|e| e.into_inner()).0;
+        st.send_waiters -= 1;
+        st
+    }
+
     /// Sends packets whose headers `f` encodes and whose data are ranges of
     /// `data` straight from the caller's buffer (no copy into a queued
     /// datagram), after everything queued before them: the caller waits for
@@ -733,9 +744,7 @@ impl Shared {
             return Ok(false);
         }
         while st.sending && !st.stopped {
-            st.send_waiters += 1;
-            st = self.drained_cv.wait_timeout(st, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
-            st.send_waiters -= 1;
+            st = self.wait_drained(st);
         }
         if st.stopped {
             return Err(Error::NodeStopped);
@@ -945,10 +954,7 @@ impl Shared {
                 self.sender_cv.notify_one();
             }
             while !st.stopped && unsent_bytes(&mut st) > SEND_QUEUE_LIMIT {
-                st.send_waiters += 1;
-                let limit = Duration::from_millis(50);
-                st = self.drained_cv.wait_timeout(st, limit).unwrap_or_else(|e| e.into_inner()).0;
-                st.send_waiters -= 1;
+                st = self.wait_drained(st);
             }
             self.unlock_and_signal(st);
             return Ok(r?);
@@ -1504,7 +1510,7 @@ fn give_back(st: &mut State, mut batch: Outgoing) {
 /// Bytes queued in `outq` and not yet taken by a sending thread.
 fn unsent_bytes(st: &mut State) -> usize {
     let (counted, bytes) = st.outq_counted;
-    let more: usize = st.outq.iter().skip(counted).map(|(_, b)| b.len()).sum();
+    let more: usize = st.outq.range(counted..).map(|(_, b)| b.len()).sum();
     st.outq_counted = (st.outq.len(), bytes + more);
     bytes + more
 }

@@ -251,9 +251,8 @@ impl Engine {
         h
     }
 
-    /// Encodes and queues a packet.
-    /// Large packets (a block write's) are encoded into recycled buffers,
-    /// as read answers are: see [`Engine::recycle`].
+    /// Encodes and queues a packet; a large one (a block write's) in a
+    /// recycled buffer, as read answers are (see [`Engine::recycle`]).
     fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) {
         let len = vipc_wire::encoded_len(data.len(), self.cfg.key.is_some());
         let mut bytes = if len >= RECYCLE_MIN { self.buffer(len) } else { Vec::with_capacity(len) };

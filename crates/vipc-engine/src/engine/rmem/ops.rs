@@ -148,7 +148,7 @@ impl Engine {
     }
 
     /// [`Engine::mem_write`] of `len` bytes whose data stay in the caller's
-    /// buffer: each packet as its destination, its encoded header (data
+    /// buffer: for each packet, its destination, its encoded header (data
     /// length set) and the range of the caller's bytes to append, for the
     /// runtime to send straight from the buffer (one copy fewer). `None`
     /// where a write cannot go so — to this node's own segment, with a key
