@@ -67,7 +67,7 @@ pub(crate) type Outgoing = VecDeque<(SocketAddr, Vec<u8>)>;
 /// Fire-and-forget calls (remote writes) wait while more than this many
 /// bytes are queued and not yet taken by a sender: a writer faster than the
 /// network would otherwise grow the queue without bound.
-pub(crate) const SEND_QUEUE_LIMIT: usize = 8 << 20;
+const SEND_QUEUE_LIMIT: usize = 8 << 20;
 
 /// Who reads the unicast socket: at most one thread at a time holds the
 /// reader token, so datagrams are fed to the engine in arrival order.
@@ -698,10 +698,7 @@ impl Shared {
             }
             give_back(&mut st, batch);
             if st.outq.is_empty() {
-                st.sending = false;
-                if st.send_waiters > 0 {
-                    self.drained_cv.notify_all();
-                }
+                self.stop_sending(&mut st);
                 return st;
             }
         }
@@ -716,6 +713,14 @@ impl Shared {
             self.drained_cv.notify_all();
         }
         std::mem::replace(&mut st.outq, spare)
+    }
+
+    /// The sending thread is done: a writer waiting for its turn may go.
+    fn stop_sending(&self, st: &mut State) {
+        st.sending = false;
+        if st.send_waiters > 0 {
+            self.drained_cv.notify_all();
+        }
     }
 
     /// Sleeps until the sending thread takes the queue or finishes (the
@@ -761,10 +766,7 @@ impl Shared {
         }
         let mut st = self.lock();
         give_back(&mut st, batch);
-        st.sending = false;
-        if st.send_waiters > 0 {
-            self.drained_cv.notify_all();
-        }
+        self.stop_sending(&mut st);
         self.flush(st);
         Ok(true)
     }
