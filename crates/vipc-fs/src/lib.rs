@@ -22,4 +22,4 @@ mod server;
 pub use attr::{Attr, DirEntry, FileKind, SetAttr, SetTime, StatFs, Timestamp};
 pub use client::{FsClient, Handle};
 pub use error::{FsError, FsResult};
-pub use server::{service_name, ExportConfig, FileServer, Tuning, READ_AHEAD_MAX};
+pub use server::{service_name, ExportConfig, FileServer, Tuning};

@@ -50,6 +50,7 @@
 mod config;
 mod error;
 mod faults;
+mod filemap;
 pub mod locate;
 mod loopback;
 mod net;

@@ -1,7 +1,9 @@
 //! V processes: a thread with a pid, and the IPC primitives it calls.
 
+use crate::filemap::{read_full, FileWindow};
 use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
+use std::fs::File;
 use std::sync::{Arc, Mutex};
 use vipc_engine::{
     Access, AliveHosts, Completion, GroupOutcome, HostId, Message, Pid, Reliable, ReplyMode, Scope, Segment,
@@ -74,6 +76,15 @@ fn u32_len(len: usize, what: &'static str) -> Result<u32> {
 
 fn mismatch(what: &str, c: &Completion) -> Error {
     Error::Internal(format!("{what} completed with {c:?}"))
+}
+
+/// The result of a MoveTo's completion.
+fn moved(what: &str, c: Completion) -> Result<()> {
+    match c {
+        Completion::Move(Ok(_)) => Ok(()),
+        Completion::Move(Err(e)) => Err(e.into()),
+        c => Err(mismatch(what, &c)),
+    }
 }
 
 impl Process {
@@ -285,11 +296,28 @@ impl Process {
             let d = data.to_vec();
             self.shared.block(me, Lead::No, Lend::None, |e, now| e.move_to(now, me, dest, offset, d))?
         };
-        match c {
-            Completion::Move(Ok(_)) => Ok(()),
-            Completion::Move(Err(e)) => Err(e.into()),
-            c => Err(mismatch("move_to", &c)),
+        moved("move_to", c)
+    }
+
+    /// MoveTo of `len` bytes of `file` from `file_offset`: as
+    /// [`Process::move_to`] of those bytes, but to a remote process on a
+    /// node without a key they go from the file's page cache straight into
+    /// the datagrams, never copied into this process (elsewhere they are
+    /// read into a buffer first). Bytes past the end of the file — also of
+    /// a file cut short during the call — arrive as zeros.
+    pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
+        let me = self.pid;
+        if len > 0 && self.lead_to(dest) == Lead::Yes && !self.shared.keyed() {
+            if let Ok(window) = FileWindow::map(file, file_offset, len as usize) {
+                let c = self
+                    .shared
+                    .block(me, Lead::Yes, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
+                return moved("move_to_from_file", c);
+            }
         }
+        let mut buf = vec![0u8; len as usize];
+        read_full(file, file_offset, &mut buf)?;
+        self.move_to(dest, offset, &buf)
     }
 
     /// MoveFrom: fills `buf` from `offset` of the read-granted segment of

@@ -3,6 +3,7 @@
 //! sending its datagrams. See [`crate::Node`] for the whole picture.
 
 use crate::faults::Faults;
+use crate::filemap::FileWindow;
 use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
@@ -185,6 +186,8 @@ pub(crate) enum Lend<'a> {
     Read(&'a [u8]),
     /// The destination of a MoveFrom.
     Write(&'a mut [u8]),
+    /// The data of a MoveTo, sent from a file's page cache.
+    File(&'a FileWindow<'a>),
 }
 
 /// Something only the thread owning a lent buffer can do.
@@ -1230,6 +1233,7 @@ impl Shared {
                     Lend::Read(data) if lent.offset + lent.len <= data.len() => {
                         net::send_parts(&self.unicast, to, &head, &data[lent.offset..lent.offset + lent.len]);
                     }
+                    Lend::File(window) => window.send(&self.unicast, to, &head, lent.offset, lent.len),
                     _ => tracing::debug!("a lent chunk for a call that lends no such data"),
                 },
                 Work::Place { offset, data } => {

@@ -21,7 +21,7 @@ pub const EXPORT: &str = "bench";
 pub const WORKERS: usize = 8;
 
 /// The step `vipc cp` reads and writes in (its `CHUNK`), for the local copy beside it.
-pub const CP_CHUNK: usize = vipc_fs::READ_AHEAD_MAX;
+pub const CP_CHUNK: usize = vipc_fs::proto::DEFAULT_UNIT;
 
 /// The file server peer (`fs-server --host H --dir D`): a node exporting D
 /// as [`EXPORT`], plus an echo process for the Send–Receive–Reply baseline;

@@ -27,6 +27,16 @@ pub struct ReadAhead {
     pub at: Option<Instant>,
 }
 
+impl ReadAhead {
+    /// Records a read of `got` bytes at `off`; whether it continued the
+    /// previous one (a sequential reader, after its first read).
+    pub fn sequential(&mut self, off: u64, got: usize) -> bool {
+        self.streak = if off == self.next && off != 0 { self.streak.saturating_add(1) } else { 0 };
+        self.next = off + got as u64;
+        self.streak >= 1
+    }
+}
+
 /// One open file.
 #[derive(Debug)]
 pub struct OpenFile {

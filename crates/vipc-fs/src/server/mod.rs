@@ -9,8 +9,6 @@ mod handles;
 mod ops;
 mod worker;
 
-pub use ops::READ_AHEAD_MAX;
-
 use crate::error::{FsError, FsResult};
 use crate::proto::{Rep, Req, OP_STOP};
 use ops::Service;

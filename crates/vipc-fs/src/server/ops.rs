@@ -18,8 +18,6 @@ use vipc::Pid;
 /// How long prefetched read-ahead data is trusted (files may change on the
 /// server's side without going through the file service).
 pub const READ_AHEAD_TTL: Duration = Duration::from_millis(200);
-/// Largest read-ahead block.
-pub const READ_AHEAD_MAX: usize = 1 << 20;
 
 /// State shared by the workers of one export.
 #[derive(Debug)]
@@ -77,6 +75,9 @@ pub enum Data {
     Io(usize),
     /// These bytes.
     Owned(Vec<u8>),
+    /// `len` bytes of an open file from `offset`, sent from the page cache
+    /// by MoveTo (reads too large for the reply packet).
+    File { file: std::sync::Arc<OpenFile>, offset: u64, len: usize },
 }
 
 /// A successful answer: the reply message, its data, and read-ahead to do after replying.
@@ -85,8 +86,24 @@ pub struct Answer {
     pub rep: Rep,
     /// Data for the client's segment.
     pub data: Data,
-    /// (handle, offset, length) to prefetch once the reply is sent.
-    pub prefetch: Option<(u64, u64, usize)>,
+    /// Read-ahead to start once the reply is sent.
+    pub prefetch: Option<Prefetch>,
+}
+
+/// Read-ahead for a sequential reader: the kernel is asked for the blocks
+/// after `off`, and, for reads answered from a buffer, the next `len` bytes
+/// are read into the handle's.
+#[derive(Clone, Copy, Debug)]
+pub struct Prefetch {
+    /// The reader's handle.
+    pub handle: u64,
+    /// Where its next read would start.
+    pub off: u64,
+    /// The length of its reads.
+    pub len: usize,
+    /// Whether the next block is read into the handle's buffer (else the
+    /// page cache alone holds it, for a read sent from there).
+    pub buffered: bool,
 }
 
 impl Answer {
@@ -362,6 +379,21 @@ impl Service {
             return Err(libc::EBADF);
         }
         let off = req.offset();
+        if n > MAX_PACKET_DATA {
+            // Too large for the reply packet: sent by MoveTo from the page cache.
+            let len = fstat(&f.file)?.size.saturating_sub(off).min(n as u64) as usize;
+            if len > MAX_PACKET_DATA {
+                let prefetch = self.note_read(&f, off, len).then_some(Prefetch {
+                    handle: req.handle(),
+                    off: off + len as u64,
+                    len,
+                    buffered: false,
+                });
+                let mut rep = Rep::errno(0);
+                rep.set_count(len as u32);
+                return Ok(Answer { rep, data: Data::File { file: f, offset: off, len }, prefetch });
+            }
+        }
         if io.len() < n {
             io.resize(n, 0);
         }
@@ -382,30 +414,41 @@ impl Service {
         } else {
             read_full(&f.file, off, &mut io[..n])?
         };
-        ra.streak = if off == ra.next && off != 0 { ra.streak.saturating_add(1) } else { 0 };
-        ra.next = off + got as u64;
-        let prefetch = (self.read_ahead && ra.streak >= 1 && got == n && n > 0)
-            .then(|| (req.handle(), off + n as u64, n.min(READ_AHEAD_MAX)));
+        let sequential = ra.sequential(off, got);
+        let prefetch = (self.read_ahead && sequential && got == n && n > 0).then(|| Prefetch {
+            handle: req.handle(),
+            off: off + n as u64,
+            len: n,
+            buffered: true,
+        });
         drop(ra);
         let mut rep = Rep::errno(0);
         rep.set_count(got as u32);
         Ok(Answer { rep, data: Data::Io(got), prefetch })
     }
 
-    /// Read-ahead after a reply: reads the next block of a sequential reader
-    /// into its handle, and asks the kernel to start on the blocks after it.
-    pub fn prefetch(&self, handle: u64, off: u64, len: usize) {
+    /// Records a read of `len` bytes at `off` sent from the page cache;
+    /// whether to read ahead after it (the reader is sequential).
+    fn note_read(&self, f: &OpenFile, off: u64, len: usize) -> bool {
+        let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
+        self.read_ahead && ra.sequential(off, len)
+    }
+
+    /// Read-ahead after a reply: asks the kernel to start on the blocks
+    /// after a sequential reader's next one and, for a reader answered from
+    /// a buffer, reads that next block into its handle.
+    pub fn prefetch(&self, p: Prefetch) {
+        let Prefetch { handle, off, len, buffered } = p;
         let Some(f) = self.handles.get(handle) else { return };
         let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
         if ra.next != off {
             return; // the reader moved on meanwhile
         }
-        let _ = rustix::fs::fadvise(
-            &f.file,
-            off + len as u64,
-            std::num::NonZeroU64::new(4 * len as u64),
-            rustix::fs::Advice::WillNeed,
-        );
+        let (ahead, far) = if buffered { (off + len as u64, 4 * len as u64) } else { (off, 5 * len as u64) };
+        let _ = rustix::fs::fadvise(&f.file, ahead, std::num::NonZeroU64::new(far), rustix::fs::Advice::WillNeed);
+        if !buffered {
+            return;
+        }
         let epoch = self.epoch.load(Ordering::SeqCst);
         let mut buf = std::mem::take(&mut ra.buf);
         buf.resize(len, 0);

@@ -6,6 +6,7 @@
 
 use super::ops::{needed, Answer, Data, Input, Service};
 use crate::proto::*;
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,6 +132,16 @@ fn reply_data(p: &Process, to: Pid, rep: &Rep, data: &[u8], unit: usize) -> Resu
     }
     for (k, piece) in data.chunks(unit).enumerate() {
         p.move_to(to, (k * unit) as u32, piece)?;
+    }
+    p.reply(&rep.0, to)
+}
+
+/// Sends `len` bytes of `file` from `offset` into the client's segment by
+/// MoveTo in `unit`-byte pieces, from the page cache, and replies.
+fn reply_file(p: &Process, to: Pid, rep: &Rep, file: &File, offset: u64, len: usize, unit: usize) -> Result<(), Error> {
+    for at in (0..len).step_by(unit) {
+        let n = unit.min(len - at);
+        p.move_to_from_file(to, at as u32, file, offset + at as u64, n as u32)?;
     }
     p.reply(&rep.0, to)
 }
@@ -271,9 +282,10 @@ fn serve_one(
                 Data::None => p.reply(&rep.0, to)?,
                 Data::Io(n) => reply_data(p, to, &rep, &io[..n], unit)?,
                 Data::Owned(v) => reply_data(p, to, &rep, &v, unit)?,
+                Data::File { file, offset, len } => reply_file(p, to, &rep, &file.file, offset, len, unit)?,
             }
-            if let Some((h, off, len)) = prefetch {
-                svc.prefetch(h, off, len);
+            if let Some(ahead) = prefetch {
+                svc.prefetch(ahead);
             }
             Ok(())
         }

@@ -1,0 +1,68 @@
+//! MoveTo from a file (`Process::move_to_from_file`): the bytes sent from
+//! the page cache arrive as a plain MoveTo's would, and bytes past the end
+//! of the file (pages the mapping cannot read: EFAULT, never SIGBUS) arrive
+//! as zeros.
+
+mod common;
+
+use common::{cluster, cluster_with, pattern};
+use std::io::Write;
+use vipc::{Node, SegmentRef, SendOptions};
+
+const FILE_LEN: usize = 100_000;
+/// Unaligned, so the window starts inside a page.
+const AT: u64 = 5;
+/// Past the end of the file by several datagrams.
+const MOVED: usize = 300_000;
+
+/// Has a server on `server_node` MoveTo `MOVED` bytes of `file` from `AT`
+/// into a segment of a client on `client_node`; returns what arrived.
+fn moved_from_file(server_node: &Node, client_node: &Node, file: std::fs::File) -> Vec<u8> {
+    let (server, t) = server_node
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            p.move_to_from_file(info.from, 0, &file, AT, MOVED as u32).unwrap();
+            p.reply(&m, info.from).unwrap();
+        })
+        .unwrap();
+    let c = client_node.attach().unwrap();
+    let mut buf = vec![0xEEu8; MOVED];
+    let mut m = [0u8; 32];
+    c.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut buf)), SendOptions::default()).unwrap();
+    t.join().unwrap();
+    buf
+}
+
+fn test_file() -> (tempfile::NamedTempFile, Vec<u8>) {
+    let data = pattern(FILE_LEN, 3);
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&data).unwrap();
+    (f, data)
+}
+
+fn check(got: &[u8], data: &[u8]) {
+    let tail = FILE_LEN - AT as usize;
+    assert!(got[..tail] == data[AT as usize..], "the file's bytes arrive intact");
+    assert!(got[tail..].iter().all(|&b| b == 0), "bytes past the end of the file arrive as zeros");
+}
+
+#[test]
+fn a_move_from_a_file_sends_its_bytes_and_zeros_past_its_end() {
+    let nodes = cluster(2);
+    let (f, data) = test_file();
+    // Remote: sent from the mapping; the datagrams past the end fail with
+    // EFAULT and are read again with pread (without that fallback the
+    // MoveTo would retransmit until it timed out).
+    check(&moved_from_file(&nodes[0], &nodes[1], f.reopen().unwrap()), &data);
+    // Local: copied through a buffer.
+    check(&moved_from_file(&nodes[0], &nodes[0], f.reopen().unwrap()), &data);
+}
+
+#[test]
+fn a_move_from_a_file_on_a_keyed_node_is_copied_and_arrives_alike() {
+    let key = vipc::AuthKey::from_bytes([9; 32]);
+    let nodes = cluster_with(2, 40, |_, c| c.key = Some(key.clone()));
+    let (f, data) = test_file();
+    check(&moved_from_file(&nodes[0], &nodes[1], f.reopen().unwrap()), &data);
+}
