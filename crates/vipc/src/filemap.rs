@@ -121,7 +121,8 @@ impl Drop for FileWindow<'_> {
 pub(crate) fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
+        let at = offset.checked_add(got as u64).ok_or(std::io::ErrorKind::InvalidInput)?;
+        match file.read_at(&mut buf[got..], at) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

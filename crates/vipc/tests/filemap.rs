@@ -66,3 +66,27 @@ fn a_move_from_a_file_on_a_keyed_node_is_copied_and_arrives_alike() {
     let (f, data) = test_file();
     check(&moved_from_file(&nodes[0], &nodes[1], f.reopen().unwrap()), &data);
 }
+
+#[test]
+fn a_move_from_a_file_it_cannot_read_fails_with_an_io_error() {
+    let nodes = cluster(2);
+    let (f, _) = test_file();
+    let write_only = std::fs::OpenOptions::new().write(true).open(f.path()).unwrap();
+    let (server, t) = nodes[0]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            let unreadable = p.move_to_from_file(info.from, 0, &write_only, 0, 1000);
+            let past_any_offset = p.move_to_from_file(info.from, 0, &f.reopen().unwrap(), u64::MAX - 10, 1000);
+            p.reply(&m, info.from).unwrap();
+            (unreadable, past_any_offset)
+        })
+        .unwrap();
+    let c = nodes[1].attach().unwrap();
+    let mut buf = vec![0u8; 1000];
+    let mut m = [0u8; 32];
+    c.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut buf)), SendOptions::default()).unwrap();
+    let (unreadable, past) = t.join().unwrap();
+    assert!(matches!(unreadable, Err(vipc::Error::Io(_))), "{unreadable:?}");
+    assert!(matches!(past, Err(vipc::Error::Io(_))), "{past:?}");
+}
