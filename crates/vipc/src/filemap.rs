@@ -11,8 +11,11 @@
 //! `sendmsg`, so a file cut short meanwhile cannot raise SIGBUS: the send
 //! fails with EFAULT instead, and that datagram's bytes are then read with
 //! `pread`, zeros past the new end (as a read racing a truncate may see).
+//! A page the kernel cannot read from the disk fails the same way; the
+//! `pread` then reports the error, which the MoveTo returns once done.
 
 use nix::sys::socket::{SockaddrLike, SockaddrStorage};
+use std::cell::Cell;
 use std::fs::File;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -32,6 +35,8 @@ pub(crate) struct FileWindow<'a> {
     /// Bytes of the mapping before the window's first byte.
     skip: usize,
     len: usize,
+    /// The first error reading the file (the datagram went with zeros).
+    failed: Cell<Option<std::io::Error>>,
 }
 
 impl<'a> FileWindow<'a> {
@@ -58,7 +63,7 @@ impl<'a> FileWindow<'a> {
                 at,
             )
         }?;
-        Ok(FileWindow { file, offset, base, skip, len })
+        Ok(FileWindow { file, offset, base, skip, len, failed: Cell::new(None) })
     }
 
     /// Sends one datagram to `to`: `head`, then the window's bytes `at..at + n`.
@@ -72,12 +77,21 @@ impl<'a> FileWindow<'a> {
             // The file shrank under the window: its pages are gone.
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 let mut data = vec![0u8; end - at];
-                let _ = read_full(self.file, self.offset + at as u64, &mut data);
+                if let Err(e) = read_full(self.file, self.offset + at as u64, &mut data) {
+                    let first = self.failed.take().unwrap_or(e);
+                    self.failed.set(Some(first));
+                }
                 crate::net::send_parts(sock, to, head, &data);
             }
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
             Err(e) => tracing::debug!("send to {to} failed: {e}"),
         }
+    }
+
+    /// The first error met reading the file, if any: the bytes sent in its
+    /// place were zeros.
+    pub(crate) fn take_error(&self) -> Option<std::io::Error> {
+        self.failed.take()
     }
 
     fn send_mapped(&self, sock: &UdpSocket, to: SocketAddr, head: &[u8], at: usize, n: usize) -> std::io::Result<()> {
@@ -130,4 +144,32 @@ pub(crate) fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Re
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileWindow;
+    use std::net::UdpSocket;
+
+    #[test]
+    fn a_page_it_cannot_read_goes_as_zeros_and_its_error_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let write_only = std::fs::File::create(dir.path().join("w")).unwrap();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &[7u8; 3 * 4096]).unwrap();
+        let mut window = FileWindow::map(&f, 100, 8192).unwrap();
+        // Cut short under the mapping: its pages are gone (EFAULT), and the
+        // pread that takes over fails too (a write-only descriptor).
+        f.set_len(0).unwrap();
+        window.file = &write_only;
+        let (tx, rx) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        window.send(&tx, rx.local_addr().unwrap(), b"head", 10, 1000);
+        let mut got = [0xEEu8; 2000];
+        assert_eq!(rx.recv(&mut got).unwrap(), 1004, "the datagram still goes");
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..1004].iter().all(|&b| b == 0), "as zeros");
+        let e = window.take_error().expect("the read failure is kept for the MoveTo");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        assert!(window.take_error().is_none(), "reported once");
+    }
 }

@@ -304,7 +304,9 @@ impl Process {
     /// node without a key they go from the file's page cache straight into
     /// the datagrams, never copied into this process (elsewhere they are
     /// read into a buffer first). Bytes past the end of the file — also of
-    /// a file cut short during the call — arrive as zeros.
+    /// a file cut short during the call — arrive as zeros. A failure to
+    /// read the file is [`Error::Io`] (the bytes it could not read may have
+    /// been sent as zeros).
     pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
         let me = self.pid;
         if len > 0 && self.lead_to(dest) == Lead::Yes && !self.shared.keyed() {
@@ -312,7 +314,8 @@ impl Process {
                 let c = self
                     .shared
                     .block(me, Lead::Yes, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
-                return moved("move_to_from_file", c);
+                moved("move_to_from_file", c)?;
+                return window.take_error().map_or(Ok(()), |e| Err(e.into()));
             }
         }
         let mut buf = vec![0u8; len as usize];

@@ -137,11 +137,16 @@ fn reply_data(p: &Process, to: Pid, rep: &Rep, data: &[u8], unit: usize) -> Resu
 }
 
 /// Sends `len` bytes of `file` from `offset` into the client's segment by
-/// MoveTo in `unit`-byte pieces, from the page cache, and replies.
+/// MoveTo in `unit`-byte pieces, from the page cache, and replies; a
+/// failure to read the file is answered with its errno (EIO if none).
 fn reply_file(p: &Process, to: Pid, rep: &Rep, file: &File, offset: u64, len: usize, unit: usize) -> Result<(), Error> {
     for at in (0..len).step_by(unit) {
         let n = unit.min(len - at);
-        p.move_to_from_file(to, at as u32, file, offset + at as u64, n as u32)?;
+        match p.move_to_from_file(to, at as u32, file, offset + at as u64, n as u32) {
+            Ok(()) => {}
+            Err(Error::Io(e)) => return p.reply(&Rep::errno(e.raw_os_error().unwrap_or(libc::EIO)).0, to),
+            Err(e) => return Err(e),
+        }
     }
     p.reply(&rep.0, to)
 }
