@@ -2,10 +2,11 @@
 //!
 //! A file server answering a large read used to `pread` the bytes into a
 //! buffer and MoveTo them from there: two copies of every byte, the first
-//! serialised with the next read (measured: 256 MB copied by `vipc cp` at
-//! 0.9–1.1 GB/s, the server's CPU 160–250 ms). A [`FileWindow`] maps the
-//! bytes read-only and lends the mapping to the MoveTo, whose datagrams the
-//! kernel fills from the page cache: one copy (1.9–2.3 GB/s, 110–150 ms).
+//! serialised with the next read. A [`FileWindow`] maps the bytes
+//! read-only and lends the mapping to the MoveTo, whose datagrams the
+//! kernel fills from the page cache: one copy. (256 MB by `vipc cp`:
+//! 0.77–1.08 → 1.44–1.58 GB/s in three alternating pairs of bench runs; the
+//! server's CPU for it 160–230 → 130–150 ms.)
 //!
 //! The mapping is never read by this process, only by the kernel inside
 //! `sendmsg`, so a file cut short meanwhile cannot raise SIGBUS: the send
