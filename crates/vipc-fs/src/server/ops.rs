@@ -427,11 +427,11 @@ impl Service {
         Ok(Answer { rep, data: Data::Io(got), prefetch })
     }
 
-    /// Records a read of `len` bytes at `off` sent from the page cache;
-    /// whether to read ahead after it (the reader is sequential).
+    /// Records a read of `len` bytes at `off` sent from the page cache, as
+    /// a buffered read is recorded; whether to read ahead after it.
     fn note_read(&self, f: &OpenFile, off: u64, len: usize) -> bool {
-        let mut ra = f.ra.lock().unwrap_or_else(|e| e.into_inner());
-        self.read_ahead && ra.sequential(off, len)
+        let sequential = f.ra.lock().unwrap_or_else(|e| e.into_inner()).sequential(off, len);
+        self.read_ahead && sequential
     }
 
     /// Read-ahead after a reply: asks the kernel to start on the blocks
