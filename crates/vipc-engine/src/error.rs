@@ -104,6 +104,10 @@ pub enum Error {
     /// Remote memory: no local segment with that descriptor (unexported, or never was).
     #[error("no such local segment")]
     NoSuchSegment,
+    /// The segment's bytes are receiving an answer outside the engine
+    /// ([`crate::Engine::mem_lend`]); the runtime waits for them instead.
+    #[error("the segment is receiving an answer")]
+    SegmentBusy,
     /// The call is not possible in this situation (e.g. a lent move to a
     /// process on this node); the ordinary variant of the call is.
     #[error("unsupported: {0}")]

@@ -193,11 +193,29 @@ pub enum Destination {
 pub struct Transmit {
     /// Where to.
     pub to: Destination,
-    /// The encoded packet; when `lent` is set, everything but its data.
+    /// The encoded packet; when `lent` or `segment` is set, everything but its data.
     pub bytes: Vec<u8>,
     /// The packet's data are these bytes of a buffer lent by a local process
     /// ([`crate::Engine::move_to_lent`]): the datagram is `bytes` followed by them.
     pub lent: Option<Lent>,
+    /// The packet's data are still in a segment of this node (a large read
+    /// answer, only from [`crate::Engine::poll_transmit_split`]): the
+    /// datagram is `bytes` followed by [`crate::Engine::segment_slice`],
+    /// which must be sent — or joined with [`crate::Engine::join`] — before
+    /// the engine is given anything else, so that it carries the bytes of
+    /// the moment the read was served.
+    pub segment: Option<SegmentSlice>,
+}
+
+/// Bytes of a segment of this node that a [`Transmit`] carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSlice {
+    /// The segment.
+    pub id: crate::SegmentId,
+    /// Offset of the first byte.
+    pub offset: usize,
+    /// Number of bytes.
+    pub len: usize,
 }
 
 /// A packet of [`crate::Engine::mem_write_headers`]: its header, to be sent

@@ -43,13 +43,13 @@ mod time;
 pub use config::{Config, HostIdConfig};
 pub use engine::{
     group_multicast_addr, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer, ControlRecord, DataRecord,
-    Descriptor, Engine, GroupOutcome, Imported, MemOp, MemOpId, MemOutcome, Notify, ProtectionGroup, Refusal, Reliable,
-    SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE, MAX_K, WELL_KNOWN_GROUP_HOST,
+    Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify, ProtectionGroup, Refusal,
+    Reliable, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE, MAX_K, WELL_KNOWN_GROUP_HOST,
 };
 pub use error::Error;
 pub use io::{
-    Access, Completion, Destination, Event, HeaderFor, Lent, Received, ReplyMode, Scope, Segment, SendOptions,
-    SendOutcome, Transmit,
+    Access, Completion, Destination, Event, HeaderFor, Lent, Received, ReplyMode, Scope, Segment, SegmentSlice,
+    SendOptions, SendOutcome, Transmit,
 };
 pub use stats::Stats;
 pub use time::Time;

@@ -81,6 +81,12 @@ pub struct Stats {
     /// the runtime's send-queue limit was queued unsent. Counted by the
     /// runtime; the engine leaves it 0.
     pub writes_throttled: u64,
+    /// Remote memory: read answers sent straight from this node's segment,
+    /// without a copy into a packet. Counted by the runtime; the engine leaves it 0.
+    pub rmem_answers_from_segment: u64,
+    /// Remote memory: read-answer datagrams received straight into their
+    /// destination segment. Counted by the runtime; the engine leaves it 0.
+    pub rmem_answers_in_place: u64,
     /// Remote memory: writes and writevs issued by this node (operations, not packets).
     pub rmem_writes: u64,
     /// Remote memory: write and writev packets applied to this node's segments.
@@ -196,6 +202,8 @@ impl Stats {
             ("unicast_fanout", self.unicast_fanout),
             ("multicast_by_receiver", self.multicast_by_receiver),
             ("writes_throttled", self.writes_throttled),
+            ("rmem_answers_from_segment", self.rmem_answers_from_segment),
+            ("rmem_answers_in_place", self.rmem_answers_in_place),
             ("memberships", self.memberships),
             ("group_copies", self.group_copies),
             ("hosts_up", self.hosts_up),

@@ -647,3 +647,134 @@ fn writes_from_the_callers_buffer_land_like_queued_writes() {
     let h = import(&mut keyed, 1, Access::READ_WRITE).unwrap();
     assert_eq!(keyed.nodes[1].mem_write_headers(&h, 0, 100_000, false), Ok(None));
 }
+
+/// Node 1's read request for `len` bytes at 0 into `dest`, handed to node 0
+/// (its answer is left in node 0's queue).
+fn serve_read(net: &mut Net, h: &Imported, len: u32, dest: SegmentId) -> MemOpId {
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, h, 0, len, (dest, 0), false).unwrap();
+    let request = net.nodes[1].poll_transmit().expect("the read request");
+    net.nodes[0].handle_datagram(now, addr(1), &request.bytes);
+    op
+}
+
+/// A large read answer leaves split — headers, the data still in the
+/// segment — and carries the bytes of the moment the read was served: a
+/// write to the segment before it is taken joins it first. Small answers
+/// and keyed clusters are encoded whole.
+#[test]
+fn large_read_answers_leave_split_and_carry_the_bytes_served() {
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let seg = export(&mut net, 1 << 20, rw());
+    let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
+    let dest = anon(&mut net, 1, 1 << 20);
+    let (old, new) = (vec![1u8; 150_000], vec![2u8; 150_000]);
+    net.nodes[0].segment_write(seg, 0, &old).unwrap();
+
+    // Served, then overwritten before it leaves: joined first, old bytes.
+    serve_read(&mut net, &h, 150_000, dest);
+    net.nodes[0].segment_write(seg, 0, &new).unwrap();
+    let mut carried = Vec::new();
+    while let Some(t) = net.nodes[0].poll_transmit_split() {
+        assert!(t.segment.is_none(), "joined before the write");
+        carried.extend_from_slice(&t.bytes[vipc_wire::HEADER_LEN..]);
+    }
+    assert!(carried == old, "the answer carries the bytes of the moment it was served");
+
+    // The same when a remote write changes it (node 1 writes the old bytes back).
+    serve_read(&mut net, &h, 150_000, dest);
+    let now = net.now;
+    net.nodes[1].mem_write(&h, 0, &old, false).unwrap();
+    while let Some(w) = net.nodes[1].poll_transmit() {
+        net.nodes[0].handle_datagram(now, addr(1), &w.bytes);
+    }
+    let carried: Vec<u8> = std::iter::from_fn(|| net.nodes[0].poll_transmit_split())
+        .flat_map(|t| t.bytes[vipc_wire::HEADER_LEN..].to_vec())
+        .collect();
+    assert!(carried == new, "the answer carries the bytes of the moment it was served");
+    net.nodes[0].segment_write(seg, 0, &new).unwrap();
+
+    // Taken before anything changes: split, the data named in the segment.
+    let op = serve_read(&mut net, &h, 150_000, dest);
+    let mut parts = Vec::new();
+    while let Some(mut t) = net.nodes[0].poll_transmit_split() {
+        let s = t.segment.expect("a split answer");
+        assert_eq!(t.bytes.len(), vipc_wire::HEADER_LEN);
+        assert!(net.nodes[0].segment_slice(&s) == Some(&new[s.offset..s.offset + s.len]));
+        assert!(net.nodes[0].join(&mut t) && t.segment.is_none());
+        parts.push(t.bytes);
+    }
+    assert_eq!(parts.len(), 3, "150,000 bytes in datagrams of up to 65,419");
+    for p in &parts {
+        let now = net.now;
+        net.nodes[1].handle_datagram(now, addr(0), p);
+    }
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    assert!(bytes_of(&net, 1, dest, 0, 150_000) == new);
+
+    // Unexported before it leaves: joined, still sent.
+    serve_read(&mut net, &h, 150_000, dest);
+    net.nodes[0].unexport_segment(seg).unwrap();
+    let whole: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit_split()).collect();
+    assert!(whole.len() == 3 && whole.iter().all(|t| t.segment.is_none() && t.bytes.len() > vipc_wire::HEADER_LEN));
+
+    // Small answers are encoded whole.
+    let seg = export(&mut net, 1 << 20, rw());
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let _ = seg;
+    serve_read(&mut net, &h, 1000, dest);
+    let t = net.nodes[0].poll_transmit_split().expect("the answer");
+    assert!(t.segment.is_none() && t.bytes.len() == vipc_wire::HEADER_LEN + 1000);
+}
+
+/// The runtime may borrow the memory of the anonymous segment the next
+/// answer is expected in: the oldest pending read's first missing bytes,
+/// with room for the header before them. While it is out, the owner's own
+/// reads of that segment are refused (the runtime waits instead), answers
+/// fed the ordinary way are dropped, and answers fed as lent say where their
+/// data go. Nothing is lent when two operations answer into one segment.
+#[test]
+fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let seg = export(&mut net, 1 << 20, rw());
+    net.nodes[0].segment_write(seg, 0, &vec![9u8; 100_000]).unwrap();
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let dest = anon(&mut net, 1, 1 << 20);
+    assert!(net.nodes[1].mem_lend().is_none(), "no read pending");
+    let op = serve_read(&mut net, &h, 100_000, dest);
+    let answers: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect();
+    assert_eq!(answers.len(), 2);
+
+    let chunk = answers[0].bytes.len() - vipc_wire::HEADER_LEN;
+    let loan = net.nodes[1].mem_lend().expect("the read's destination");
+    assert_eq!((loan.id, loan.at, loan.len), (dest, vipc_wire::HEADER_LEN, chunk));
+    assert_eq!(loan.mem.len(), vipc_wire::HEADER_LEN + (1 << 20));
+    assert!(net.nodes[1].segment_lent(dest) && net.nodes[1].mem_lend().is_none());
+    let mut b = [0u8; 4];
+    assert_eq!(net.nodes[1].segment_read(dest, 0, &mut b), Err(Error::SegmentBusy));
+    // Fed the ordinary way, an answer into lent memory is dropped.
+    let now = net.now;
+    net.nodes[1].handle_datagram(now, addr(0), &answers[1].bytes);
+    assert!(net.nodes[1].mem_pending(op));
+    // Fed as lent: the second answer's data go after the first's.
+    let placed = net.nodes[1].handle_datagram_lent(now, addr(0), &answers[1].bytes);
+    let data = answers[1].bytes.len() - vipc_wire::HEADER_LEN;
+    assert_eq!(placed, Some((vipc_wire::HEADER_LEN + chunk, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data)));
+    net.nodes[1].mem_return(loan);
+    assert!(!net.nodes[1].segment_lent(dest));
+
+    // The next loan is the first answer's place; fed there, the read is done.
+    let loan = net.nodes[1].mem_lend().expect("the first bytes are still missing");
+    assert_eq!((loan.at, loan.len), (vipc_wire::HEADER_LEN, chunk));
+    let placed = net.nodes[1].handle_datagram_lent(now, addr(0), &answers[0].bytes);
+    assert_eq!(placed.map(|p| p.0), Some(vipc_wire::HEADER_LEN));
+    net.nodes[1].mem_return(loan);
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    assert!(net.nodes[1].mem_lend().is_none(), "nothing pending");
+
+    // Two reads into one segment: nothing is lent.
+    let now = net.now;
+    net.nodes[1].mem_read(now, &h, 0, 100, (dest, 0), false).unwrap();
+    net.nodes[1].mem_read(now, &h, 0, 100, (dest, 500), false).unwrap();
+    assert!(net.nodes[1].mem_lend().is_none());
+}

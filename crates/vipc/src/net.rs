@@ -285,12 +285,33 @@ pub(crate) fn recv_parts(
 
 /// Sends one datagram made of `head` followed by `data`, without joining them.
 pub(crate) fn send_parts(sock: &UdpSocket, to: SocketAddr, head: &[u8], data: &[u8]) {
-    use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
+    sendmsg_parts(sock, to, head, data, nix::sys::socket::MsgFlags::empty());
+}
+
+/// [`send_parts`] that never blocks: false if the socket's buffer is full
+/// (nothing was sent). Other failures count as sent, as in [`send_parts`].
+pub(crate) fn try_send_parts(sock: &UdpSocket, to: SocketAddr, head: &[u8], data: &[u8]) -> bool {
+    sendmsg_parts(sock, to, head, data, nix::sys::socket::MsgFlags::MSG_DONTWAIT)
+}
+
+fn sendmsg_parts(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    head: &[u8],
+    data: &[u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> bool {
+    use nix::sys::socket::{sendmsg, SockaddrStorage};
     let iov = [std::io::IoSlice::new(head), std::io::IoSlice::new(data)];
     let addr = SockaddrStorage::from(to);
-    if let Err(e) = sendmsg(sock.as_raw_fd(), &iov, &[], MsgFlags::empty(), Some(&addr)) {
-        if e != nix::errno::Errno::ECONNREFUSED {
-            tracing::debug!("send to {to} failed: {e}");
+    match sendmsg(sock.as_raw_fd(), &iov, &[], flags, Some(&addr)) {
+        Ok(_) => true,
+        Err(nix::errno::Errno::EAGAIN) => false,
+        Err(e) => {
+            if e != nix::errno::Errno::ECONNREFUSED {
+                tracing::debug!("send to {to} failed: {e}");
+            }
+            true
         }
     }
 }

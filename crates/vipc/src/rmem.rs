@@ -89,7 +89,7 @@ struct Local {
 
 impl Local {
     fn read(&self, offset: u32, buf: &mut [u8]) -> Result<()> {
-        self.shared.call(None, |e, _| e.segment_read(self.id, offset, buf))
+        self.shared.call_on_segment(self.id, |e, _| e.segment_read(self.id, offset, buf))
     }
 
     fn to_vec(&self, offset: u32, len: usize) -> Result<Vec<u8>> {
@@ -343,7 +343,8 @@ impl RemoteSegment {
     /// `into.0`; the returned operation finishes when they have all arrived.
     pub fn read(&self, offset: u32, len: u32, into: (&AnonSegment, u32), notify: bool) -> Result<PendingOp> {
         let dest = (into.0.seg.id, into.1);
-        let op = self.shared.call(None, |e, now| e.mem_read(now, &self.target, offset, len, dest, notify))?;
+        let op =
+            self.shared.call_on_segment(dest.0, |e, now| e.mem_read(now, &self.target, offset, len, dest, notify))?;
         Ok(PendingOp { shared: self.shared.clone(), op: Some(op) })
     }
 
@@ -354,7 +355,8 @@ impl RemoteSegment {
     /// with the same nonce (003 §4.2.3).
     pub fn cas(&self, offset: u32, expect: u32, new: u32, nonce: u32, into: (&AnonSegment, u32)) -> Result<PendingOp> {
         let (cas, dest) = (Cas { expect, new, nonce }, (into.0.seg.id, into.1));
-        let op = self.shared.call(None, |e, now| e.mem_cas(now, &self.target, offset, cas, dest, false))?;
+        let op =
+            self.shared.call_on_segment(dest.0, |e, now| e.mem_cas(now, &self.target, offset, cas, dest, false))?;
         Ok(PendingOp { shared: self.shared.clone(), op: Some(op) })
     }
 }

@@ -16,6 +16,7 @@ use vipc_engine::{Completion, Destination, Engine, Event, HeaderFor, HostId, Len
 use vipc_wire::HEADER_LEN;
 
 mod apart;
+mod lend;
 mod mcast;
 pub(crate) use mcast::{multicast_loop, set_up as mcast_set_up};
 
@@ -69,6 +70,9 @@ pub(crate) type Outgoing = VecDeque<(SocketAddr, Vec<u8>)>;
 /// bytes are queued and not yet taken by a sender: a writer faster than the
 /// network would otherwise grow the queue without bound.
 const SEND_QUEUE_LIMIT: usize = 8 << 20;
+
+/// Where the data of a datagram belong: an offset in a buffer, and their range in the datagram.
+type Placement = (usize, Range<usize>);
 
 /// Who reads the unicast socket: at most one thread at a time holds the
 /// reader token, so datagrams are fed to the engine in arrival order.
@@ -240,6 +244,10 @@ pub(crate) struct State {
     send_waiters: usize,
     /// Calls that waited so ([`Stats::writes_throttled`]).
     throttled_calls: u64,
+    /// [`Stats::rmem_answers_from_segment`].
+    answers_from_segment: u64,
+    /// [`Stats::rmem_answers_in_place`].
+    answers_in_place: u64,
     /// An empty queue kept to swap with `outq` (no allocation per send).
     spare: Outgoing,
     /// True while some thread is sending from `outq` (it sends everything queued).
@@ -264,6 +272,8 @@ pub(crate) struct State {
     /// Threads waiting for a remote-memory operation that want the token
     /// (they sleep on `rmem_cv`, woken when it is freed).
     op_waiters: usize,
+    /// Threads waiting for segment memory lent to a receive (none is lent meanwhile).
+    loan_waiters: usize,
     /// Threads asleep on `rmem_cv`: only then is there anyone to notify (a
     /// notification is a system call even when nobody waits, and a waiter
     /// reading the socket itself would pay two per operation).
@@ -389,6 +399,8 @@ impl Shared {
                 outq_counted: (0, 0),
                 send_waiters: 0,
                 throttled_calls: 0,
+                answers_from_segment: 0,
+                answers_in_place: 0,
                 spare: VecDeque::new(),
                 sending: false,
                 reader: Reader::None,
@@ -400,6 +412,7 @@ impl Shared {
                 lead_waiters: VecDeque::new(),
                 op_waiters: 0,
                 rmem_sleepers: 0,
+                loan_waiters: 0,
                 bg_parked: false,
                 send_kick: false,
                 kicked: false,
@@ -457,7 +470,10 @@ impl Shared {
     /// sends the queue with [`Shared::flush`] (or `flush_locked`).
     pub(crate) fn drain(&self, st: &mut State, origin: Origin, now: Time) {
         let actor = origin.actor();
-        while let Some(t) = st.engine.poll_transmit() {
+        while let Some(mut t) = st.engine.poll_transmit_split() {
+            if t.segment.is_some() && (self.send_split_now(st, &t) || !st.engine.join(&mut t)) {
+                continue; // sent, or its segment is gone
+            }
             if let Some(lent) = t.lent {
                 // Only the lending thread can append the data.
                 if let (Destination::Addr(to), Some(slot)) = (t.to, st.slots.get_mut(&lent.pid)) {
@@ -558,6 +574,22 @@ impl Shared {
     /// Joins (or leaves) the multicast address of `group` on the multicast
     /// socket when its first local group mapped there appears (or its last
     /// goes). Without multicast, group Sends reach us by unicast: nothing to do.
+    /// Sends a split read answer ([`Transmit::segment`]) straight from its
+    /// segment, with the lock held (the bytes are the engine's), when it
+    /// would be next on the wire anyway: nobody else sending, nothing queued,
+    /// no fault injection. Never blocks: a full socket buffer says no.
+    /// False if it was not sent (the caller joins it and queues it).
+    fn send_split_now(&self, st: &mut State, t: &vipc_engine::Transmit) -> bool {
+        let (Destination::Addr(to), Some(s)) = (t.to, t.segment) else { return false };
+        if st.sending || !st.outq.is_empty() || st.faults.is_some() {
+            return false;
+        }
+        let Some(data) = st.engine.segment_slice(&s) else { return false };
+        let sent = net::try_send_parts(&self.unicast, to, &t.bytes, data);
+        st.answers_from_segment += u64::from(sent);
+        sent
+    }
+
     fn listen_to_group(&self, st: &mut State, group: Pid, join: bool) {
         let (Some(groups), Some(sock)) = (&self.groups, &self.multicast) else { return };
         let addr = *groups.of(group).ip();
@@ -639,18 +671,31 @@ impl Shared {
     /// looped-back broadcasts and wake-ups — are skipped). Data of the
     /// datagram that belong in a buffer lent by the `origin`'s own process are
     /// returned for it to copy; those of another process are queued for it.
-    pub(crate) fn feed(
+    pub(crate) fn feed(&self, st: &mut State, from: SocketAddr, bytes: &[u8], origin: Origin) -> Option<Placement> {
+        self.feed_as(st, from, bytes, origin, false).0
+    }
+
+    /// [`Shared::feed`]; with `lent`, segment memory is lent to this thread
+    /// ([`Engine::handle_datagram_lent`]) and the second result says where
+    /// in it the datagram's data belong.
+    fn feed_as(
         &self,
         st: &mut State,
         from: SocketAddr,
         bytes: &[u8],
         origin: Origin,
-    ) -> Option<(usize, Range<usize>)> {
+        lent: bool,
+    ) -> (Option<Placement>, Option<Placement>) {
         if self.own.contains(&from) {
-            return None;
+            return (None, None);
         }
         let now = self.now();
-        st.engine.handle_datagram(now, from, bytes);
+        let into_loan = if lent {
+            st.engine.handle_datagram_lent(now, from, bytes)
+        } else {
+            st.engine.handle_datagram(now, from, bytes);
+            None
+        };
         let mine = match st.engine.poll_placement() {
             Some((lent, range)) if origin.actor() == Some(lent.pid) => Some((lent.offset, range)),
             Some((lent, range)) => {
@@ -667,7 +712,7 @@ impl Shared {
             None => None,
         };
         self.drain(st, origin, now);
-        mine
+        (mine, into_loan)
     }
 
     /// Sends the queued datagrams (and the reader's wake-up), with the lock
@@ -840,17 +885,25 @@ impl Shared {
         let spin = spin_until.filter(|t| Instant::now() < *t);
         st.reader_blocked = spin.is_none();
         let mut buf = std::mem::take(&mut st.rxbuf);
+        let loan = if st.loan_waiters == 0 { st.engine.mem_lend() } else { None };
         drop(st);
         let never = AtomicBool::new(false);
-        let got = match spin {
-            Some(until) => net::recv_parts(&self.unicast, &mut buf, &mut [], Some((&never, until))),
-            None => net::recv(&self.unicast, &mut buf),
+        let spin = spin.map(|until| (&never, until));
+        let mut st = match loan {
+            Some(loan) => self.read_into_loan(loan, &mut buf, spin),
+            None => {
+                let got = match spin {
+                    Some(spin) => net::recv_parts(&self.unicast, &mut buf, &mut [], Some(spin)),
+                    None => net::recv(&self.unicast, &mut buf),
+                };
+                let mut st = self.lock();
+                st.reader_blocked = false;
+                if let Some((n, from)) = got {
+                    self.feed(&mut st, from, &buf[..n], Origin::Net(None));
+                }
+                st
+            }
         };
-        let mut st = self.lock();
-        st.reader_blocked = false;
-        if let Some((n, from)) = got {
-            self.feed(&mut st, from, &buf[..n], Origin::Net(None));
-        }
         st.rxbuf = buf;
         self.flush_locked(st)
     }
@@ -929,7 +982,16 @@ impl Shared {
         by: Option<Pid>,
         f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
     ) -> Result<(MutexGuard<'_, State>, Result<T, vipc_engine::Error>)> {
-        let mut st = self.lock();
+        self.enter_locked(self.lock(), by, f)
+    }
+
+    /// [`Shared::enter`] with the lock already taken.
+    fn enter_locked<'s, T>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        by: Option<Pid>,
+        f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
+    ) -> Result<(MutexGuard<'s, State>, Result<T, vipc_engine::Error>)> {
         if st.stopped {
             return Err(Error::NodeStopped);
         }
@@ -1341,6 +1403,8 @@ impl Shared {
             unicast_fanout: st.fanout,
             multicast_by_receiver: st.mcast.by_receiver,
             writes_throttled: st.throttled_calls,
+            rmem_answers_from_segment: st.answers_from_segment,
+            rmem_answers_in_place: st.answers_in_place,
             ..st.engine.stats()
         }
     }

@@ -44,6 +44,11 @@ impl LocationCache {
         })
     }
 
+    /// Where `host` is, if known, without marking it used.
+    pub fn peek(&self, host: HostId) -> Option<SocketAddr> {
+        self.entries.get(&host).map(|(a, _)| *a)
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()

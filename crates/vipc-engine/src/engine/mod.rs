@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 pub use reliable::{GroupOutcome, Reliable, MAX_K};
 pub use rmem::{
-    Cas, CasAnswer, ControlRecord, DataRecord, Descriptor, Imported, MemOp, MemOpId, MemOutcome, Notify,
+    Cas, CasAnswer, ControlRecord, DataRecord, Descriptor, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
     ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL,
 };
 use state::*;
@@ -82,6 +82,8 @@ pub struct Engine {
     /// The earliest heap entry of each exchange and alien timer (see `arm`).
     pending_timers: HashMap<TimerKey, Time>,
     transmits: VecDeque<Transmit>,
+    /// Transmits in `transmits` whose data are still in a segment.
+    split_queued: usize,
     events: VecDeque<Event>,
     /// Data of the datagram being handled that belong in a lent buffer.
     placement: Option<(Lent, Range<usize>)>,
@@ -123,6 +125,7 @@ impl Engine {
             timers: BinaryHeap::new(),
             pending_timers: HashMap::default(),
             transmits: VecDeque::new(),
+            split_queued: 0,
             events: VecDeque::new(),
             placement: None,
             spare: Vec::new(),
@@ -188,9 +191,45 @@ impl Engine {
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
-    /// The next datagram to send.
+    /// The next datagram to send, whole.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        loop {
+            let mut t = self.poll_transmit_split()?;
+            if self.join(&mut t) {
+                return Some(t);
+            }
+        }
+    }
+
+    /// The next datagram to send; a large read answer comes split, its data
+    /// still in the segment ([`Transmit::segment`]), so that the runtime can
+    /// send them from there without copying them first.
+    pub fn poll_transmit_split(&mut self) -> Option<Transmit> {
+        let t = self.transmits.pop_front()?;
+        if t.segment.is_some() {
+            self.split_queued -= 1;
+        }
+        Some(t)
+    }
+
+    /// The bytes a split transmit carries; `None` if its segment is gone
+    /// (possible only if the engine was given something before it was sent).
+    pub fn segment_slice(&self, s: &SegmentSlice) -> Option<&[u8]> {
+        self.rmem.table.get(s.id)?.bytes().get(s.offset..s.offset.checked_add(s.len)?)
+    }
+
+    /// Makes a split transmit whole (in a recycled buffer if large); false
+    /// if its segment is gone and the transmit must be dropped.
+    pub fn join(&mut self, t: &mut Transmit) -> bool {
+        let Some(s) = t.segment.take() else { return true };
+        if self.segment_slice(&s).is_none() {
+            return false;
+        }
+        let mut bytes = self.buffer(t.bytes.len() + s.len);
+        bytes.extend_from_slice(&t.bytes);
+        bytes.extend_from_slice(self.segment_slice(&s).unwrap_or_default());
+        t.bytes = bytes;
+        true
     }
 
     /// The next event.
@@ -272,7 +311,24 @@ impl Engine {
     fn emit_raw(&mut self, to: Destination, ptype: PacketType, bytes: Vec<u8>) {
         self.stats.packets_out[ptype.index()] += 1;
         self.stats.bytes_out += bytes.len() as u64;
-        self.transmits.push_back(Transmit { to, bytes, lent: None });
+        self.transmits.push_back(Transmit { to, bytes, lent: None, segment: None });
+    }
+
+    /// Before segment `id` changes or goes: the split answers from it still
+    /// queued are joined, so that each carries the bytes of the moment its
+    /// read was served.
+    fn join_queued_from(&mut self, id: SegmentId) {
+        if self.split_queued == 0 {
+            return;
+        }
+        let Some(seg) = self.rmem.table.get(id) else { return };
+        for t in self.transmits.iter_mut() {
+            if let Some(s) = t.segment.filter(|s| s.id == id) {
+                t.segment = None;
+                self.split_queued -= 1;
+                t.bytes.extend_from_slice(seg.bytes().get(s.offset..s.offset + s.len).unwrap_or_default());
+            }
+        }
     }
 
     /// Queues a packet whose data are `lent` bytes of a lent buffer: only the
@@ -280,7 +336,7 @@ impl Engine {
     /// data length at offset 24 set to `lent.len`.
     fn emit_lent(&mut self, to: Destination, h: &Header, lent: Lent) {
         let bytes = self.lent_header(h, lent.len);
-        self.transmits.push_back(Transmit { to, bytes, lent: Some(lent) });
+        self.transmits.push_back(Transmit { to, bytes, lent: Some(lent), segment: None });
     }
 
     /// The encoded header of a packet whose `len` data bytes the runtime

@@ -6,11 +6,13 @@
 //! `table` holds the segments and the checks, `ops` the calls of local
 //! processes, `serve` the packets that arrive and the operations' timers.
 
+mod loan;
 mod ops;
 mod serve;
 mod table;
 mod types;
 
+pub use loan::MemLoan;
 pub use ops::{Cas, Strided};
 pub(crate) use table::Table;
 pub use types::*;
@@ -25,6 +27,12 @@ pub(crate) struct Rmem {
     /// Reads, CAS-IIs and imports of this node, pending or finished and not
     /// yet collected, by the sequence number of their request.
     pub ops: HashMap<u32, PendingOp>,
+    /// The segment whose memory the runtime holds ([`Engine::mem_lend`]).
+    pub lent: Option<SegmentId>,
+    /// Set while [`Engine::handle_datagram_lent`] feeds a datagram.
+    pub feeding_lent: bool,
+    /// Where the data of the datagram being fed belong in the lent memory.
+    pub placement: Option<(usize, std::ops::Range<usize>)>,
 }
 
 impl Rmem {
@@ -85,6 +93,19 @@ impl Coverage {
     pub fn covers(&self, start: u64, end: u64) -> bool {
         self.ranges.iter().any(|&(s, e)| s <= start && end <= e)
     }
+
+    /// The first part of `[start, end)` that has not arrived.
+    pub fn first_gap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        let mut from = start;
+        for &(s, e) in &self.ranges {
+            if s > from {
+                break;
+            }
+            from = from.max(e);
+        }
+        let to = self.ranges.iter().map(|&(s, _)| s).find(|&s| s > from).unwrap_or(end).min(end);
+        (from < to).then_some((from, to))
+    }
 }
 
 #[cfg(test)]
@@ -106,5 +127,20 @@ mod tests {
         c.add(50, 60);
         c.add(4, 51);
         assert_eq!(c.ranges, vec![(0, 60)]);
+    }
+
+    #[test]
+    fn first_gap_is_the_earliest_missing_range() {
+        let mut c = Coverage::default();
+        assert_eq!(c.first_gap(10, 50), Some((10, 50)));
+        c.add(10, 20);
+        c.add(30, 40);
+        assert_eq!(c.first_gap(10, 50), Some((20, 30)));
+        assert_eq!(c.first_gap(0, 50), Some((0, 10)));
+        assert_eq!(c.first_gap(12, 18), None);
+        c.add(20, 30);
+        assert_eq!(c.first_gap(10, 50), Some((40, 50)));
+        c.add(40, 50);
+        assert_eq!(c.first_gap(10, 50), None);
     }
 }

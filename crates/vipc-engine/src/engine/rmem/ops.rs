@@ -61,6 +61,7 @@ impl Engine {
     /// Unexports (or frees an anonymous) segment: its generation moves on,
     /// so every later request naming it is refused. Queued records are dropped.
     pub fn unexport_segment(&mut self, id: SegmentId) -> Result<(), Error> {
+        self.join_queued_from(id);
         self.rmem.table.remove(id).map(|_| ()).ok_or(Error::NoSuchSegment)
     }
 
@@ -81,16 +82,16 @@ impl Engine {
     pub fn segment_read(&self, id: SegmentId, offset: u32, buf: &mut [u8]) -> Result<(), Error> {
         let seg = self.segment(id)?;
         let at = span(offset, buf.len(), seg.size())?;
-        buf.copy_from_slice(&seg.bytes[at]);
+        buf.copy_from_slice(seg.bytes().get(at).ok_or(Error::SegmentBusy)?);
         Ok(())
     }
 
     /// The owner writes its own segment: no access, protection, inhibition
     /// or notification applies (they govern remote hosts).
     pub fn segment_write(&mut self, id: SegmentId, offset: u32, data: &[u8]) -> Result<(), Error> {
-        let seg = self.segment_mut(id)?;
-        let at = span(offset, data.len(), seg.size())?;
-        seg.bytes[at].copy_from_slice(data);
+        let at = span(offset, data.len(), self.segment(id)?.size())?;
+        self.join_queued_from(id);
+        self.segment_mut(id)?.bytes_mut().get_mut(at).ok_or(Error::SegmentBusy)?.copy_from_slice(data);
         Ok(())
     }
 
@@ -260,7 +261,7 @@ impl Engine {
                 // A copy: source and destination are segments of the same table.
                 let range = offset as usize..offset as usize + len as usize;
                 let seg = self.rmem.table.get(from.desc).ok_or(Error::NoSuchSegment)?;
-                let bytes = seg.bytes.get(range).ok_or(Error::NoSuchSegment)?.to_vec();
+                let bytes = seg.bytes().get(range).ok_or(Error::NoSuchSegment)?.to_vec();
                 self.segment_write(dest.0, dest.1, &bytes)
             });
             let r = r.map(|_| MemOutcome::Read);

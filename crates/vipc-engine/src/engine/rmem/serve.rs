@@ -11,6 +11,10 @@ use crate::Access;
 use vipc_wire::rmem::{CasFields, ImportFields, ImportReplyFields, NackFields, ReadFields, WriteFields, WritevFields};
 use vipc_wire::Flags;
 
+/// Read answers of at least this many bytes — those that would be encoded
+/// into recycled buffers — leave split (see `answer_read`).
+const SPLIT_ANSWER_MIN: usize = 16 << 10;
+
 impl Engine {
     /// Dispatches a remote-memory packet (already authenticated, addressed to us).
     pub(in super::super) fn on_mem_packet(&mut self, from: SocketAddr, h: &Header, data: &[u8]) {
@@ -111,9 +115,11 @@ impl Engine {
             }
             return Ok(());
         }
+        self.join_queued_from(desc);
+        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
         for (i, piece) in data.chunks(elem as usize).enumerate() {
             let at = (start + i as u64 * stride) as usize;
-            seg.bytes[at..at + piece.len()].copy_from_slice(piece);
+            seg.bytes_mut()[at..at + piece.len()].copy_from_slice(piece);
         }
         self.stats.rmem_writes_applied += 1;
         self.notify_owner(desc, notify, ControlRecord { op, from, offset, len: span as u32 });
@@ -166,7 +172,9 @@ impl Engine {
         if let Err(r) = check {
             return self.refused(r);
         }
-        let cell = &mut seg.bytes[start as usize..end as usize];
+        self.join_queued_from(desc);
+        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
+        let cell = &mut seg.bytes_mut()[start as usize..end as usize];
         let found = CasAnswer::from_bytes(cell).unwrap_or_default();
         let answer = if found.value == cas.expect {
             cell.copy_from_slice(&CasAnswer { value: cas.new, nonce: cas.nonce }.to_bytes());
@@ -197,25 +205,38 @@ impl Engine {
     }
 
     /// Answers an admitted read with MemWrite packets (flag ANSWER) into the
-    /// requester's destination, as large as the path to it allows, encoded
-    /// straight from the segment into recycled buffers: the only copy before
-    /// the socket's, and no fresh large allocation (whose pages would fault
-    /// in again once the allocator has handed them back to the system).
+    /// requester's destination, as large as the path to it allows. A large
+    /// answer without a key leaves split ([`Transmit::segment`]): the runtime
+    /// sends its data from the segment itself, the socket's copy the only
+    /// one. Others are encoded straight from the segment into recycled
+    /// buffers: no fresh large allocation, whose pages would fault in again
+    /// once the allocator has handed them back to the system.
     fn answer_read(&mut self, to: SocketAddr, h: &Header, f: &ReadFields) {
         let chunk = self.cfg.data_to(to);
         let (start, end) = (f.offset as usize, f.offset as usize + f.len as usize);
         let keyed = self.cfg.key.is_some();
+        let header = |e: &Self, at: usize| {
+            let mut w = e.mem_header(PacketType::MemWrite, h.seq, h.src.host(), false);
+            w.flags = w.flags.with(Flags::ANSWER, true);
+            WriteFields { dest: f.dest, offset: f.dest_offset.wrapping_add((at - start) as u32), total: f.len }
+                .put(&mut w);
+            w
+        };
+        if !keyed && end - start >= SPLIT_ANSWER_MIN {
+            for at in (start..end).step_by(chunk) {
+                let len = chunk.min(end - at);
+                let bytes = self.lent_header(&header(self, at), len);
+                let segment = Some(SegmentSlice { id: f.source, offset: at, len });
+                self.transmits.push_back(Transmit { to: Destination::Addr(to), bytes, lent: None, segment });
+                self.split_queued += 1;
+            }
+            return;
+        }
         let mut packets: Vec<(Header, Vec<u8>)> = (start..end)
             .step_by(chunk)
-            .map(|at| {
-                let mut w = self.mem_header(PacketType::MemWrite, h.seq, h.src.host(), false);
-                w.flags = w.flags.with(Flags::ANSWER, true);
-                let offset = f.dest_offset.wrapping_add((at - start) as u32);
-                WriteFields { dest: f.dest, offset, total: f.len }.put(&mut w);
-                (w, self.buffer(vipc_wire::encoded_len(chunk.min(end - at), keyed)))
-            })
+            .map(|at| (header(self, at), self.buffer(vipc_wire::encoded_len(chunk.min(end - at), keyed))))
             .collect();
-        let Some(bytes) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes.get(start..end)) else { return };
+        let Some(bytes) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes().get(start..end)) else { return };
         let key = self.cfg.key.as_ref();
         for ((w, out), part) in packets.iter_mut().zip(bytes.chunks(chunk)) {
             vipc_wire::encode(w, part, key, out);
@@ -240,37 +261,50 @@ impl Engine {
 
     /// An answer to one of our reads or CAS-IIs: written into its
     /// destination only if it matches the operation exactly (host, seq,
-    /// destination, range) — so an anonymous segment is writable by nobody else.
+    /// destination, range) — so an anonymous segment is writable by nobody
+    /// else. Into a segment lent to the runtime, only when fed with
+    /// [`Engine::handle_datagram_lent`], which says where the data belong.
     fn on_mem_answer(&mut self, h: &Header, data: &[u8]) {
         let f = WriteFields::get(h);
         let (start, end) = (f.offset as u64, f.offset as u64 + data.len() as u64);
-        let Some(op) = self.rmem.ops.get_mut(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
-        let (dest, complete) = match &mut op.kind {
-            OpKind::Read { host, dest, dest_offset, len, got } => {
+        let Some(op) = self.rmem.ops.get(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        let dest = match &op.kind {
+            OpKind::Read { host, dest, dest_offset, len, .. } => {
                 let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
                 if *host != h.src.host() || *dest != f.dest || data.is_empty() || start < lo || end > hi {
                     return self.stray();
                 }
-                got.add(start, end);
-                (*dest, got.covers(lo, hi).then_some(MemOutcome::Read))
+                *dest
             }
             OpKind::Cas { host, dest, dest_offset } => {
-                let answer = CasAnswer::from_bytes(data);
-                if *host != h.src.host() || *dest != f.dest || f.offset != *dest_offset || answer.is_none() {
+                if *host != h.src.host() || *dest != f.dest || f.offset != *dest_offset || data.len() != CAS_CELL {
                     return self.stray();
                 }
-                (*dest, answer.map(MemOutcome::Cas))
+                *dest
             }
             OpKind::Import { .. } => return self.stray(),
         };
-        let Some(seg) = self.rmem.table.get_mut(dest) else {
+        let Some(seg) = self.rmem.table.get_mut(dest).filter(|s| end <= s.size()) else {
             return self.finish_op(h.seq, Err(Error::NoSuchSegment));
         };
-        match seg.bytes.get_mut(start as usize..end as usize) {
-            Some(to) => to.copy_from_slice(data),
-            None => return self.finish_op(h.seq, Err(Error::NoSuchSegment)),
+        if seg.is_lent() {
+            if !self.rmem.feeding_lent {
+                return self.stray();
+            }
+            let at = table::ROOM + start as usize;
+            self.rmem.placement = Some((at, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data.len()));
+        } else {
+            seg.bytes_mut()[start as usize..end as usize].copy_from_slice(data);
         }
-        if let Some(outcome) = complete {
+        let outcome = match self.rmem.ops.get_mut(&h.seq).map(|o| &mut o.kind) {
+            Some(OpKind::Read { dest_offset, len, got, .. }) => {
+                got.add(start, end);
+                let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
+                got.covers(lo, hi).then_some(MemOutcome::Read)
+            }
+            _ => CasAnswer::from_bytes(data).map(MemOutcome::Cas),
+        };
+        if let Some(outcome) = outcome {
             self.finish_op(h.seq, Ok(outcome));
         }
     }

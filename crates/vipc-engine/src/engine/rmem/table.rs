@@ -8,6 +8,10 @@ use std::collections::VecDeque;
 /// At most this many disjoint write-inhibited ranges per segment.
 pub(crate) const MAX_INHIBITED: usize = 256;
 
+/// Room before a segment's bytes for the header of a datagram received
+/// straight into them (see [`super::MemLoan`]).
+pub(crate) const ROOM: usize = vipc_wire::HEADER_LEN;
+
 /// One segment: its bytes live here, in the engine, so that the node can
 /// operate on them while every thread of the exporter is blocked.
 #[derive(Debug)]
@@ -15,7 +19,9 @@ pub(crate) struct Segment {
     /// None: anonymous (never importable, written only by answers).
     pub name: Option<SegmentName>,
     pub opts: SegmentOptions,
-    pub bytes: Vec<u8>,
+    /// [`ROOM`] bytes, then the segment's; empty while lent to the runtime.
+    mem: Vec<u8>,
+    size: usize,
     /// Sorted, disjoint, non-empty `[start, end)` ranges.
     inhibited: Vec<(u64, u64)>,
     pub control: VecDeque<ControlRecord>,
@@ -28,7 +34,8 @@ impl Segment {
         Segment {
             name,
             opts,
-            bytes: vec![0; size],
+            mem: vec![0; ROOM + size],
+            size,
             inhibited: Vec::new(),
             control: VecDeque::new(),
             data: VecDeque::new(),
@@ -37,7 +44,33 @@ impl Segment {
     }
 
     pub fn size(&self) -> u64 {
-        self.bytes.len() as u64
+        self.size as u64
+    }
+
+    /// The segment's bytes (none while lent).
+    pub fn bytes(&self) -> &[u8] {
+        self.mem.get(ROOM..).unwrap_or_default()
+    }
+
+    /// The segment's bytes, to write (none while lent).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.mem.get_mut(ROOM..).unwrap_or_default()
+    }
+
+    /// True while the runtime holds the bytes.
+    pub fn is_lent(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    /// Hands the memory — [`ROOM`], then the bytes — to the runtime.
+    pub fn lend(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.mem)
+    }
+
+    /// Takes the memory back.
+    pub fn give_back(&mut self, mem: Vec<u8>) {
+        debug_assert_eq!(mem.len(), ROOM + self.size);
+        self.mem = mem;
     }
 
     /// The checks of a request from `from` needing `need` on `[offset, offset + len)`,
@@ -159,7 +192,7 @@ impl Table {
             found.ok_or(Error::Limit("segments"))?
         };
         self.cursor = (index + 1) % max;
-        self.bytes += seg.bytes.len();
+        self.bytes += seg.size;
         self.live += 1;
         if let Some(name) = seg.name {
             self.names.insert(name, index as u16);
@@ -175,7 +208,7 @@ impl Table {
         let slot = self.slots.get_mut(d.index as usize).filter(|s| s.generation == d.generation)?;
         let seg = slot.seg.take()?;
         slot.generation = slot.generation.checked_add(1).unwrap_or(1);
-        self.bytes -= seg.bytes.len();
+        self.bytes -= seg.size;
         self.live -= 1;
         if let Some(name) = seg.name {
             self.names.remove(&name);
