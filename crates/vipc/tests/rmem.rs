@@ -478,3 +478,53 @@ fn reading_a_segment_lent_to_a_receive_does_not_wait_for_it() {
     assert!(waited < Duration::from_millis(100), "5 reads of the segment took {waited:?}");
     drop(pending);
 }
+
+/// Threads reading concurrently into segments of their own (whichever
+/// thread holds the socket receives into whichever segment is lent), while
+/// another thread keeps reading those segments locally: every read arrives
+/// whole, and nobody waits long.
+#[test]
+fn concurrent_readers_and_local_reads_of_their_segments() {
+    let nodes = cluster(2);
+    let seg = nodes[0].export_segment(1 << 20, rw()).unwrap();
+    let data = Arc::new(pattern(1 << 20, 8));
+    seg.write(0, &data).unwrap();
+    let reader = nodes[1].clone();
+    let locals: Vec<_> = (0..4).map(|_| Arc::new(reader.anonymous_segment(256 << 10).unwrap())).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let peeker = {
+        let (locals, stop) = (locals.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut peeks = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                for l in &locals {
+                    l.to_vec(0, 64).unwrap();
+                    peeks += 1;
+                }
+            }
+            peeks
+        })
+    };
+    let threads: Vec<_> = locals
+        .iter()
+        .enumerate()
+        .map(|(t, local)| {
+            let (node, local, data, name) = (reader.clone(), local.clone(), data.clone(), seg.name());
+            std::thread::spawn(move || {
+                let remote = node.import_segment(name, Access::READ, WAIT).unwrap();
+                for i in 0..100usize {
+                    let len = 1 + (i * 7919 + t * 104_729) % 200_000;
+                    let at = (i * 4_099 + t * 65_537) % ((1 << 20) - len);
+                    let into = (i * 31) % (256 * 1024 - len);
+                    remote.read(at as u32, len as u32, (&local, into as u32), false).unwrap().wait(WAIT).unwrap();
+                    assert!(local.to_vec(into as u32, len).unwrap() == data[at..at + len], "thread {t}, read {i}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(peeker.join().unwrap() > 0);
+}
