@@ -1,7 +1,8 @@
 //! Suite `rmem`: the remote-memory operations of 003 between two nodes in
 //! separate OS processes on loopback, each beside its baseline from the same
 //! run — a remote read of N bytes against a raw UDP exchange of a 32-byte
-//! request and an N-byte answer, CAS-II against the 32-byte UDP ping-pong,
+//! request and an N-byte answer, CAS-II against the 32-byte UDP ping-pong
+//! (both between the same two processes: the owner's answers the UDP too),
 //! the cost of issuing a write against a raw `send_to` of the same size, and
 //! a block read against TCP bulk transfer.
 //!
@@ -62,16 +63,26 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
 }
 
 /// The owner peer (`rmem-owner --host H`): a node exporting a segment of
-/// `SEGMENT` bytes that any host may read and write (no notification);
-/// READY `addr=` `name=` (hex). No thread of it touches the segment again:
-/// every operation is served by its node. Runs until stdin closes.
+/// `SEGMENT` bytes that any host may read and write (no notification), and
+/// a thread answering the raw UDP baselines, so that they run between the
+/// same two processes as the operations; READY `addr=` `name=` (hex)
+/// `pong=` (hex) `udp=`. No thread of it touches the segment again: every
+/// operation is served by its node. Runs until stdin closes.
 pub fn owner_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("host")?, Vec::new(), None))?;
     let opts = SegmentOptions { access: Access::READ_WRITE, notify: Notify::Never, protection: ProtectionGroup::Any };
     let seg = node.export_segment(SEGMENT, opts.clone())?;
     seg.write(0, &vec![0x5a; SEGMENT])?;
     let pong = node.export_segment(PONG, SegmentOptions { notify: Notify::Conditional, ..opts })?;
-    announce(&[("addr", node.local_addr().to_string()), ("name", hex(&seg.name())), ("pong", hex(&pong.name()))]);
+    let udp = crate::udp::echo_socket(false)?;
+    let udp_addr = udp.local_addr()?.to_string();
+    std::thread::Builder::new().name("udp-echo".into()).spawn(move || {
+        if let Err(e) = crate::udp::echo(&udp, false) {
+            eprintln!("rmem-owner: udp echo: {e}");
+        }
+    })?;
+    let fields = [("name", hex(&seg.name())), ("pong", hex(&pong.name())), ("udp", udp_addr)];
+    announce(&[&[("addr", node.local_addr().to_string())], &fields[..]].concat());
     let n = node.clone();
     std::thread::spawn(move || {
         if let Err(e) = answer_pings(&n, &pong) {
@@ -132,6 +143,8 @@ pub(crate) fn unhex(s: &str) -> Result<SegmentName> {
 struct Reader {
     _owner: Peer,
     owner_addr: SocketAddr,
+    /// The owner process's raw UDP echo.
+    owner_udp: SocketAddr,
     node: Node,
     remote: RemoteSegment,
     anon: AnonSegment,
@@ -143,12 +156,13 @@ fn reader(ctx: &mut Ctx<'_>) -> Result<Reader> {
     let host = ctx.host();
     let owner = Peer::spawn(&ctx.exe, "rmem-owner", &["--host".to_string(), host.to_string()])?;
     let owner_addr: SocketAddr = owner.parsed("addr")?;
+    let owner_udp: SocketAddr = owner.parsed("udp")?;
     let name = unhex(owner.field("name")?)?;
     let node = Node::start(node_config(ctx.host(), vec![owner_addr], None))?;
     let remote = node.import_segment(name, Access::READ_WRITE, OP_TIMEOUT)?;
     let anon = node.anonymous_segment(SEGMENT)?;
     let pong = unhex(owner.field("pong")?)?;
-    Ok(Reader { _owner: owner, owner_addr, node, remote, anon, pong })
+    Ok(Reader { _owner: owner, owner_addr, owner_udp, node, remote, anon, pong })
 }
 
 /// The pinger's side of the notified ping-pong.
@@ -224,8 +238,8 @@ impl Reader {
 fn latency(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(7, 1000, 200);
     let r = reader(ctx)?;
-    let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
-    let ub = RefCell::new(UdpClient::new(udp.parsed("addr")?, false)?);
+    // The owner process answers the UDP baselines too (the "between the same processes").
+    let ub = RefCell::new(UdpClient::new(r.owner_udp, false)?);
     let (r, ub) = (&r, &ub);
     let pinger = RefCell::new(Pinger::new(r)?);
     // The CAS-II's baseline, and again in the notified ping-pong's own table below.

@@ -110,15 +110,26 @@ fn answer_parts(len: usize) -> (usize, usize) {
 /// The echo peer (`udp-echo [--spin]`): answers streams until stdin closes.
 pub fn echo_peer(a: &PeerArgs) -> Result<()> {
     let spin = a.flag("spin");
-    let sock = socket("127.0.0.1:0".parse().map_err(|_| "addr")?)?;
-    sock.set_nonblocking(spin)?;
+    let sock = echo_socket(spin)?;
     announce(&[("addr", sock.local_addr()?.to_string())]);
     let _stdin = stdin_lines();
+    echo(&sock, spin)
+}
+
+/// A socket on loopback for [`echo`].
+pub fn echo_socket(spin: bool) -> Result<UdpSocket> {
+    let sock = socket("127.0.0.1:0".parse().map_err(|_| "addr")?)?;
+    sock.set_nonblocking(spin)?;
+    Ok(sock)
+}
+
+/// Answers streams on `sock` (see the module docs), for ever.
+pub fn echo(sock: &UdpSocket, spin: bool) -> Result<()> {
     let mut buf = vec![0u8; 65_536];
     let mut out = vec![0u8; 65_536];
     let (mut cur, mut count, mut lens) = (u32::MAX, 0u16, Vec::<usize>::new());
     loop {
-        let Some((n, from)) = recv(&sock, &mut buf, spin, None)? else { continue };
+        let Some((n, from)) = recv(sock, &mut buf, spin, None)? else { continue };
         if n < HEADER {
             continue;
         }
