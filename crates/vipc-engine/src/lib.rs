@@ -11,7 +11,9 @@
 //! - the passage of time ([`Engine::handle_timeout`] once [`Engine::poll_timeout`] is due),
 //!
 //! and after each call drains
-//! - [`Engine::poll_transmit`]: datagrams to send,
+//! - [`Engine::poll_transmit`]: datagrams to send (or
+//!   [`Engine::poll_transmit_split`], which leaves a large read answer's
+//!   data in the segment, for the runtime to send from there),
 //! - [`Engine::poll_event`]: processes to wake with their results, and notices.
 //!
 //! ```
