@@ -189,7 +189,7 @@ fn deliver<A: App>(app: &mut A, to: usize, to_epoch: u32, from: usize, from_epoc
     app.arriving(to, from, from_epoch, &bytes);
     let w = app.world();
     let addr = w.nodes[from].addr;
-    w.with_engine(to, |e, now| e.handle_datagram(now, addr, &bytes));
+    w.with_engine(to, |e, now| super::engines::feed(e, now, addr, &bytes));
     // Bytes for a buffer lent to a MoveFrom go there before the next datagram.
     if !w.place(to, &bytes) {
         return;

@@ -1,11 +1,14 @@
 //! Between the engines and the network: calls into an engine with its
 //! node's clock, then hands its datagrams to the link model and keeps its
-//! events for the simulation; lent buffers; the timer each engine asks for.
+//! events for the simulation; lent buffers and lent segment memory; the
+//! timer each engine asks for.
 
 use super::{Ev, World};
 use crate::check::Invariant;
+use std::net::SocketAddr;
 use std::ops::Range;
 use vipc_engine::{AuthKey, Destination, Engine, Lent, Time, Transmit};
+use vipc_wire::HEADER_LEN;
 
 impl<E> World<E> {
     /// Calls into node `node`'s engine (with its local time), then collects
@@ -103,6 +106,30 @@ impl<E> World<E> {
         let epoch = n.epoch;
         self.queue.push(t, Ev::Timer { node, epoch });
     }
+}
+
+/// Feeds a datagram as vipc's runtime receives one (`runtime/lend.rs`):
+/// with the memory of the segment the next read answer is expected in lent
+/// by the engine, the datagram's first bytes landing just before the
+/// expected place (those bytes saved and put back), and an answer's data
+/// copied where the engine says unless they landed there.
+pub(super) fn feed(e: &mut Engine, now: Time, from: SocketAddr, bytes: &[u8]) {
+    let Some(mut loan) = e.mem_lend() else { return e.handle_datagram(now, from, bytes) };
+    let start = loan.at - HEADER_LEN;
+    let landed = bytes.len().min(HEADER_LEN + loan.len);
+    let saved = loan.mem[start..loan.at].to_vec();
+    loan.mem[start..start + landed].copy_from_slice(&bytes[..landed]);
+    let placed = if landed == bytes.len() {
+        let placed = e.handle_datagram_lent(now, from, &loan.mem[start..start + landed]);
+        placed.map(|(to, r)| (to, loan.mem[start + r.start..start + r.end].to_vec()))
+    } else {
+        e.handle_datagram_lent(now, from, bytes).map(|(to, r)| (to, bytes[r].to_vec()))
+    };
+    loan.mem[start..loan.at].copy_from_slice(&saved);
+    if let Some((to, data)) = placed {
+        loan.mem[to..to + data.len()].copy_from_slice(&data);
+    }
+    e.mem_return(loan);
 }
 
 fn misplaced(to: usize, range: &Range<usize>, len: usize, l: &Lent) -> String {
