@@ -112,7 +112,7 @@ impl<E> World<E> {
 /// with the memory of the segment the next read answer is expected in lent
 /// by the engine, the datagram's first bytes landing just before the
 /// expected place (those bytes saved and put back), and an answer's data
-/// copied where the engine says unless they landed there.
+/// copied where the engine says (a copy onto themselves when they landed there).
 pub(super) fn feed(e: &mut Engine, now: Time, from: SocketAddr, bytes: &[u8]) {
     let Some(mut loan) = e.mem_lend() else { return e.handle_datagram(now, from, bytes) };
     let start = loan.at - HEADER_LEN;
