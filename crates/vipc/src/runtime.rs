@@ -16,7 +16,7 @@ use vipc_engine::{Completion, Destination, Engine, Event, HeaderFor, HostId, Len
 use vipc_wire::HEADER_LEN;
 
 mod apart;
-mod lend;
+mod inplace;
 mod mcast;
 pub(crate) use mcast::{multicast_loop, set_up as mcast_set_up};
 
@@ -1170,7 +1170,7 @@ impl Shared {
                 drop(st);
                 let spin = spin.map(|until| (&signal.ready, until));
                 if let (Some((at, len)), Lend::Write(dest)) = (in_place, &mut lend) {
-                    st = self.read_in_place(pid, dest, at, len, &mut buf, spin);
+                    st = self.read_in_place(pid, dest, (at, len), &mut buf, spin);
                 } else {
                     let got = net::recv_parts(&self.unicast, &mut buf, &mut [], spin);
                     st = self.lock();
@@ -1231,59 +1231,6 @@ impl Shared {
                 slot.sleeping = false;
             }
         }
-    }
-
-    /// The leader of a lent MoveFrom reads the next datagram so that its first
-    /// `HEADER_LEN + len` bytes land at `dest[at - HEADER_LEN..]`: if it is
-    /// the chunk the engine expects at `at` (see [`Engine::next_placement`]),
-    /// its data are already in place and are not copied — the copy out of
-    /// the socket is the only one, as with TCP. Its header overwrites the
-    /// end of the chunk before, which is saved and put back; a datagram that
-    /// is not that chunk is copied into `buf` (made whole there if it was
-    /// longer) and handled as any other. Returns with the lock held.
-    fn read_in_place<'s>(
-        &'s self,
-        pid: Pid,
-        dest: &mut [u8],
-        at: usize,
-        len: usize,
-        buf: &mut [u8],
-        spin: Option<(&AtomicBool, Instant)>,
-    ) -> MutexGuard<'s, State> {
-        let start = at - HEADER_LEN;
-        let first = HEADER_LEN + len;
-        let mut saved = [0u8; HEADER_LEN];
-        saved.copy_from_slice(&dest[start..at]);
-        let got = net::recv_parts(&self.unicast, &mut dest[start..start + first], buf, spin);
-        let mut st = self.lock();
-        st.reader_blocked = false;
-        let origin = Origin::Net(Some(pid));
-        let placed = match got {
-            None => None,
-            Some((n, from)) if n <= first => {
-                match self.feed(&mut st, from, &dest[start..start + n], origin) {
-                    Some((offset, range)) if offset == at && range.start == HEADER_LEN => None, // in place
-                    Some((offset, range)) => {
-                        buf[..n].copy_from_slice(&dest[start..start + n]);
-                        Some((offset, range))
-                    }
-                    None => None,
-                }
-            }
-            Some((n, from)) => {
-                // Longer than the chunk expected: join its two parts in `buf`.
-                buf.copy_within(0..n - first, first);
-                buf[..first].copy_from_slice(&dest[start..start + first]);
-                self.feed(&mut st, from, &buf[..n], origin)
-            }
-        };
-        dest[start..at].copy_from_slice(&saved);
-        if let Some((offset, range)) = placed {
-            drop(st);
-            place_into(dest, offset, &buf[range]);
-            st = self.lock();
-        }
-        st
     }
 
     /// Does the queued work on the lent buffer (outside the lock), in order;

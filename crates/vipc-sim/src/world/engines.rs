@@ -108,7 +108,7 @@ impl<E> World<E> {
     }
 }
 
-/// Feeds a datagram as vipc's runtime receives one (`runtime/lend.rs`):
+/// Feeds a datagram as vipc's runtime receives one (`runtime/inplace.rs`):
 /// with the memory of the segment the next read answer is expected in lent
 /// by the engine, the datagram's first bytes landing just before the
 /// expected place (those bytes saved and put back), and an answer's data

@@ -1,0 +1,155 @@
+//! Receiving a datagram in place: its data where they belong, the socket's
+//! copy the only one, as with TCP.
+//!
+//! The thread holding the reader token knows where the next datagram it
+//! expects goes — the next chunk of a lent MoveFrom
+//! ([`Engine::next_placement`]), or the next read answer into a segment
+//! whose memory the engine lends for one receive ([`Engine::mem_lend`]) —
+//! and receives with the header landing on the bytes just before that
+//! place (saved and put back). When the datagram is what was expected its
+//! data are already in place; anything else is handled as usual, and data
+//! that belong elsewhere in the same buffer are copied there (a 64 KiB
+//! read answer is otherwise copied again, ~2 µs here). While segment memory
+//! is out, a call that reads that segment ends the receive and waits for it
+//! ([`Shared::call_on_segment`]).
+
+use super::*;
+use vipc_engine::{MemLoan, SegmentId};
+
+/// Where the data of a datagram received in place are.
+enum Source {
+    /// In the destination itself, at this range.
+    Dest(Range<usize>),
+    /// In the receive buffer (the datagram was longer than expected).
+    Buf(Range<usize>),
+}
+
+/// Longest a call waits for lent memory before asking again (a missed
+/// notification only; the receive ends on the wake-up datagram).
+const LOAN_WAIT: Duration = Duration::from_millis(10);
+
+impl Shared {
+    /// Receives one datagram with its header over the `HEADER_LEN` bytes of
+    /// `dest` before `at` and up to `len` data bytes at `at` (the rest of a
+    /// longer one in `buf`), and has `feed` handle it whole, with the lock
+    /// held: in `dest` if it fit, else joined in `buf`. The bytes under the
+    /// header are put back. Returns with the lock held, and where `feed`
+    /// says the data belong in `dest` with where they are now.
+    fn recv_in_place<'s>(
+        &'s self,
+        dest: &mut [u8],
+        (at, len): (usize, usize),
+        buf: &mut [u8],
+        spin: Option<(&AtomicBool, Instant)>,
+        feed: impl FnOnce(&mut State, SocketAddr, &[u8]) -> Option<Placement>,
+    ) -> (MutexGuard<'s, State>, Option<(usize, Source)>) {
+        let start = at - HEADER_LEN;
+        let first = HEADER_LEN + len;
+        let mut saved = [0u8; HEADER_LEN];
+        saved.copy_from_slice(&dest[start..at]);
+        let got = net::recv_parts(&self.unicast, &mut dest[start..start + first], buf, spin);
+        let mut st = self.lock();
+        st.reader_blocked = false;
+        let placed = match got {
+            None => None,
+            Some((n, from)) if n <= first => feed(&mut st, from, &dest[start..start + n])
+                .map(|(to, r)| (to, Source::Dest(start + r.start..start + r.end))),
+            Some((n, from)) => {
+                // Longer than expected: join its two parts in `buf`.
+                buf.copy_within(0..n - first, first);
+                buf[..first].copy_from_slice(&dest[start..start + first]);
+                feed(&mut st, from, &buf[..n]).map(|(to, r)| (to, Source::Buf(r)))
+            }
+        };
+        dest[start..at].copy_from_slice(&saved);
+        (st, placed)
+    }
+
+    /// The leader of a lent MoveFrom reads the next datagram in place into
+    /// `dest`, the chunk the engine expects at `at` (`len` bytes at most).
+    /// Data of another chunk are copied to their place outside the lock.
+    /// Returns with the lock held.
+    pub(super) fn read_in_place<'s>(
+        &'s self,
+        pid: Pid,
+        dest: &mut [u8],
+        next: (usize, usize),
+        buf: &mut [u8],
+        spin: Option<(&AtomicBool, Instant)>,
+    ) -> MutexGuard<'s, State> {
+        let origin = Origin::Net(Some(pid));
+        let (st, placed) =
+            self.recv_in_place(dest, next, buf, spin, |st, from, bytes| self.feed(st, from, bytes, origin));
+        match placed {
+            Some((to, source)) if !landed(to, &source) => {
+                drop(st);
+                put(dest, buf, to, source);
+                self.lock()
+            }
+            _ => st,
+        }
+    }
+
+    /// Receives one datagram with `loan` out, in place at the answer the
+    /// engine expects, copies an answer's data where they belong if they
+    /// landed elsewhere, and gives the memory back. Returns with the lock held.
+    pub(super) fn read_into_loan<'s>(
+        &'s self,
+        mut loan: MemLoan,
+        buf: &mut [u8],
+        spin: Option<(&AtomicBool, Instant)>,
+    ) -> MutexGuard<'s, State> {
+        let lent = |st: &mut State, from, bytes: &[u8]| self.feed_as(st, from, bytes, Origin::Net(None), true).1;
+        let (mut st, placed) = self.recv_in_place(&mut loan.mem, (loan.at, loan.len), buf, spin, lent);
+        match placed {
+            Some((to, source)) if landed(to, &source) => st.answers_in_place += 1,
+            Some((to, source)) => put(&mut loan.mem, buf, to, source),
+            None => {} // not an answer into this segment
+        }
+        st.engine.mem_return(loan);
+        if st.rmem_sleepers > 0 {
+            self.rmem_cv.notify_all();
+        }
+        st
+    }
+
+    /// [`Shared::call`] of a call that reads or writes local segment `id`:
+    /// if its memory is lent to a receive, that receive is ended (the
+    /// wake-up datagram) and the call waits for the memory to come back.
+    /// Nothing is lent while a call waits.
+    pub(crate) fn call_on_segment<T>(
+        &self,
+        id: SegmentId,
+        f: impl FnOnce(&mut Engine, Time) -> Result<T, vipc_engine::Error>,
+    ) -> Result<T> {
+        let mut st = self.lock();
+        if st.engine.segment_lent(id) {
+            st.loan_waiters += 1;
+            while st.engine.segment_lent(id) && !st.stopped {
+                st.wake_reader = true;
+                st = self.flush_locked(st);
+                if st.engine.segment_lent(id) {
+                    st = self.sleep_for_mem(st, LOAN_WAIT);
+                }
+            }
+            st.loan_waiters -= 1;
+        }
+        let (st, r) = self.enter_locked(st, None, f)?;
+        self.flush(st);
+        Ok(r?)
+    }
+}
+
+/// True if data that belong at `to` are there already.
+fn landed(to: usize, source: &Source) -> bool {
+    matches!(source, Source::Dest(r) if r.start == to)
+}
+
+/// Copies data received in place to `to` of `dest`, where they belong (if they fit).
+fn put(dest: &mut [u8], buf: &[u8], to: usize, source: Source) {
+    match source {
+        Source::Dest(r) if to.saturating_add(r.len()) <= dest.len() => dest.copy_within(r, to),
+        Source::Dest(_) => tracing::debug!("data placed beyond the buffer received into"),
+        Source::Buf(r) => place_into(dest, to, &buf[r]),
+    }
+}
