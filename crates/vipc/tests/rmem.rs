@@ -18,6 +18,24 @@ fn rw() -> SegmentOptions {
     SegmentOptions { access: Access::READ_WRITE, ..Default::default() }
 }
 
+/// A segment of `size` bytes exported by `node`, filled with a pattern (returned).
+fn filled(node: &vipc::Node, size: usize, salt: u8) -> (vipc::ExportedSegment, Vec<u8>) {
+    let seg = node.export_segment(size, rw()).unwrap();
+    let data = pattern(size, salt);
+    seg.write(0, &data).unwrap();
+    (seg, data)
+}
+
+/// `reader`'s handle of a segment whose node, `owner`, then shuts down:
+/// reads of it are never answered.
+fn import_from_gone_node(reader: &vipc::Node, owner: &vipc::Node) -> vipc::RemoteSegment {
+    let seg = owner.export_segment(128 << 10, rw()).unwrap();
+    let handle = reader.import_segment(seg.name(), Access::READ, WAIT).unwrap();
+    drop(seg);
+    owner.shutdown();
+    handle
+}
+
 fn refusal(e: &Error) -> Option<Refusal> {
     match e.protocol() {
         Some(ProtocolError::Refused(r)) => Some(*r),
@@ -359,9 +377,7 @@ fn a_write_sent_from_the_buffer_follows_the_queued_ones() {
 #[test]
 fn large_answers_go_from_segment_to_segment_without_copies() {
     let nodes = cluster(2);
-    let seg = nodes[0].export_segment(256 << 10, rw()).unwrap();
-    let data = pattern(256 << 10, 9);
-    seg.write(0, &data).unwrap();
+    let (seg, data) = filled(&nodes[0], 256 << 10, 9);
     let remote = nodes[1].import_segment(seg.name(), Access::READ, WAIT).unwrap();
     let local = nodes[1].anonymous_segment(200 << 10).unwrap();
     let read = |at: u32, len: u32, into: u32| remote.read(at, len, (&local, into), false).unwrap().wait(WAIT).unwrap();
@@ -396,15 +412,10 @@ fn large_answers_go_from_segment_to_segment_without_copies() {
 #[test]
 fn an_answer_other_than_the_expected_one_lands_where_it_belongs() {
     let nodes = cluster(3);
-    let live = nodes[0].export_segment(128 << 10, rw()).unwrap();
-    let data = pattern(128 << 10, 4);
-    live.write(0, &data).unwrap();
-    let dead = nodes[2].export_segment(128 << 10, rw()).unwrap();
+    let (live, data) = filled(&nodes[0], 128 << 10, 4);
     let reader = &nodes[1];
     let from_live = reader.import_segment(live.name(), Access::READ, WAIT).unwrap();
-    let from_dead = reader.import_segment(dead.name(), Access::READ, WAIT).unwrap();
-    drop(dead);
-    nodes[2].shutdown();
+    let from_dead = import_from_gone_node(reader, &nodes[2]);
 
     let guessed = reader.anonymous_segment(128 << 10).unwrap();
     let other = reader.anonymous_segment(128 << 10).unwrap();
@@ -432,9 +443,7 @@ fn answers_other_than_the_expected_ones_land_where_they_belong() {
         2 => c.engine.loopback_packet = Some(20_000),
         _ => {}
     });
-    let seg = nodes[0].export_segment(512 << 10, rw()).unwrap();
-    let data = pattern(512 << 10, 6);
-    seg.write(0, &data).unwrap();
+    let (seg, data) = filled(&nodes[0], 512 << 10, 6);
     for reader in &nodes[1..] {
         let remote = reader.import_segment(seg.name(), Access::READ, WAIT).unwrap();
         let local = reader.anonymous_segment(512 << 10).unwrap();
@@ -460,11 +469,8 @@ fn reading_a_segment_lent_to_a_receive_does_not_wait_for_it() {
         c.engine.alive_period = None;
         c.engine.rmem_timeout = Duration::from_secs(10);
     });
-    let dead = nodes[2].export_segment(64 << 10, rw()).unwrap();
     let reader = &nodes[1];
-    let from_dead = reader.import_segment(dead.name(), Access::READ, WAIT).unwrap();
-    drop(dead);
-    nodes[2].shutdown();
+    let from_dead = import_from_gone_node(reader, &nodes[2]);
     let local = reader.anonymous_segment(64 << 10).unwrap();
     let pending = from_dead.read(0, 32 << 10, (&local, 0), false).unwrap();
     let mut waited = Duration::ZERO;
@@ -486,9 +492,8 @@ fn reading_a_segment_lent_to_a_receive_does_not_wait_for_it() {
 #[test]
 fn concurrent_readers_and_local_reads_of_their_segments() {
     let nodes = cluster(2);
-    let seg = nodes[0].export_segment(1 << 20, rw()).unwrap();
-    let data = Arc::new(pattern(1 << 20, 8));
-    seg.write(0, &data).unwrap();
+    let (seg, data) = filled(&nodes[0], 1 << 20, 8);
+    let data = Arc::new(data);
     let reader = nodes[1].clone();
     let locals: Vec<_> = (0..4).map(|_| Arc::new(reader.anonymous_segment(256 << 10).unwrap())).collect();
     let stop = Arc::new(AtomicBool::new(false));

@@ -53,6 +53,23 @@ const RECYCLE_MIN: usize = 16 << 10;
 /// Recycled buffers kept at most (a window's worth of 64 KiB chunks).
 const RECYCLE_MAX: usize = 64;
 
+/// Before segment `id` (whose bytes are `bytes`) changes or goes: the split
+/// answers from it still in `transmits` are joined, so that each carries the
+/// bytes of the moment its read was served. A free function, so that the
+/// callers that hold the segment need not look it up again.
+fn join_queued(transmits: &mut VecDeque<Transmit>, split_queued: &mut usize, id: SegmentId, bytes: &[u8]) {
+    if *split_queued == 0 {
+        return;
+    }
+    for t in transmits.iter_mut() {
+        if let Some(s) = t.segment.filter(|s| s.id == id) {
+            t.segment = None;
+            *split_queued -= 1;
+            t.bytes.extend_from_slice(bytes.get(s.offset..s.offset + s.len).unwrap_or_default());
+        }
+    }
+}
+
 /// One node's protocol state machine. See the crate docs.
 pub struct Engine {
     cfg: Config,
@@ -314,20 +331,10 @@ impl Engine {
         self.transmits.push_back(Transmit { to, bytes, lent: None, segment: None });
     }
 
-    /// Before segment `id` changes or goes: the split answers from it still
-    /// queued are joined, so that each carries the bytes of the moment its
-    /// read was served.
+    /// [`join_queued`] for a segment not otherwise borrowed (an unexport).
     fn join_queued_from(&mut self, id: SegmentId) {
-        if self.split_queued == 0 {
-            return;
-        }
-        let Some(seg) = self.rmem.table.get(id) else { return };
-        for t in self.transmits.iter_mut() {
-            if let Some(s) = t.segment.filter(|s| s.id == id) {
-                t.segment = None;
-                self.split_queued -= 1;
-                t.bytes.extend_from_slice(seg.bytes().get(s.offset..s.offset + s.len).unwrap_or_default());
-            }
+        if let Some(seg) = self.rmem.table.get(id) {
+            join_queued(&mut self.transmits, &mut self.split_queued, id, seg.bytes());
         }
     }
 

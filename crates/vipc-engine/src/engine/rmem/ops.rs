@@ -89,9 +89,10 @@ impl Engine {
     /// The owner writes its own segment: no access, protection, inhibition
     /// or notification applies (they govern remote hosts).
     pub fn segment_write(&mut self, id: SegmentId, offset: u32, data: &[u8]) -> Result<(), Error> {
-        let at = span(offset, data.len(), self.segment(id)?.size())?;
-        self.join_queued_from(id);
-        self.segment_mut(id)?.bytes_mut().get_mut(at).ok_or(Error::SegmentBusy)?.copy_from_slice(data);
+        let seg = self.rmem.table.get_mut(id).ok_or(Error::NoSuchSegment)?;
+        let at = span(offset, data.len(), seg.size())?;
+        join_queued(&mut self.transmits, &mut self.split_queued, id, seg.bytes());
+        seg.bytes_mut().get_mut(at).ok_or(Error::SegmentBusy)?.copy_from_slice(data);
         Ok(())
     }
 

@@ -115,8 +115,7 @@ impl Engine {
             }
             return Ok(());
         }
-        self.join_queued_from(desc);
-        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
+        join_queued(&mut self.transmits, &mut self.split_queued, desc, seg.bytes());
         for (i, piece) in data.chunks(elem as usize).enumerate() {
             let at = (start + i as u64 * stride) as usize;
             seg.bytes_mut()[at..at + piece.len()].copy_from_slice(piece);
@@ -172,8 +171,7 @@ impl Engine {
         if let Err(r) = check {
             return self.refused(r);
         }
-        self.join_queued_from(desc);
-        let Some(seg) = self.rmem.table.get_mut(desc) else { return self.refused(Refusal::UnknownSegment) };
+        join_queued(&mut self.transmits, &mut self.split_queued, desc, seg.bytes());
         let cell = &mut seg.bytes_mut()[start as usize..end as usize];
         let found = CasAnswer::from_bytes(cell).unwrap_or_default();
         let answer = if found.value == cas.expect {
@@ -267,40 +265,33 @@ impl Engine {
     fn on_mem_answer(&mut self, h: &Header, data: &[u8]) {
         let f = WriteFields::get(h);
         let (start, end) = (f.offset as u64, f.offset as u64 + data.len() as u64);
-        let Some(op) = self.rmem.ops.get(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
-        let dest = match &op.kind {
+        let Some(op) = self.rmem.ops.get_mut(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        let (host, dest) = match &op.kind {
             OpKind::Read { host, dest, dest_offset, len, .. } => {
                 let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
-                if *host != h.src.host() || *dest != f.dest || data.is_empty() || start < lo || end > hi {
-                    return self.stray();
-                }
-                *dest
+                (*host, if data.is_empty() || start < lo || end > hi { None } else { Some(*dest) })
             }
             OpKind::Cas { host, dest, dest_offset } => {
-                if *host != h.src.host() || *dest != f.dest || f.offset != *dest_offset || data.len() != CAS_CELL {
-                    return self.stray();
-                }
-                *dest
+                (*host, (f.offset == *dest_offset && data.len() == CAS_CELL).then_some(*dest))
             }
             OpKind::Import { .. } => return self.stray(),
         };
+        let Some(dest) = dest.filter(|&d| host == h.src.host() && d == f.dest) else { return self.stray() };
         let Some(seg) = self.rmem.table.get_mut(dest).filter(|s| end <= s.size()) else {
             return self.finish_op(h.seq, Err(Error::NoSuchSegment));
         };
-        if seg.is_lent() {
-            if !self.rmem.feeding_lent {
-                return self.stray();
-            }
+        if !seg.is_lent() {
+            seg.bytes_mut()[start as usize..end as usize].copy_from_slice(data);
+        } else if self.rmem.feeding_lent {
             let at = table::ROOM + start as usize;
             self.rmem.placement = Some((at, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data.len()));
         } else {
-            seg.bytes_mut()[start as usize..end as usize].copy_from_slice(data);
+            return self.stray();
         }
-        let outcome = match self.rmem.ops.get_mut(&h.seq).map(|o| &mut o.kind) {
-            Some(OpKind::Read { dest_offset, len, got, .. }) => {
+        let outcome = match &mut op.kind {
+            OpKind::Read { dest_offset, len, got, .. } => {
                 got.add(start, end);
-                let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
-                got.covers(lo, hi).then_some(MemOutcome::Read)
+                got.covers(*dest_offset as u64, *dest_offset as u64 + *len as u64).then_some(MemOutcome::Read)
             }
             _ => CasAnswer::from_bytes(data).map(MemOutcome::Cas),
         };
