@@ -135,6 +135,11 @@ impl Config {
         self.data_in(self.loopback_packet.unwrap_or(self.max_packet))
     }
 
+    /// The most segment bytes one Send packet may append, to any peer.
+    pub fn max_appended(&self) -> usize {
+        self.max_data().max(self.local_data())
+    }
+
     /// Chunks a stream of `chunk`-byte chunks keeps unacknowledged at most.
     pub fn window_chunks(&self, chunk: usize) -> usize {
         self.window.min(self.window_bytes / chunk.max(1)).max(2)

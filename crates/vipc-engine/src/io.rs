@@ -122,6 +122,14 @@ pub enum Event {
         /// What its call returns.
         completion: Completion,
     },
+    /// Give the engine the whole read-only segment `pid` lends
+    /// ([`crate::Engine::send_lending`]) with
+    /// [`crate::Engine::lent_segment`]: a Forward has brought its Send to a
+    /// process on this node, which reads the segment from the engine.
+    FetchLent {
+        /// The lending process.
+        pid: Pid,
+    },
     /// Copy `data` to `offset` of the buffer `pid` lent with
     /// [`crate::Engine::send_lending_write`] (written by a process on this
     /// node; data from the network come as placements). Before the

@@ -367,32 +367,74 @@ fn a_move_from_outliving_its_exchange_ends_quietly() {
     assert_eq!(net.stats(1).active_transfers, 0, "the orphaned stream was dropped");
 }
 
-/// A client that lends its read-only segment: MoveFrom chunks are lent
-/// transmits whose data the runtime takes from the client's own copy (here
-/// deliberately different from the engine's, to tell them apart).
+/// A client that lends its read-only segment: the engine copies only what
+/// the Send packet appends, and MoveFrom chunks are lent transmits whose data
+/// the runtime takes from the client's own memory.
 #[test]
-fn a_lending_client_serves_move_from_out_of_its_own_copy() {
-    for (access, from_lent) in [(Access::READ, true), (Access::READ_WRITE, false)] {
-        let mut net = Net::new(2);
-        let (server, client) = (net.proc(0), net.proc(1));
-        let size = 200_000;
-        net.lent.insert((1, client), pattern(size, 1));
-        let now = net.now;
-        net.nodes[0].receive(now, server, None, 0).unwrap();
-        let seg = Segment { data: pattern(size, 2), access };
-        net.nodes[1].send_lending(now, client, server, msg(1), SendOptions::default(), seg).unwrap();
-        net.settle();
-        net.take_received(0, server);
-        net.nodes[0].move_from(now, server, client, 100, (size - 100) as u32).unwrap();
-        net.settle();
-        let got = net.take_move(0, server).unwrap();
-        let expected = pattern(size, if from_lent { 1 } else { 2 });
-        assert!(
-            got == expected[100..],
-            "{access:?}: chunks from the {} copy",
-            if from_lent { "lent" } else { "engine's" }
-        );
-    }
+fn a_lending_client_serves_move_from_out_of_its_own_memory() {
+    let mut net = Net::new(2);
+    let (server, client, neighbour) = (net.proc(0), net.proc(1), net.proc(1));
+    let size = 200_000;
+    let data = pattern(size, 1);
+    net.lent.insert((1, client), data.clone());
+    let now = net.now;
+    assert!(matches!(
+        net.nodes[1].send_lending(now, client, neighbour, msg(1), SendOptions::default(), &data),
+        Err(Error::Unsupported(_))
+    ));
+    net.nodes[0].receive(now, server, None, 1 << 20).unwrap();
+    net.nodes[1].send_lending(now, client, server, msg(1), SendOptions::default(), &data).unwrap();
+    net.settle();
+    let r = net.take_received(0, server);
+    assert_eq!((r.segment_size as usize, r.access), (size, Access::READ));
+    assert!(!r.segment.is_empty() && r.segment.len() < size, "one packet's worth appended: {}", r.segment.len());
+    assert!(r.segment == data[..r.segment.len()]);
+    net.nodes[0].move_from(now, server, client, 100, (size - 100) as u32).unwrap();
+    net.settle();
+    assert!(net.take_move(0, server).unwrap() == data[100..]);
+}
+
+/// A Send lending its segment that a Forward brings back to the sender's
+/// own node waits there until the engine has the whole segment
+/// (`Event::FetchLent`), then reads like any local Send.
+#[test]
+fn a_lent_read_segment_forwarded_home_is_fetched_whole_once() {
+    let mut net = Net::new(2);
+    let (server, client, neighbour) = (net.proc(0), net.proc(1), net.proc(1));
+    let size = 200_000;
+    let data = pattern(size, 3);
+    net.lent.insert((1, client), data.clone());
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].receive(now, neighbour, None, 1 << 20).unwrap();
+    net.nodes[1].send_lending(now, client, server, msg(1), SendOptions::default(), &data).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].forward(now, server, client, neighbour, msg(2)).unwrap();
+    net.settle();
+    let asked = |net: &Net| {
+        net.events.iter().filter(|(n, e)| *n == 1 && matches!(e, Event::FetchLent { pid } if *pid == client)).count()
+    };
+    assert_eq!(asked(&net), 1);
+    assert!(net.take(1, neighbour).is_none(), "not received before the engine has the segment");
+    net.nodes[1].lent_segment(now, client, &data[..size - 1]);
+    net.settle();
+    assert!(net.take(1, neighbour).is_none(), "a segment of the wrong size is ignored");
+    net.nodes[1].lent_segment(now, client, &data);
+    net.settle();
+    let r = net.take_received(1, neighbour);
+    assert_eq!((r.from, r.msg, r.segment_size as usize), (client, msg(2), size));
+    assert!(r.segment == data);
+    net.nodes[1].lent_segment(now, client, &data);
+    net.settle();
+    assert!(net.take(1, neighbour).is_none(), "given twice, received once");
+    net.nodes[1].move_from(now, neighbour, client, 5, 1000).unwrap();
+    net.settle();
+    assert!(net.take_move(1, neighbour).unwrap() == data[5..1005]);
+    net.nodes[1].reply(now, neighbour, client, msg(9), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(9));
+    assert_eq!(asked(&net), 1);
 }
 
 #[test]

@@ -170,12 +170,11 @@ impl Process {
         let (me, m) = (self.pid, *msg);
         let lead = self.lead_to(to);
         let completion = match segment {
-            // A read-only segment to a remote process: the node keeps a copy
-            // but MoveFrom chunks leave straight from `b`, which this thread
-            // lends for the exchange.
+            // A read-only segment to a remote process: this thread lends `b`
+            // for the exchange; the node copies only what the Send packet
+            // appends, and MoveFrom chunks leave straight from `b`.
             Some(SegmentRef::Read(b)) if lead == Lead::Yes && !self.shared.keyed() => {
-                let seg = Segment { data: self.copy_in(b), access: Access::READ };
-                self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, seg))?
+                self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, b))?
             }
             // A write-only segment to a remote process: the node keeps no copy;
             // what the receiver writes is placed straight into `b`, lent

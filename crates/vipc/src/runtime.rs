@@ -200,6 +200,8 @@ enum Work {
     Send { to: SocketAddr, head: Vec<u8>, lent: Lent },
     /// Copy `data` into the buffer at `offset`.
     Place { offset: usize, data: Vec<u8> },
+    /// Give the engine the whole lent read-only buffer.
+    Fetch,
 }
 
 /// Where a local process's completion is delivered.
@@ -517,6 +519,13 @@ impl Shared {
                     // Only the lending thread may write its buffer; it does before its completion.
                     if let Some(slot) = st.slots.get_mut(&pid) {
                         slot.work.push_back(Work::Place { offset, data });
+                        self.wake(st, pid, origin.actor());
+                    }
+                }
+                Event::FetchLent { pid } => {
+                    // Only the lending thread can read its buffer.
+                    if let Some(slot) = st.slots.get_mut(&pid) {
+                        slot.work.push_back(Work::Fetch);
                         self.wake(st, pid, origin.actor());
                     }
                 }
@@ -1135,7 +1144,7 @@ impl Shared {
                     slot.signal.ready.store(false, Ordering::Relaxed);
                 }
                 drop(st);
-                self.do_work(&mut work, &mut lend, &mut spent);
+                self.do_work(pid, &mut work, &mut lend, &mut spent);
                 st = self.lock();
                 keep_place_bufs(&mut st, &mut spent);
                 continue;
@@ -1235,7 +1244,7 @@ impl Shared {
 
     /// Does the queued work on the lent buffer (outside the lock), in order;
     /// the placed data's buffers go to `spent`, for [`keep_place_bufs`].
-    fn do_work(&self, work: &mut VecDeque<Work>, lend: &mut Lend<'_>, spent: &mut Vec<Vec<u8>>) {
+    fn do_work(&self, pid: Pid, work: &mut VecDeque<Work>, lend: &mut Lend<'_>, spent: &mut Vec<Vec<u8>>) {
         for w in work.drain(..) {
             match w {
                 Work::Send { to, head, lent } => match lend {
@@ -1249,6 +1258,15 @@ impl Shared {
                     place(lend, offset, &data);
                     spent.push(data);
                 }
+                Work::Fetch => match lend {
+                    Lend::Read(data) => {
+                        let _ = self.call(Some(pid), |e, now| {
+                            e.lent_segment(now, pid, data);
+                            Ok(())
+                        });
+                    }
+                    _ => tracing::debug!("a fetch of lent bytes from a call that lends none"),
+                },
             }
         }
     }

@@ -393,6 +393,53 @@ fn a_lent_write_segment_gets_exactly_what_receivers_write() {
     local_thread.join().unwrap();
 }
 
+/// A read-only segment sent to a remote process is lent, not copied: the
+/// receiver's MoveFrom reads the caller's buffer — also when the exchange is
+/// forwarded back to a process on the caller's own node, which then gets
+/// the whole segment from the lending thread.
+#[test]
+fn a_lent_read_segment_is_read_where_the_caller_keeps_it() {
+    let nodes = cluster(2);
+    let data = pattern(300_000, 5);
+    let expected = data.clone();
+    // On node 2 (the client's node): the whole segment, appended and by MoveFrom.
+    let (local_reader, local_thread) = nodes[1]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let mut head = vec![0u8; 100_000];
+            let info = p.receive_with_segment(&mut m, &mut head).unwrap();
+            assert_eq!((info.segment_size, info.access), (300_000, Access::READ));
+            assert_eq!(info.len, 100_000, "a local receiver gets as much as it has room for");
+            assert!(head == expected[..100_000]);
+            let mut rest = vec![0u8; 200_000];
+            p.move_from(info.from, 100_000, &mut rest).unwrap();
+            assert!(rest == expected[100_000..]);
+            p.reply(&m, info.from).unwrap();
+        })
+        .unwrap();
+    // On node 1: MoveFrom of the whole segment, then the next request goes to the reader on node 2.
+    let (server, server_thread) = nodes[0]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            let mut all = vec![0u8; 300_000];
+            p.move_from(info.from, 0, &mut all).unwrap();
+            p.reply(&m, info.from).unwrap();
+            let from = p.receive(&mut m).unwrap();
+            p.forward(&m, from, local_reader).unwrap();
+            all
+        })
+        .unwrap();
+    let me = nodes[1].attach().unwrap();
+    me.send_with(&mut msg(1), server, Some(SegmentRef::Read(&data)), SendOptions::default()).unwrap();
+    assert_eq!(
+        me.send_with(&mut msg(2), server, Some(SegmentRef::Read(&data)), SendOptions::default()).unwrap(),
+        local_reader
+    );
+    assert!(server_thread.join().unwrap() == data);
+    local_thread.join().unwrap();
+}
+
 /// Two threads of one node wait at once for MoveTos into their lent
 /// buffers: one reads the socket and hands the other its datagrams
 /// (through reused buffers); over many rounds with a fresh pattern each,

@@ -278,7 +278,8 @@ impl Engine {
                 .exchanges
                 .get(&src)
                 .and_then(|ex| ex.segment.as_ref())
-                .map(|s| s.data[offset as usize..(offset + len) as usize].to_vec())
+                .and_then(|s| s.data.get(offset as usize..(offset + len) as usize))
+                .map(<[u8]>::to_vec)
                 .unwrap_or_default();
             self.wake(from, Completion::Move(Ok(data)));
             return Ok(());
@@ -430,7 +431,7 @@ impl Engine {
                     .filter(|ex| matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == *exchange))
                     .filter(|ex| at + s.total <= ex.segment_size());
                 match ex {
-                    Some(ex) if ex.lent => {
+                    Some(ex) if ex.lent_read.is_some() => {
                         // The client's thread sends the chunk from its own copy.
                         let lent = Lent { pid: s.local, offset: at + start, len: end - start };
                         self.recycle(bytes);

@@ -349,7 +349,7 @@ impl Engine {
             msg,
             opts,
             segment: None,
-            lent: false,
+            lent_read: None,
             lent_write: None,
             state,
             timer_at: None,

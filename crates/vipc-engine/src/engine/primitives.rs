@@ -12,17 +12,17 @@ pub(crate) mod nack {
     pub const OUT_OF_SEGMENT: u8 = 5;
 }
 
-/// Checks that `[offset, offset+len)` lies within a segment of `size` bytes.
 /// What the sender's thread lends for the whole exchange.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lending {
     None,
-    /// An identical copy of its read-only segment ([`Engine::send_lending`]).
-    Read,
+    /// Its read-only segment of this size ([`Engine::send_lending`]).
+    Read(usize),
     /// Its write-only buffer of this size ([`Engine::send_lending_write`]).
     Write(usize),
 }
 
+/// Checks that `[offset, offset+len)` lies within a segment of `size` bytes.
 pub(crate) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), Error> {
     if offset.checked_add(len).is_some_and(|end| end <= size) {
         Ok(())
@@ -64,12 +64,16 @@ impl Engine {
         self.send_inner(now, from, to, msg, opts, segment, Lending::None)
     }
 
-    /// Send whose read-only `segment` the caller also keeps, unchanged, for
-    /// the whole exchange (lends it): data packets of a MoveFrom by the
-    /// remote receiver are then [`Transmit`]s with [`Transmit::lent`] set,
-    /// whose data the runtime appends from the caller's copy — nothing is
-    /// copied per packet. Only when the segment grants read access alone and
-    /// the node has no key; otherwise exactly [`Engine::send`].
+    /// Send granting read access to `segment`, which the caller lends,
+    /// unchanged, for the whole exchange: the engine copies only what the
+    /// Send packet appends ([`Config::max_appended`]), and the data packets
+    /// of a MoveFrom by the receiver are [`Transmit`]s with
+    /// [`Transmit::lent`] set, whose data the runtime appends from the
+    /// caller's memory — the segment is never copied whole. Should a
+    /// Forward bring the Send to a process on this node, the engine asks
+    /// for the whole segment with [`Event::FetchLent`]. For a remote
+    /// destination on a node without a key only (else
+    /// [`Error::Unsupported`]: a packet's MAC covers its data).
     pub fn send_lending(
         &mut self,
         now: Time,
@@ -77,11 +81,20 @@ impl Engine {
         to: Pid,
         msg: Message,
         opts: SendOptions,
-        segment: Segment,
+        segment: &[u8],
     ) -> Result<(), Error> {
-        let lending =
-            if segment.access == Access::READ && self.cfg.key.is_none() { Lending::Read } else { Lending::None };
-        self.send_inner(now, from, to, msg, opts, Some(segment), lending)
+        if self.cfg.key.is_some() {
+            return Err(Error::Unsupported("a lent read segment on a node with a cluster key"));
+        }
+        if self.is_local(to) {
+            return Err(Error::Unsupported("a lent read segment to a process on this node"));
+        }
+        if segment.len() > u32::MAX as usize {
+            return Err(Error::TooLarge { what: "segment", len: segment.len() as u64, limit: u32::MAX as u64 });
+        }
+        let head =
+            Segment { data: segment[..segment.len().min(self.cfg.max_appended())].to_vec(), access: Access::READ };
+        self.send_inner(now, from, to, msg, opts, Some(head), Lending::Read(segment.len()))
     }
 
     /// Send granting write access to a buffer of `size` bytes that the
@@ -163,7 +176,10 @@ impl Engine {
                 msg,
                 opts,
                 segment,
-                lent: lending == Lending::Read,
+                lent_read: match lending {
+                    Lending::Read(size) => Some(size),
+                    _ => None,
+                },
                 lent_write: match lending {
                     Lending::Write(size) => Some(size),
                     _ => None,
@@ -183,14 +199,22 @@ impl Engine {
         let Some(ex) = self.exchanges.get(&sender) else { return };
         let to = ex.to;
         if self.is_local(to) {
+            let lacks_bytes = ex.lacks_lent_bytes();
             let Some(p) = self.procs.get_mut(&to) else {
                 self.exchanges.remove(&sender);
                 self.wake(sender, Completion::Send(Err(Error::NoSuchProcess(to))));
                 return;
             };
-            p.queue.push_back(Incoming::Local(sender));
+            if !lacks_bytes {
+                p.queue.push_back(Incoming::Local(sender));
+            }
             if let Some(ex) = self.exchanges.get_mut(&sender) {
                 ex.state = ExchangeState::Local { received_by: None };
+            }
+            if lacks_bytes {
+                // Forwarded here: a receiver on this node reads the segment from the engine.
+                self.events.push_back(Event::FetchLent { pid: sender });
+                return;
             }
             self.try_deliver(to);
         } else {
@@ -203,6 +227,23 @@ impl Engine {
             self.arm(retransmit, TimerKey::Exchange(sender));
             self.transmit_send(sender);
         }
+    }
+
+    /// The whole read-only segment `sender` lends ([`Engine::send_lending`]),
+    /// asked for with [`Event::FetchLent`]: its Send, forwarded to a process
+    /// on this node, is queued for that process. Ignored unless the engine
+    /// asked for exactly these many bytes and still waits for them.
+    pub fn lent_segment(&mut self, now: Time, sender: Pid, bytes: &[u8]) {
+        let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+        let waiting = matches!(ex.state, ExchangeState::Local { received_by: None }) && ex.lacks_lent_bytes();
+        if !waiting || ex.lent_read != Some(bytes.len()) {
+            return;
+        }
+        if let Some(s) = ex.segment.as_mut() {
+            s.data.clear();
+            s.data.extend_from_slice(bytes);
+        }
+        self.dispatch_exchange(now, sender);
     }
 
     /// (Re)transmits the Send packet of a remote exchange.

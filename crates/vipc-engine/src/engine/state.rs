@@ -67,10 +67,11 @@ pub(crate) struct Exchange {
     pub msg: Message,
     pub opts: SendOptions,
     pub segment: Option<Segment>,
-    /// The sender's thread keeps an identical read-only copy of the segment
-    /// for the whole exchange ([`crate::Engine::send_lending`]): MoveFrom
-    /// chunks are sent from it.
-    pub lent: bool,
+    /// The sender's thread lends a read-only segment of this size for the
+    /// whole exchange ([`crate::Engine::send_lending`]): MoveFrom chunks are
+    /// sent from it, and `segment` holds only the bytes a Send packet
+    /// appends — all of them once fetched for a receiver on this node.
+    pub lent_read: Option<usize>,
     /// The sender's thread lends a write-only buffer of this size for the
     /// whole exchange ([`crate::Engine::send_lending_write`]): the segment
     /// holds no bytes, and what receivers write goes to that buffer as
@@ -87,7 +88,13 @@ impl Exchange {
     }
 
     pub fn segment_size(&self) -> usize {
-        self.lent_write.unwrap_or_else(|| self.segment.as_ref().map_or(0, |s| s.data.len()))
+        self.lent_write.or(self.lent_read).unwrap_or_else(|| self.segment.as_ref().map_or(0, |s| s.data.len()))
+    }
+
+    /// Whether the engine lacks bytes of a lent read segment (it holds
+    /// the appended part only, see `lent_read`).
+    pub fn lacks_lent_bytes(&self) -> bool {
+        self.lent_read.is_some_and(|size| self.segment.as_ref().map_or(0, |s| s.data.len()) < size)
     }
 }
 
