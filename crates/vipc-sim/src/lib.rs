@@ -5,7 +5,9 @@
 //! address `127.0.0.1:(7000+i)` (no sockets), and plays the application the
 //! engines serve: servers that receive, move data from and to their clients'
 //! segments, forward and reply; clients that send requests (idempotent or not,
-//! with read/write segments, sometimes to dead or nonexistent processes); name
+//! with read/write segments — a read-only one to another node lent, as the
+//! runtime lends it, and given whole some time after a Forward back to its
+//! node asks for it — sometimes to dead or nonexistent processes); name
 //! lookups; and random process destruction. The network loses, duplicates,
 //! delays and reorders datagrams, partitions nodes and crashes them, all drawn
 //! from the seed, so a run is a pure function of `(seed, scenario)` and a

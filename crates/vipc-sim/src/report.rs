@@ -31,6 +31,9 @@ pub struct Report {
     pub receipts: u64,
     /// Forwards made.
     pub forwards: u64,
+    /// Lent read segments given to an engine that asked for them (a Send
+    /// forwarded back to its sender's node).
+    pub lent_given: u64,
     /// Moves completed successfully.
     pub moves: u64,
     /// Bytes moved by successful moves.

@@ -108,6 +108,7 @@ fn suite(name: &str, tweaks: &str) {
                 total.send_errors += r.send_errors;
                 total.moved_bytes += r.moved_bytes;
                 total.forwards += r.forwards;
+                total.lent_given += r.lent_given;
                 total.events += r.events;
                 total.misuses += r.misuses;
                 total.lookups += r.lookups;
@@ -129,12 +130,13 @@ fn suite(name: &str, tweaks: &str) {
         }
     }
     eprintln!(
-        "{name}: {ran} seeds in {:.1?}: {} sends, {} replies, {} errors, {} forwards, {} lookups, {} misuses refused, {} MiB moved, {} events",
+        "{name}: {ran} seeds in {:.1?}: {} sends, {} replies, {} errors, {} forwards ({} back to a lent segment's node), {} lookups, {} misuses refused, {} MiB moved, {} events",
         started.elapsed(),
         total.sends,
         total.replies,
         total.send_errors,
         total.forwards,
+        total.lent_given,
         total.lookups,
         total.misuses,
         total.moved_bytes >> 20,

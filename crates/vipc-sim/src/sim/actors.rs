@@ -83,7 +83,7 @@ impl Sim {
         let max_reply = engine_config(&self.w.sc, 0, 0, 0, HostIdConfig::Allocate).data_to(node_addr(0)) as u32;
         let plan = workload::plan(&mut self.w.rng, seg_len, access, max_reply);
         let req = Request { rid, hops, idempotent, access, seg_len };
-        let segment = (seg_len > 0).then(|| Segment { data: fill(rid, Writer::Client, 0, seg_len as usize), access });
+        let data = (seg_len > 0).then(|| fill(rid, Writer::Client, 0, seg_len as usize));
         self.requests.insert(
             rid,
             RequestRec {
@@ -99,9 +99,18 @@ impl Sim {
             },
         );
         self.w.trace(|| format!("n{node} {pid} send #{rid} to {target} {req:?}"));
-        let r = self
-            .w
-            .with_engine(node, |e, now| e.send(now, pid, target, req.encode(), SendOptions { idempotent }, segment));
+        let opts = SendOptions { idempotent };
+        let r = match data {
+            // As the runtime does: a read-only segment to another node is lent, not copied.
+            Some(data) if access == Access::READ && !self.w.sc.keyed && target.host() != pid.host() => {
+                self.w.lent.insert(pid, data.clone());
+                self.w.with_engine(node, |e, now| e.send_lending(now, pid, target, req.encode(), opts, &data))
+            }
+            data => {
+                let segment = data.map(|data| Segment { data, access });
+                self.w.with_engine(node, |e, now| e.send(now, pid, target, req.encode(), opts, segment))
+            }
+        };
         match r {
             Ok(()) => {
                 self.w.report.sends += 1;
@@ -113,6 +122,7 @@ impl Sim {
             }
             Err(e) => {
                 self.w.trace(|| format!("  send refused: {e}"));
+                self.w.lent.remove(&pid);
                 self.w.report.send_errors += 1;
                 self.finish_request(rid, Err(e));
                 self.think(id);
@@ -138,8 +148,13 @@ impl Sim {
     pub(super) fn client_done(&mut self, id: ProcId, _call: Call, r: Result<vipc_engine::SendOutcome, Error>) {
         let Some(Role::Client { current }) = self.procs.role_mut(id) else { return };
         let Some(rid) = current.take() else { return };
+        // A lent segment is the client's again: the segment it gets back is its own buffer.
+        let lent = self.w.lent.remove(&self.procs[&id].pid);
         match r {
-            Ok(out) => {
+            Ok(mut out) => {
+                if let (Some(data), Some(s)) = (lent, out.segment.as_mut()) {
+                    s.data = data;
+                }
                 self.w.report.replies += 1;
                 let c = check::check_reply(self.w.now, &self.requests[&rid], &out);
                 if let Err(v) = c {

@@ -75,11 +75,29 @@ type LookupCall = (String, Scope, Option<(Pid, ProcId, Scope)>, Time);
 
 /// The request/reply workload's own events.
 pub(crate) enum Ev {
-    Act { proc: ProcId },
-    Spawn { node: usize, epoch: u32, kind: Kind },
+    Act {
+        proc: ProcId,
+    },
+    Spawn {
+        node: usize,
+        epoch: u32,
+        kind: Kind,
+    },
     Destroy,
-    Cut { until: Time },
-    Heal { id: u64, span: usize },
+    Cut {
+        until: Time,
+    },
+    Heal {
+        id: u64,
+        span: usize,
+    },
+    /// The lending thread of `pid` gives its engine the whole lent segment
+    /// (asked for with `Event::FetchLent`), some time after it was asked.
+    GiveLent {
+        node: usize,
+        epoch: u32,
+        pid: Pid,
+    },
 }
 
 /// One simulated run.
@@ -210,6 +228,13 @@ impl App for Sim {
                 }
             }
             Ev::Destroy => self.destroy_random(),
+            Ev::GiveLent { node, epoch, pid } => {
+                if let (true, Some(bytes)) = (self.w.nodes[node].runs(epoch), self.w.lent.get(&pid).cloned()) {
+                    self.w.with_engine(node, |e, now| e.lent_segment(now, pid, &bytes));
+                    self.w.report.lent_given += 1;
+                    self.settle(node);
+                }
+            }
             Ev::Cut { until } => self.cut(until),
             Ev::Heal { id, span } => {
                 self.w.net.heal(id);
@@ -228,6 +253,16 @@ impl App for Sim {
                 }
             }
             Event::HostReady(h) => self.host_ready(node, h),
+            Event::FetchLent { pid } => {
+                if !self.w.lent.contains_key(&pid) {
+                    return self
+                        .w
+                        .fail_with(Invariant::DataIntact, format!("{pid} lends no segment but was asked for it"));
+                }
+                let at = self.w.now + Duration::from_micros(self.w.rng.gen_range(0..300));
+                let epoch = self.w.nodes[node].epoch;
+                self.w.push(at, Ev::GiveLent { node, epoch, pid });
+            }
             // GroupJoined and GroupLeft stay with the world; this workload uses no groups.
             other => self.w.notice(node, other),
         }
