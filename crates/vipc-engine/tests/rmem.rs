@@ -747,8 +747,12 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
 
     let chunk = answers[0].bytes.len() - vipc_wire::HEADER_LEN;
     let loan = net.nodes[1].mem_lend().expect("the read's destination");
-    assert_eq!((loan.id, loan.at, loan.len), (dest, vipc_wire::HEADER_LEN, chunk));
-    assert_eq!(loan.mem.len(), vipc_wire::HEADER_LEN + (1 << 20));
+    // The segment's first byte: a header fits before it, and a datagram
+    // received there starts half a page from where a page starts.
+    let head = loan.at;
+    assert_eq!((loan.id, loan.len), (dest, chunk));
+    assert!(head >= vipc_wire::HEADER_LEN && loan.mem.len() >= head + (1 << 20));
+    assert_eq!((loan.mem.as_ptr() as usize + head - vipc_wire::HEADER_LEN) % 4096, 2048);
     assert!(net.nodes[1].segment_lent(dest) && net.nodes[1].mem_lend().is_none());
     let mut b = [0u8; 4];
     assert_eq!(net.nodes[1].segment_read(dest, 0, &mut b), Err(Error::SegmentBusy));
@@ -759,15 +763,15 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
     // Fed as lent: the second answer's data go after the first's.
     let placed = net.nodes[1].handle_datagram_lent(now, addr(0), &answers[1].bytes);
     let data = answers[1].bytes.len() - vipc_wire::HEADER_LEN;
-    assert_eq!(placed, Some((vipc_wire::HEADER_LEN + chunk, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data)));
+    assert_eq!(placed, Some((head + chunk, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data)));
     net.nodes[1].mem_return(loan);
     assert!(!net.nodes[1].segment_lent(dest));
 
     // The next loan is the first answer's place; fed there, the read is done.
     let loan = net.nodes[1].mem_lend().expect("the first bytes are still missing");
-    assert_eq!((loan.at, loan.len), (vipc_wire::HEADER_LEN, chunk));
+    assert_eq!((loan.at, loan.len), (head, chunk));
     let placed = net.nodes[1].handle_datagram_lent(now, addr(0), &answers[0].bytes);
-    assert_eq!(placed.map(|p| p.0), Some(vipc_wire::HEADER_LEN));
+    assert_eq!(placed.map(|p| p.0), Some(head));
     net.nodes[1].mem_return(loan);
     assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
     assert!(net.nodes[1].mem_lend().is_none(), "nothing pending");

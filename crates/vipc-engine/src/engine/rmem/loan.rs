@@ -4,7 +4,6 @@
 //! socket's copy is then the only one, as for a raw UDP receive.
 
 use super::super::*;
-use super::table::ROOM;
 use super::*;
 
 /// The memory of a local segment, lent for one receive ([`Engine::mem_lend`]).
@@ -12,7 +11,7 @@ use super::*;
 pub struct MemLoan {
     /// The segment.
     pub id: SegmentId,
-    /// Room for a packet header (the wire header's length), then the segment's bytes.
+    /// The segment's memory: its bytes, after room for at least a packet header.
     pub mem: Vec<u8>,
     /// Where in `mem` the expected answer's data begin: its header fits just before.
     pub at: usize,
@@ -58,7 +57,7 @@ impl Engine {
         let seg = self.rmem.table.get_mut(dest).filter(|s| s.name.is_none() && !s.is_lent() && gap.1 <= s.size())?;
         self.rmem.lent = Some(dest);
         let len = chunk.min((gap.1 - gap.0) as usize);
-        Some(MemLoan { id: dest, mem: seg.lend(), at: ROOM + gap.0 as usize, len })
+        Some(MemLoan { id: dest, at: seg.head() + gap.0 as usize, mem: seg.lend(), len })
     }
 
     /// [`Engine::handle_datagram`] of a datagram received while memory is

@@ -283,7 +283,7 @@ impl Engine {
         if !seg.is_lent() {
             seg.bytes_mut()[start as usize..end as usize].copy_from_slice(data);
         } else if self.rmem.feeding_lent {
-            let at = table::ROOM + start as usize;
+            let at = seg.head() + start as usize;
             self.rmem.placement = Some((at, vipc_wire::HEADER_LEN..vipc_wire::HEADER_LEN + data.len()));
         } else {
             return self.stray();
