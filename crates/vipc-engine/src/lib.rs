@@ -39,6 +39,7 @@ mod config;
 mod engine;
 mod error;
 mod io;
+mod placed;
 mod stats;
 mod time;
 
@@ -53,6 +54,7 @@ pub use io::{
     Access, Completion, Destination, Event, HeaderFor, Lent, Received, ReplyMode, Scope, Segment, SegmentSlice,
     SendOptions, SendOutcome, Transmit,
 };
+pub use placed::{placed_buffer, RECEIVE_PAGE_OFFSET};
 pub use stats::Stats;
 pub use time::Time;
 pub use vipc_wire::{AuthKey, HostId, Message, Pid};

@@ -287,7 +287,7 @@ pub(crate) struct State {
     /// A process has sent the wake-up datagram to take the token from the background thread.
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
-    rxbuf: Vec<u8>,
+    rxbuf: net::RecvBuf,
     /// Who reads the multicast socket (see [`mcast`]).
     mcast: mcast::Token,
     /// Group multicast addresses the multicast socket has joined, with the
@@ -418,7 +418,7 @@ impl Shared {
                 bg_parked: false,
                 send_kick: false,
                 kicked: false,
-                rxbuf: vec![0; net::RECV_BUFFER],
+                rxbuf: net::RecvBuf::new(),
                 mcast: mcast::Token::default(),
                 joined: HashMap::new(),
                 fanout: 0,

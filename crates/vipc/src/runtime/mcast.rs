@@ -82,7 +82,7 @@ pub(crate) struct Token {
     /// Datagrams read by the process they were for (no hand-off).
     pub(crate) by_receiver: u64,
     /// The holder's receive buffer.
-    buf: Vec<u8>,
+    buf: net::RecvBuf,
     /// Whether the holder's next wait first tries a receive without polling.
     guess: Guess,
     /// A process went to sleep with the token free: the thread reads at once.
@@ -204,7 +204,9 @@ impl Shared {
         }
         signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked by the caller
         let mut buf = std::mem::take(&mut st.mcast.buf);
-        buf.resize(net::RECV_BUFFER, 0);
+        if buf.is_empty() {
+            buf = net::RecvBuf::new();
+        }
         drop(st);
         if kick {
             bells.thread.ring();
@@ -259,7 +261,7 @@ impl Shared {
 /// the token, feeding every datagram to the engine.
 pub(crate) fn multicast_loop(shared: Arc<Shared>) {
     let (Some(sock), Some(bells)) = (shared.multicast.as_ref(), shared.bells.as_ref()) else { return };
-    let mut buf = vec![0u8; net::RECV_BUFFER];
+    let mut buf = net::RecvBuf::new();
     let (mut seen_taken, mut seen_released) = (u64::MAX, u64::MAX);
     let mut st = shared.lock();
     loop {

@@ -12,19 +12,11 @@ pub(crate) const MAX_INHIBITED: usize = 256;
 /// straight into them (see [`super::MemLoan`]).
 pub(crate) const ROOM: usize = vipc_wire::HEADER_LEN;
 
-/// Anonymous segments of at least this size start their memory at
-/// [`RECEIVE_PAGE_OFFSET`]: answers this large reach a receiver in page
-/// fragments, whose data start at the beginning of a page.
+/// Anonymous segments of at least this size are placed in their page
+/// ([`crate::placed_buffer`]): a datagram received at offset 0 (or any
+/// multiple of 4 KiB) begins, header first, half a page in. Answers this
+/// large arrive in page fragments, whose data start at a page's beginning.
 const PLACED_MIN: usize = 16 << 10;
-/// Where in a page a datagram received straight into a large anonymous
-/// segment at offset 0 (or any multiple of 4 KiB) begins, header first:
-/// half a page from where the kernel copies it from. A receive copy whose
-/// destination runs a few bytes ahead of its source in the page (modulo
-/// 4 KiB) stalls on false store-to-load dependencies (4K aliasing). With
-/// reader and owner on one CPU here, a 32 KiB read whose datagram began at
-/// the start of a page took 30 µs; half a page in, 19.5 µs.
-const RECEIVE_PAGE_OFFSET: usize = 2048;
-const PAGE: usize = 4096;
 
 /// One segment: its bytes live here, in the engine, so that the node can
 /// operate on them while every thread of the exporter is blocked.
@@ -48,9 +40,8 @@ pub(crate) struct Segment {
 impl Segment {
     pub fn new(name: Option<SegmentName>, opts: SegmentOptions, size: usize) -> Segment {
         let (mem, head) = if name.is_none() && size >= PLACED_MIN {
-            let mem = vec![0; PAGE + ROOM + size];
-            let pad = (RECEIVE_PAGE_OFFSET + PAGE - mem.as_ptr() as usize % PAGE) % PAGE;
-            (mem, pad + ROOM)
+            let (mem, start) = crate::placed_buffer(ROOM + size);
+            (mem, start + ROOM)
         } else {
             (vec![0; ROOM + size], ROOM)
         };
