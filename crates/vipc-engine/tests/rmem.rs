@@ -752,7 +752,7 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
     let head = loan.at;
     assert_eq!((loan.id, loan.len), (dest, chunk));
     assert!(head >= vipc_wire::HEADER_LEN && loan.mem.len() >= head + (1 << 20));
-    assert_eq!((loan.mem.as_ptr() as usize + head - vipc_wire::HEADER_LEN) % 4096, 2048);
+    assert_eq!((loan.mem.as_ptr() as usize + head - vipc_wire::HEADER_LEN) % 4096, vipc_engine::RECEIVE_PAGE_OFFSET);
     assert!(net.nodes[1].segment_lent(dest) && net.nodes[1].mem_lend().is_none());
     let mut b = [0u8; 4];
     assert_eq!(net.nodes[1].segment_read(dest, 0, &mut b), Err(Error::SegmentBusy));

@@ -580,9 +580,6 @@ impl Shared {
         }
     }
 
-    /// Joins (or leaves) the multicast address of `group` on the multicast
-    /// socket when its first local group mapped there appears (or its last
-    /// goes). Without multicast, group Sends reach us by unicast: nothing to do.
     /// Sends a split read answer ([`Transmit::segment`]) straight from its
     /// segment, with the lock held (the bytes are the engine's), when it
     /// would be next on the wire anyway: nobody else sending, nothing queued,
@@ -599,6 +596,9 @@ impl Shared {
         sent
     }
 
+    /// Joins (or leaves) the multicast address of `group` on the multicast
+    /// socket when its first local group mapped there appears (or its last
+    /// goes). Without multicast, group Sends reach us by unicast: nothing to do.
     fn listen_to_group(&self, st: &mut State, group: Pid, join: bool) {
         let (Some(groups), Some(sock)) = (&self.groups, &self.multicast) else { return };
         let addr = *groups.of(group).ip();
