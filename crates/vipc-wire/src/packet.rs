@@ -372,13 +372,15 @@ pub fn encode(header: &Header, data: &[u8], key: Option<&AuthKey>, out: &mut Vec
     assert!(data.len() <= MAX_DATA, "packet data of {} bytes exceeds MAX_DATA", data.len());
     let start = out.len();
     let flags = header.flags.with(Flags::MAC, key.is_some());
-    out.reserve(encoded_len(data.len(), key.is_some()));
-    out.extend_from_slice(&MAGIC.to_be_bytes());
-    out.push(VERSION);
-    out.push(header.ptype as u8);
-    out.extend_from_slice(&flags.0.to_be_bytes());
-    out.extend_from_slice(&header.incarnation.to_be_bytes());
-    for v in [
+    // The fixed header is built on the stack and appended at once: one
+    // capacity check instead of one per field.
+    let mut fixed = [0u8; HEADER_LEN];
+    fixed[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+    fixed[2] = VERSION;
+    fixed[3] = header.ptype as u8;
+    fixed[4..6].copy_from_slice(&flags.0.to_be_bytes());
+    fixed[6..8].copy_from_slice(&header.incarnation.to_be_bytes());
+    let words = [
         header.seq,
         header.src.0,
         header.dst.0,
@@ -387,10 +389,13 @@ pub fn encode(header: &Header, data: &[u8], key: Option<&AuthKey>, out: &mut Vec
         header.total_len,
         header.local_addr,
         header.remote_addr,
-    ] {
-        out.extend_from_slice(&v.to_be_bytes());
+    ];
+    for (i, v) in words.iter().enumerate() {
+        fixed[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_be_bytes());
     }
-    out.extend_from_slice(&header.message);
+    fixed[40..].copy_from_slice(&header.message);
+    out.reserve(encoded_len(data.len(), key.is_some()));
+    out.extend_from_slice(&fixed);
     out.extend_from_slice(data);
     if let Some(k) = key {
         let mac = k.mac(&out[start..]);

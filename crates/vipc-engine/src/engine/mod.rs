@@ -52,6 +52,12 @@ type HashSet<K> = rustc_hash::FxHashSet<K>;
 const RECYCLE_MIN: usize = 16 << 10;
 /// Recycled buffers kept at most (a window's worth of 64 KiB chunks).
 const RECYCLE_MAX: usize = 64;
+/// Packets up to this size (control packets, messages, small answers) are
+/// built in buffers of at least this capacity, recycled too: a malloc and a
+/// free per packet were a tenth of the engine's cost of a small exchange.
+const SMALL_BUF: usize = 512;
+/// Recycled small buffers kept at most.
+const SMALL_MAX: usize = 64;
 
 /// Before segment `id` (whose bytes are `bytes`) changes or goes: the split
 /// answers from it still in `transmits` are joined, so that each carries the
@@ -106,6 +112,8 @@ pub struct Engine {
     placement: Option<(Lent, Range<usize>)>,
     /// Large buffers handed back by the runtime ([`Engine::recycle`]) for the next bulk packets.
     spare: Vec<Vec<u8>>,
+    /// Small buffers handed back, for the next small packets.
+    spare_small: Vec<Vec<u8>>,
     stats: Stats,
     buffered: usize,
     version_reported: HashSet<SocketAddr>,
@@ -146,6 +154,7 @@ impl Engine {
             events: VecDeque::new(),
             placement: None,
             spare: Vec::new(),
+            spare_small: Vec::new(),
             stats: Stats::default(),
             buffered: 0,
             version_reported: HashSet::default(),
@@ -235,7 +244,7 @@ impl Engine {
         self.rmem.table.get(s.id)?.bytes().get(s.offset..s.offset.checked_add(s.len)?)
     }
 
-    /// Makes a split transmit whole (in a recycled buffer if large); false
+    /// Makes a split transmit whole (in a recycled buffer if one is at hand); false
     /// if its segment is gone and the transmit must be dropped.
     pub fn join(&mut self, t: &mut Transmit) -> bool {
         let Some(s) = t.segment.take() else { return true };
@@ -255,22 +264,39 @@ impl Engine {
     }
 
     /// Hands back the bytes of a sent [`Transmit`] so that the engine can build
-    /// later bulk packets in them: a fresh allocation of a large buffer costs a
+    /// later packets in them: a fresh allocation of a large buffer costs a
     /// page fault per page once the allocator has returned the memory to the
-    /// system. Small buffers are simply dropped.
+    /// system, and a small one a malloc and a free.
     pub fn recycle(&mut self, mut bytes: Vec<u8>) {
-        if bytes.capacity() >= RECYCLE_MIN && self.spare.len() < RECYCLE_MAX {
+        let pool = if bytes.capacity() >= RECYCLE_MIN {
+            (&mut self.spare, RECYCLE_MAX)
+        } else if bytes.capacity() >= SMALL_BUF {
+            (&mut self.spare_small, SMALL_MAX)
+        } else {
+            return;
+        };
+        if pool.0.len() < pool.1 {
             bytes.clear();
-            self.spare.push(bytes);
+            pool.0.push(bytes);
         }
     }
 
     /// An empty buffer for a packet of `len` bytes, recycled if possible.
     fn buffer(&mut self, len: usize) -> Vec<u8> {
+        if len <= SMALL_BUF {
+            return self.spare_small.pop().unwrap_or_else(|| Vec::with_capacity(SMALL_BUF));
+        }
         match self.spare.pop() {
             Some(b) if b.capacity() >= len => b,
             _ => Vec::with_capacity(len),
         }
+    }
+
+    /// `h` and `data` encoded into a buffer from [`Engine::buffer`].
+    fn encoded(&mut self, h: &Header, data: &[u8]) -> Vec<u8> {
+        let mut bytes = self.buffer(vipc_wire::encoded_len(data.len(), self.cfg.key.is_some()));
+        vipc_wire::encode(h, data, self.cfg.key.as_ref(), &mut bytes);
+        bytes
     }
 
     /// After [`Engine::handle_datagram`]: bytes of that datagram (the range)
@@ -307,21 +333,20 @@ impl Engine {
         h
     }
 
-    /// Encodes and queues a packet; a large one (a block write's) in a
-    /// recycled buffer, as read answers are (see [`Engine::recycle`]).
+    /// Encodes and queues a packet, in a recycled buffer if one is at hand
+    /// (see [`Engine::recycle`]).
     fn emit(&mut self, to: Destination, h: &Header, data: &[u8]) {
-        let len = vipc_wire::encoded_len(data.len(), self.cfg.key.is_some());
-        let mut bytes = if len >= RECYCLE_MIN { self.buffer(len) } else { Vec::with_capacity(len) };
-        vipc_wire::encode(h, data, self.cfg.key.as_ref(), &mut bytes);
+        let bytes = self.encoded(h, data);
         self.emit_raw(to, h.ptype, bytes);
     }
 
     /// [`Engine::emit`], returning a copy of the packet for the engine to
     /// resend (a reply or a forward it keeps): only those pay for the copy.
     fn emit_kept(&mut self, to: Destination, h: &Header, data: &[u8]) -> Vec<u8> {
-        let bytes = vipc_wire::to_vec(h, data, self.cfg.key.as_ref());
-        self.emit_raw(to, h.ptype, bytes.clone());
-        bytes
+        let bytes = self.encoded(h, data);
+        let kept = bytes.clone();
+        self.emit_raw(to, h.ptype, bytes);
+        kept
     }
 
     /// Queues already-encoded bytes.
@@ -351,7 +376,7 @@ impl Engine {
     /// counted as sent.
     fn lent_header(&mut self, h: &Header, len: usize) -> Vec<u8> {
         debug_assert!(self.cfg.key.is_none(), "lent data cannot be MACed");
-        let mut bytes = vipc_wire::to_vec(h, &[], None);
+        let mut bytes = self.encoded(h, &[]);
         bytes[24..28].copy_from_slice(&(len as u32).to_be_bytes());
         self.stats.packets_out[h.ptype.index()] += 1;
         self.stats.bytes_out += (bytes.len() + len) as u64;

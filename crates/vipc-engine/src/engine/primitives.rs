@@ -272,11 +272,16 @@ impl Engine {
         h.fwd = ex.forwarder;
         h.total_len = ex.segment_size() as u32;
         h.message = ex.msg;
-        let appended = match (&ex.segment, access.read) {
-            (Some(s), true) => &s.data[..s.data.len().min(limit)],
-            _ => &[][..],
+        let appended_len = match (&ex.segment, access.read) {
+            (Some(s), true) => s.data.len().min(limit),
+            _ => 0,
         };
-        let bytes = vipc_wire::to_vec(&h, appended, self.cfg.key.as_ref());
+        let mut bytes = self.buffer(vipc_wire::encoded_len(appended_len, self.cfg.key.is_some()));
+        let appended = match &self.exchanges[&sender].segment {
+            Some(s) => &s.data[..appended_len],
+            None => &[][..],
+        };
+        vipc_wire::encode(&h, appended, self.cfg.key.as_ref(), &mut bytes);
         self.emit_raw(to, PacketType::Send, bytes);
     }
 

@@ -89,6 +89,16 @@ impl Coverage {
         self.ranges.splice(at..j, [(s, e)]);
     }
 
+    /// Records `got` and says whether `want` has wholly arrived. An answer
+    /// that is the whole read (the usual one) is not stored: the read is over.
+    pub fn add_covers(&mut self, got: (u64, u64), want: (u64, u64)) -> bool {
+        if self.ranges.is_empty() && got.0 <= want.0 && want.1 <= got.1 {
+            return true;
+        }
+        self.add(got.0, got.1);
+        self.covers(want.0, want.1)
+    }
+
     /// True if `[start, end)` has wholly arrived.
     pub fn covers(&self, start: u64, end: u64) -> bool {
         self.ranges.iter().any(|&(s, e)| s <= start && end <= e)
@@ -111,6 +121,18 @@ impl Coverage {
 #[cfg(test)]
 mod tests {
     use super::Coverage;
+
+    #[test]
+    fn an_answer_that_is_the_whole_read_covers_it_without_being_kept() {
+        let mut c = Coverage::default();
+        assert!(c.add_covers((0, 100), (0, 100)));
+        assert!(c.ranges.is_empty(), "nothing stored: the read is over");
+        assert!(!c.add_covers((0, 40), (0, 100)));
+        assert!(!c.add_covers((0, 40), (0, 100)), "a duplicate adds nothing");
+        assert!(!c.add_covers((60, 100), (0, 100)));
+        assert!(c.add_covers((30, 70), (0, 100)));
+        assert_eq!(c.ranges, vec![(0, 100)]);
+    }
 
     #[test]
     fn coverage_merges_in_any_order() {

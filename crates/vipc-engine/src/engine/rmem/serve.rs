@@ -12,7 +12,7 @@ use vipc_wire::rmem::{CasFields, ImportFields, ImportReplyFields, NackFields, Re
 use vipc_wire::Flags;
 
 /// Read answers of at least this many bytes — those that would be encoded
-/// into recycled buffers — leave split (see `answer_read`).
+/// into recycled large buffers — leave split (see `answer_read`).
 const SPLIT_ANSWER_MIN: usize = 16 << 10;
 
 impl Engine {
@@ -230,17 +230,19 @@ impl Engine {
             }
             return;
         }
-        let mut packets: Vec<(Header, Vec<u8>)> = (start..end)
-            .step_by(chunk)
-            .map(|at| (header(self, at), self.buffer(vipc_wire::encoded_len(chunk.min(end - at), keyed))))
-            .collect();
-        let Some(bytes) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes().get(start..end)) else { return };
-        let key = self.cfg.key.as_ref();
-        for ((w, out), part) in packets.iter_mut().zip(bytes.chunks(chunk)) {
-            vipc_wire::encode(w, part, key, out);
+        // Encoded packet by packet, with no list of them (most answers are one packet).
+        if self.rmem.table.get(f.source).and_then(|seg| seg.bytes().get(start..end)).is_none() {
+            return;
         }
-        for (_, p) in packets {
-            self.emit_raw(Destination::Addr(to), PacketType::MemWrite, p);
+        for at in (start..end).step_by(chunk) {
+            let part_end = end.min(at + chunk);
+            let w = header(self, at);
+            let mut out = self.buffer(vipc_wire::encoded_len(part_end - at, keyed));
+            let Some(part) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes().get(at..part_end)) else {
+                return;
+            };
+            vipc_wire::encode(&w, part, self.cfg.key.as_ref(), &mut out);
+            self.emit_raw(Destination::Addr(to), PacketType::MemWrite, out);
         }
     }
 
@@ -289,10 +291,9 @@ impl Engine {
             return self.stray();
         }
         let outcome = match &mut op.kind {
-            OpKind::Read { dest_offset, len, got, .. } => {
-                got.add(start, end);
-                got.covers(*dest_offset as u64, *dest_offset as u64 + *len as u64).then_some(MemOutcome::Read)
-            }
+            OpKind::Read { dest_offset, len, got, .. } => got
+                .add_covers((start, end), (*dest_offset as u64, *dest_offset as u64 + *len as u64))
+                .then_some(MemOutcome::Read),
             _ => CasAnswer::from_bytes(data).map(MemOutcome::Cas),
         };
         if let Some(outcome) = outcome {
