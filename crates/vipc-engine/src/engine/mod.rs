@@ -292,9 +292,12 @@ impl Engine {
         }
     }
 
-    /// `h` and `data` encoded into a buffer from [`Engine::buffer`].
+    /// `h` and `data` encoded into a recycled buffer if small or large, a
+    /// fresh one between: a mid-sized packet built in a recycled 64 KiB
+    /// buffer would spread over more memory than the allocator's reuse does.
     fn encoded(&mut self, h: &Header, data: &[u8]) -> Vec<u8> {
-        let mut bytes = self.buffer(vipc_wire::encoded_len(data.len(), self.cfg.key.is_some()));
+        let len = vipc_wire::encoded_len(data.len(), self.cfg.key.is_some());
+        let mut bytes = if len <= SMALL_BUF || len >= RECYCLE_MIN { self.buffer(len) } else { Vec::with_capacity(len) };
         vipc_wire::encode(h, data, self.cfg.key.as_ref(), &mut bytes);
         bytes
     }
