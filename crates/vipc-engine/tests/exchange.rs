@@ -650,3 +650,28 @@ fn small_packets_are_encoded_into_recycled_buffers() {
     let second = net.nodes[1].poll_transmit().expect("the second Send");
     assert_eq!((second.bytes.as_ptr(), second.bytes.capacity()), (at, 1000), "built in the buffer handed back");
 }
+
+/// A sender's next exchange takes its previous one's place in a full alien
+/// table (which it leaves as full as it was), while a new sender waits.
+#[test]
+fn a_full_alien_table_still_takes_a_known_senders_next_exchange() {
+    let mut net = Net::with(3, |c| c.max_aliens = 1);
+    let (server, a, b) = (net.proc(0), net.proc(1), net.proc(2));
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, a, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(1));
+    net.nodes[0].reply(now, server, a, msg(2), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, a).unwrap().reply, msg(2));
+    // The table holds a's cached reply: b is told to wait, a's next Send is taken.
+    net.nodes[2].send(now, b, server, msg(3), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert!(net.stats(0).sent(PacketType::ReplyPending) >= 1, "b waits: no room");
+    net.nodes[1].send(now, a, server, msg(4), SendOptions::default(), None).unwrap();
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    let r = net.take_received(0, server);
+    assert_eq!((r.from, r.msg), (a, msg(4)));
+}

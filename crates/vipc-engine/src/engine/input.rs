@@ -123,12 +123,13 @@ impl Engine {
                 self.stats.duplicates += 1;
                 return; // a stale retransmission of an exchange already superseded
             }
-            // A newer exchange from the same sender (implicitly acknowledging a
-            // cached reply), or the sender's node restarted.
-            self.drop_alien(h.src);
         }
+        // A newer exchange from the same sender (implicitly acknowledging a
+        // cached reply), or the sender's node restarted: the new alien takes
+        // the old one's place in the table, which it leaves as it found it.
+        let replacing = self.release_alien(h.src);
         let exists = self.procs.contains_key(&h.dst);
-        if self.aliens.len() >= self.cfg.max_aliens {
+        if !replacing && self.aliens.len() >= self.cfg.max_aliens {
             if !exists {
                 return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
             }
@@ -150,24 +151,27 @@ impl Engine {
             Vec::new()
         };
         let expiry = now + self.alien_lifetime();
-        self.aliens.insert(
-            h.src,
-            Alien {
-                incarnation: h.incarnation,
-                seq: h.seq,
-                dst: h.dst,
-                forwarder: h.fwd,
-                msg: h.message,
-                opts: SendOptions { idempotent: h.flags.has(Flags::IDEMPOTENT) },
-                access: Access { read, write: h.flags.has(Flags::SEG_WRITE) },
-                segment_size: h.total_len,
-                appended,
-                addr: from,
-                state: if exists { AlienState::Queued } else { AlienState::Gone { nack: true } },
-                last_heard: now,
-                timer_at: Some(expiry),
-            },
-        );
+        let alien = Alien {
+            incarnation: h.incarnation,
+            seq: h.seq,
+            dst: h.dst,
+            forwarder: h.fwd,
+            msg: h.message,
+            opts: SendOptions { idempotent: h.flags.has(Flags::IDEMPOTENT) },
+            access: Access { read, write: h.flags.has(Flags::SEG_WRITE) },
+            segment_size: h.total_len,
+            appended,
+            addr: from,
+            state: if exists { AlienState::Queued } else { AlienState::Gone { nack: true } },
+            last_heard: now,
+            timer_at: Some(expiry),
+        };
+        match self.aliens.get_mut(&h.src) {
+            Some(old) => *old = alien,
+            None => {
+                self.aliens.insert(h.src, alien);
+            }
+        }
         self.arm(expiry, TimerKey::Alien(h.src));
         if !exists {
             // Remembered as a tombstone, so that a late retransmission of this

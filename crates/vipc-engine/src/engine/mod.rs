@@ -449,6 +449,19 @@ impl Engine {
         }
     }
 
+    /// Releases what an alien holds elsewhere — its queue entry and its
+    /// buffered bytes — leaving it in the table to be overwritten; false if
+    /// there is none.
+    fn release_alien(&mut self, src: Pid) -> bool {
+        let Some(a) = self.aliens.get_mut(&src) else { return false };
+        let (released, queued, dst) = (std::mem::take(&mut a.appended).len(), a.state == AlienState::Queued, a.dst);
+        self.buffered -= released;
+        if queued {
+            self.unqueue(dst, Incoming::Remote(src));
+        }
+        true
+    }
+
     /// Removes an alien, its queue entry and its buffered bytes.
     fn drop_alien(&mut self, src: Pid) -> Option<Alien> {
         let a = self.aliens.remove(&src)?;
