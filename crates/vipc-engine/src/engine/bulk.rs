@@ -414,7 +414,7 @@ impl Engine {
         let addr = s.addr;
         let mut bytes = match s.source {
             Source::Lent => Vec::new(),
-            _ => self.buffer(vipc_wire::encoded_len(end - start, key.is_some())),
+            _ => self.buffers.get(vipc_wire::encoded_len(end - start, key.is_some())),
         };
         let Some(s) = self.streams_out.get(&(peer, seq)) else { return };
         match &s.source {

@@ -190,18 +190,17 @@ impl Engine {
     }
 
     fn on_reply(&mut self, now: Time, h: &Header, data: &[u8]) {
-        let group = match self.remote_exchange(h.dst, h.seq) {
-            Some(ex) => ex.to.is_group(),
-            None => true, // a later reply to a group Send, or a duplicate
-        };
-        if group {
-            self.collect_reply(now, h.dst, h.seq, h.src, h.message, (h.remote_addr, data));
-            if h.flags.has(Flags::GROUP_ACK) {
-                self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
+        let ex = match self.remote_exchange(h.dst, h.seq) {
+            Some(ex) if !ex.to.is_group() => ex,
+            _ => {
+                // A reply to a group Send (a later one, or a duplicate).
+                self.collect_reply(now, h.dst, h.seq, h.src, h.message, (h.remote_addr, data));
+                if h.flags.has(Flags::GROUP_ACK) {
+                    self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
+                }
+                return;
             }
-            return;
-        }
-        let Some(ex) = self.remote_exchange(h.dst, h.seq) else { return };
+        };
         if ex.to.host() != h.src.host() {
             return self.stray();
         }

@@ -8,6 +8,7 @@
 //! and expiry), `rmem` (remote memory, 003).
 
 mod alive;
+mod buffers;
 mod bulk;
 mod group;
 mod host_alloc;
@@ -47,17 +48,6 @@ pub(crate) use bulk::{StreamIn, StreamOut};
 /// engine, is a function of its inputs (and FxHash is fast on small keys).
 type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
 type HashSet<K> = rustc_hash::FxHashSet<K>;
-
-/// Buffers smaller than this are not worth recycling.
-const RECYCLE_MIN: usize = 16 << 10;
-/// Recycled buffers kept at most (a window's worth of 64 KiB chunks).
-const RECYCLE_MAX: usize = 64;
-/// Packets up to this size (control packets, messages, small answers) are
-/// built in buffers of at least this capacity, recycled too: a malloc and a
-/// free per packet were a tenth of the engine's cost of a small exchange.
-const SMALL_BUF: usize = 512;
-/// Recycled small buffers kept at most.
-const SMALL_MAX: usize = 64;
 
 /// Before segment `id` (whose bytes are `bytes`) changes or goes: the split
 /// answers from it still in `transmits` are joined, so that each carries the
@@ -110,10 +100,8 @@ pub struct Engine {
     events: VecDeque<Event>,
     /// Data of the datagram being handled that belong in a lent buffer.
     placement: Option<(Lent, Range<usize>)>,
-    /// Large buffers handed back by the runtime ([`Engine::recycle`]) for the next bulk packets.
-    spare: Vec<Vec<u8>>,
-    /// Small buffers handed back, for the next small packets.
-    spare_small: Vec<Vec<u8>>,
+    /// Buffers handed back by the runtime ([`Engine::recycle`]) for the next packets.
+    buffers: buffers::Buffers,
     stats: Stats,
     buffered: usize,
     version_reported: HashSet<SocketAddr>,
@@ -153,8 +141,7 @@ impl Engine {
             split_queued: 0,
             events: VecDeque::new(),
             placement: None,
-            spare: Vec::new(),
-            spare_small: Vec::new(),
+            buffers: buffers::Buffers::default(),
             stats: Stats::default(),
             buffered: 0,
             version_reported: HashSet::default(),
@@ -251,7 +238,7 @@ impl Engine {
         if self.segment_slice(&s).is_none() {
             return false;
         }
-        let mut bytes = self.buffer(t.bytes.len() + s.len);
+        let mut bytes = self.buffers.get(t.bytes.len() + s.len);
         bytes.extend_from_slice(&t.bytes);
         bytes.extend_from_slice(self.segment_slice(&s).unwrap_or_default());
         t.bytes = bytes;
@@ -263,41 +250,15 @@ impl Engine {
         self.events.pop_front()
     }
 
-    /// Hands back the bytes of a sent [`Transmit`] so that the engine can build
-    /// later packets in them: a fresh allocation of a large buffer costs a
-    /// page fault per page once the allocator has returned the memory to the
-    /// system, and a small one a malloc and a free.
-    pub fn recycle(&mut self, mut bytes: Vec<u8>) {
-        let pool = if bytes.capacity() >= RECYCLE_MIN {
-            (&mut self.spare, RECYCLE_MAX)
-        } else if bytes.capacity() >= SMALL_BUF {
-            (&mut self.spare_small, SMALL_MAX)
-        } else {
-            return;
-        };
-        if pool.0.len() < pool.1 {
-            bytes.clear();
-            pool.0.push(bytes);
-        }
+    /// Hands back the bytes of a sent [`Transmit`] so that the engine can
+    /// build later packets in them (see [`buffers`]).
+    pub fn recycle(&mut self, bytes: Vec<u8>) {
+        self.buffers.recycle(bytes);
     }
 
-    /// An empty buffer for a packet of `len` bytes, recycled if possible.
-    fn buffer(&mut self, len: usize) -> Vec<u8> {
-        if len <= SMALL_BUF {
-            return self.spare_small.pop().unwrap_or_else(|| Vec::with_capacity(SMALL_BUF));
-        }
-        match self.spare.pop() {
-            Some(b) if b.capacity() >= len => b,
-            _ => Vec::with_capacity(len),
-        }
-    }
-
-    /// `h` and `data` encoded into a recycled buffer if small or large, a
-    /// fresh one between: a mid-sized packet built in a recycled 64 KiB
-    /// buffer would spread over more memory than the allocator's reuse does.
+    /// `h` and `data` encoded into a buffer from the pools.
     fn encoded(&mut self, h: &Header, data: &[u8]) -> Vec<u8> {
-        let len = vipc_wire::encoded_len(data.len(), self.cfg.key.is_some());
-        let mut bytes = if len <= SMALL_BUF || len >= RECYCLE_MIN { self.buffer(len) } else { Vec::with_capacity(len) };
+        let mut bytes = self.buffers.for_packet(vipc_wire::encoded_len(data.len(), self.cfg.key.is_some()));
         vipc_wire::encode(h, data, self.cfg.key.as_ref(), &mut bytes);
         bytes
     }

@@ -252,14 +252,19 @@ impl Engine {
         if ex.to.is_group() {
             return self.transmit_group_send(sender);
         }
-        let ExchangeState::Remote { .. } = ex.state else { return };
-        let to = self.route(ex.to);
+        let ExchangeState::Remote { seq, .. } = ex.state else { return };
+        // One lookup of the exchange: the fields used below are disjoint from it.
+        let to = match self.location.lookup(ex.to.host()) {
+            Some(a) => Destination::Addr(a),
+            None => {
+                self.stats.location_misses += 1;
+                Destination::Broadcast
+            }
+        };
         let limit = match to {
             Destination::Addr(a) => self.cfg.data_to(a),
             Destination::Broadcast | Destination::Group(_) => self.cfg.max_data(),
         };
-        let ex = &self.exchanges[&sender];
-        let ExchangeState::Remote { seq, .. } = ex.state else { return };
         let access = ex.access();
         let mut h = self.header(PacketType::Send);
         h.flags = Flags(0)
@@ -272,15 +277,11 @@ impl Engine {
         h.fwd = ex.forwarder;
         h.total_len = ex.segment_size() as u32;
         h.message = ex.msg;
-        let appended_len = match (&ex.segment, access.read) {
-            (Some(s), true) => s.data.len().min(limit),
-            _ => 0,
+        let appended = match (&ex.segment, access.read) {
+            (Some(s), true) => &s.data[..s.data.len().min(limit)],
+            _ => &[][..],
         };
-        let mut bytes = self.buffer(vipc_wire::encoded_len(appended_len, self.cfg.key.is_some()));
-        let appended = match &self.exchanges[&sender].segment {
-            Some(s) => &s.data[..appended_len],
-            None => &[][..],
-        };
+        let mut bytes = self.buffers.for_packet(vipc_wire::encoded_len(appended.len(), self.cfg.key.is_some()));
         vipc_wire::encode(&h, appended, self.cfg.key.as_ref(), &mut bytes);
         self.emit_raw(to, PacketType::Send, bytes);
     }

@@ -237,7 +237,7 @@ impl Engine {
         for at in (start..end).step_by(chunk) {
             let part_end = end.min(at + chunk);
             let w = header(self, at);
-            let mut out = self.buffer(vipc_wire::encoded_len(part_end - at, keyed));
+            let mut out = self.buffers.get(vipc_wire::encoded_len(part_end - at, keyed));
             let Some(part) = self.rmem.table.get(f.source).and_then(|seg| seg.bytes().get(at..part_end)) else {
                 return;
             };
