@@ -151,6 +151,7 @@ impl Engine {
             Vec::new()
         };
         let expiry = now + self.alien_lifetime();
+        let timer = self.timer_entry(expiry, TimerKey::Alien(h.src));
         let alien = Alien {
             incarnation: h.incarnation,
             seq: h.seq,
@@ -164,7 +165,7 @@ impl Engine {
             addr: from,
             state: if exists { AlienState::Queued } else { AlienState::Gone { nack: true } },
             last_heard: now,
-            timer_at: Some(expiry),
+            timer_at: Some(timer),
         };
         match self.aliens.get_mut(&h.src) {
             Some(old) => *old = alien,
@@ -172,7 +173,6 @@ impl Engine {
                 self.aliens.insert(h.src, alien);
             }
         }
-        self.arm(expiry, TimerKey::Alien(h.src));
         if !exists {
             // Remembered as a tombstone, so that a late retransmission of this
             // sender's previous request is still recognised as stale.

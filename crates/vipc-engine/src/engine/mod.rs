@@ -37,6 +37,7 @@ pub use rmem::{
 };
 use state::*;
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -361,33 +362,44 @@ impl Engine {
         }
     }
 
-    /// Arms the timer `key` for `at`: pushes a heap entry, or — for the
-    /// timers of exchanges and aliens, re-armed on every exchange — reuses
-    /// one already pending for that key at or before `at`: the record then
-    /// expects that entry (its handler finds it early and re-arms). A busy
-    /// client or server thus keeps one live heap entry per peer process
-    /// instead of one stale entry per exchange. The record's `timer_at` must
-    /// be set before the call.
+    /// Arms the timer `key` for `at` (see [`Engine::timer_entry`]) and makes
+    /// the record expect the entry it got. The record's `timer_at` must be
+    /// set before the call.
     fn arm(&mut self, at: Time, key: TimerKey) {
+        let t = self.timer_entry(at, key);
+        if t == at {
+            return;
+        }
+        let expects = match key {
+            TimerKey::Exchange(pid) => self.exchanges.get_mut(&pid).map(|ex| &mut ex.timer_at),
+            TimerKey::Alien(pid) => self.aliens.get_mut(&pid).map(|a| &mut a.timer_at),
+            _ => None,
+        };
+        if let Some(expects) = expects {
+            *expects = Some(t);
+        }
+    }
+
+    /// The heap entry a timer `key` armed for `at` is to expect: a new one,
+    /// or — for the timers of exchanges and aliens, re-armed on every
+    /// exchange — one already pending for that key at or before `at` (its
+    /// handler finds the record early and re-arms). A busy client or server
+    /// thus keeps one live heap entry per peer process instead of one stale
+    /// entry per exchange. The caller records the time returned.
+    fn timer_entry(&mut self, at: Time, key: TimerKey) -> Time {
         if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_)) {
-            match self.pending_timers.get(&key) {
-                Some(&t) if t <= at => {
-                    let expects = match key {
-                        TimerKey::Exchange(pid) => self.exchanges.get_mut(&pid).map(|ex| &mut ex.timer_at),
-                        TimerKey::Alien(pid) => self.aliens.get_mut(&pid).map(|a| &mut a.timer_at),
-                        _ => None,
-                    };
-                    if let Some(expects) = expects {
-                        *expects = Some(t);
-                    }
-                    return;
+            match self.pending_timers.entry(key) {
+                Entry::Occupied(e) if *e.get() <= at => return *e.get(),
+                Entry::Occupied(mut e) => {
+                    e.insert(at);
                 }
-                _ => {
-                    self.pending_timers.insert(key, at);
+                Entry::Vacant(e) => {
+                    e.insert(at);
                 }
             }
         }
         self.timers.push(Reverse((at, key)));
+        at
     }
 
     fn check_caller(&self, pid: Pid) -> Result<(), Error> {

@@ -220,11 +220,11 @@ impl Engine {
         } else {
             let seq = self.fresh_seq();
             let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
+            let timer = self.timer_entry(retransmit, TimerKey::Exchange(sender));
             if let Some(ex) = self.exchanges.get_mut(&sender) {
                 ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
-                ex.timer_at = Some(retransmit);
+                ex.timer_at = Some(timer);
             }
-            self.arm(retransmit, TimerKey::Exchange(sender));
             self.transmit_send(sender);
         }
     }
