@@ -385,17 +385,19 @@ fn forward_within_a_node_and_across_nodes() {
 
 #[test]
 fn a_lost_forward_packet_is_recovered() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
     let mut net = Net::new(3);
     let (client, fwd, target) = (net.proc(0), net.proc(1), net.proc(2));
-    let mut dropped = false;
+    let forwards: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = forwards.clone();
     net.filter = Some(Box::new(move |_, _, bytes| {
         let t = vipc_wire::parse(bytes, None).unwrap().header.ptype;
-        if t == PacketType::Forward && !dropped {
-            dropped = true;
-            0
-        } else {
-            1
+        if t == PacketType::Forward {
+            seen.borrow_mut().push(bytes.to_vec());
+            return usize::from(seen.borrow().len() > 1); // the first is lost
         }
+        1
     }));
     let now = net.now;
     net.nodes[1].receive(now, fwd, None, 0).unwrap();
@@ -405,7 +407,11 @@ fn a_lost_forward_packet_is_recovered() {
     net.take_received(1, fwd);
     net.nodes[1].forward(now, fwd, client, target, msg(2)).unwrap();
     net.advance(Duration::from_millis(50));
-    assert_eq!(net.take_received(2, target).forwarder, fwd);
+    let r = net.take_received(2, target);
+    assert_eq!((r.forwarder, r.msg), (fwd, msg(2)));
+    let forwards = forwards.borrow();
+    assert_eq!(forwards.len(), 2, "lost once, resent to the client's retransmission");
+    assert_eq!(forwards[0], forwards[1], "encoded again byte for byte");
 }
 
 #[test]
@@ -674,4 +680,40 @@ fn a_full_alien_table_still_takes_a_known_senders_next_exchange() {
     net.settle();
     let r = net.take_received(0, server);
     assert_eq!((r.from, r.msg), (a, msg(4)));
+}
+
+/// The server keeps a reply's header and segment data, not its packet: the
+/// Reply resent to a duplicate Send is encoded again, byte for byte the
+/// packet that was lost, segment data included.
+#[test]
+fn a_resent_reply_is_the_lost_packet_byte_for_byte() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let replies: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = replies.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        let t = vipc_wire::parse(bytes, None).unwrap().header.ptype;
+        if from == 0 && t == PacketType::Reply {
+            seen.borrow_mut().push(bytes.to_vec());
+            return usize::from(seen.borrow().len() > 1); // the first is lost
+        }
+        1
+    }));
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), seg(&[0; 64], Access::WRITE)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(2), Some((8, vec![7; 40]))).unwrap();
+    net.advance(Duration::from_millis(100));
+    let out = net.take_send(1, client).unwrap();
+    assert_eq!(out.reply, msg(2));
+    let data = out.segment.expect("the segment comes back").data;
+    assert!(data[8..48].iter().all(|b| *b == 7) && data[..8].iter().all(|b| *b == 0));
+    let replies = replies.borrow();
+    assert_eq!(replies.len(), 2, "lost once, resent once");
+    assert_eq!(replies[0], replies[1]);
+    assert_eq!(net.stats(0).replies_resent, 1);
 }

@@ -101,17 +101,17 @@ impl Engine {
                         self.emit(Destination::Addr(from), &p, &[]);
                         return;
                     }
-                    AlienState::Replied { packet } | AlienState::Forwarded { packet } => {
-                        let (ptype, packet) = (
-                            if matches!(a.state, AlienState::Replied { .. }) {
-                                PacketType::Reply
-                            } else {
-                                PacketType::Forward
-                            },
-                            packet.clone(),
-                        );
+                    AlienState::Replied { by, offset, data } => {
+                        let (reply, data) =
+                            (primitives::reply_header(self.incarnation, h.src, a, *by, a.msg, *offset), data.clone());
                         self.stats.replies_resent += 1;
-                        self.emit_raw(Destination::Addr(from), ptype, packet);
+                        self.emit(Destination::Addr(from), &reply, &data);
+                        return;
+                    }
+                    AlienState::Forwarded { by, to } => {
+                        let forward = primitives::forward_header(self.incarnation, h.src, a.seq, *by, *to, a.msg);
+                        self.stats.replies_resent += 1;
+                        self.emit(Destination::Addr(from), &forward, &[]);
                         return;
                     }
                     AlienState::Gone { nack: true } => return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]),

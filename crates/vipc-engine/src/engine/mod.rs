@@ -252,7 +252,7 @@ impl Engine {
     }
 
     /// Hands back the bytes of a sent [`Transmit`] so that the engine can
-    /// build later packets in them (see [`buffers`]).
+    /// build later packets in them: no malloc per small packet, no page faults per large one.
     pub fn recycle(&mut self, bytes: Vec<u8>) {
         self.buffers.recycle(bytes);
     }
@@ -306,7 +306,8 @@ impl Engine {
     }
 
     /// [`Engine::emit`], returning a copy of the packet for the engine to
-    /// resend (a reply or a forward it keeps): only those pay for the copy.
+    /// resend (a group member's reply it keeps): only those pay for the copy.
+    /// A unicast reply or forward keeps its header instead (see [`AlienState`]).
     fn emit_kept(&mut self, to: Destination, h: &Header, data: &[u8]) -> Vec<u8> {
         let bytes = self.encoded(h, data);
         let kept = bytes.clone();

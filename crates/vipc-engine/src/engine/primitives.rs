@@ -401,25 +401,20 @@ impl Engine {
             }
             check_range(offset as u64, data.len() as u64, a.segment_size as u64)?;
         }
-        let mut h = self.header(PacketType::Reply);
-        h.seq = a.seq;
-        h.src = from;
-        h.dst = to;
-        h.fwd = from;
-        h.total_len = a.segment_size;
-        h.remote_addr = offset;
-        h.message = msg;
+        let h = reply_header(self.incarnation, to, a, from, msg, offset);
         let (addr, idempotent) = (a.addr, a.opts.idempotent);
         // An idempotent sender's retransmission is served again, so its reply is not kept.
         let state = if idempotent {
             self.emit(Destination::Addr(addr), &h, &data);
             AlienState::Done
         } else {
-            AlienState::Replied { packet: self.emit_kept(Destination::Addr(addr), &h, &data) }
+            self.emit(Destination::Addr(addr), &h, &data);
+            AlienState::Replied { by: from, offset, data }
         };
         let released = {
             let a = self.aliens.get_mut(&to).expect("looked up above");
             a.state = state;
+            a.msg = msg;
             std::mem::take(&mut a.appended).len()
         };
         self.buffered -= released;
@@ -462,15 +457,11 @@ impl Engine {
             return Ok(());
         }
         let (seq, addr) = (a.seq, a.addr);
-        let mut h = self.header(PacketType::Forward);
-        h.seq = seq;
-        h.src = from;
-        h.dst = sender;
-        h.fwd = to;
-        h.message = msg;
-        let packet = self.emit_kept(Destination::Addr(addr), &h, &[]);
+        let h = forward_header(self.incarnation, sender, seq, from, to, msg);
+        self.emit(Destination::Addr(addr), &h, &[]);
         let a = self.aliens.get_mut(&sender).expect("looked up above");
-        a.state = AlienState::Forwarded { packet };
+        a.state = AlienState::Forwarded { by: from, to };
+        a.msg = msg;
         let released = std::mem::take(&mut a.appended).len();
         self.buffered -= released;
         Ok(())
@@ -651,4 +642,32 @@ impl Engine {
     pub(crate) fn malformed(&mut self) {
         self.stats.malformed += 1;
     }
+}
+
+/// The Reply to alien `sender` (record `a`) from `by`: message `msg`,
+/// segment data for `offset`. Built again, identically, for a duplicate.
+pub(crate) fn reply_header(incarnation: u16, sender: Pid, a: &Alien, by: Pid, msg: Message, offset: u32) -> Header {
+    let mut h = Header::new(PacketType::Reply);
+    h.incarnation = incarnation;
+    h.seq = a.seq;
+    h.src = by;
+    h.dst = sender;
+    h.fwd = by;
+    h.total_len = a.segment_size;
+    h.remote_addr = offset;
+    h.message = msg;
+    h
+}
+
+/// The Forward of alien `sender`'s exchange `seq` by `by` to `to` with
+/// message `msg`. Built again, identically, for a duplicate.
+pub(crate) fn forward_header(incarnation: u16, sender: Pid, seq: u32, by: Pid, to: Pid, msg: Message) -> Header {
+    let mut h = Header::new(PacketType::Forward);
+    h.incarnation = incarnation;
+    h.seq = seq;
+    h.src = by;
+    h.dst = sender;
+    h.fwd = to;
+    h.message = msg;
+    h
 }

@@ -105,13 +105,17 @@ pub(crate) enum AlienState {
     Queued,
     /// Taken by `by`, which owes the reply.
     Received { by: Pid },
-    /// Replied (non-idempotent): the reply packet, resent to duplicates.
-    Replied { packet: Vec<u8> },
+    /// Replied (non-idempotent) by `by`, with the alien's `msg` now the
+    /// reply and `data` its segment data for `offset`: the Reply is encoded
+    /// again for a duplicate (rare) rather than kept encoded, which cost
+    /// every reply a copy of its packet.
+    Replied { by: Pid, offset: u32, data: Vec<u8> },
     /// Replied (idempotent): nothing kept; a duplicate of this sequence number
     /// is executed again, an older one dropped.
     Done,
-    /// Forwarded to another node: the forward packet, resent to duplicates.
-    Forwarded { packet: Vec<u8> },
+    /// Forwarded by `by` to `to` on another node, with the alien's `msg` now
+    /// the forwarded message: the Forward is encoded again for duplicates.
+    Forwarded { by: Pid, to: Pid },
     /// Finished without a reply (refused with an nAck, cancelled by the sender,
     /// or its receiver destroyed): remembered only so that retransmissions of
     /// this sequence number are not taken for a new request. Duplicates get
