@@ -614,14 +614,7 @@ impl Engine {
             self.collect_reply(now, to, seq, from, msg, (offset, data));
             return Some(Ok(()));
         };
-        let mut h = self.header(PacketType::Reply);
-        h.seq = seq;
-        h.src = from;
-        h.dst = to;
-        h.fwd = from;
-        h.total_len = segment_size;
-        h.remote_addr = offset;
-        h.message = msg;
+        let mut h = super::primitives::reply_header(self.incarnation, (to, seq), from, segment_size, offset, msg);
         if reliable {
             let copies: Vec<&GroupCopy> = self
                 .groups

@@ -102,8 +102,17 @@ impl Engine {
                         return;
                     }
                     AlienState::Replied { by, offset, data } => {
-                        let (reply, data) =
-                            (primitives::reply_header(self.incarnation, h.src, a, *by, a.msg, *offset), data.clone());
+                        let (reply, data) = (
+                            primitives::reply_header(
+                                self.incarnation,
+                                (h.src, a.seq),
+                                *by,
+                                a.segment_size,
+                                *offset,
+                                a.msg,
+                            ),
+                            data.clone(),
+                        );
                         self.stats.replies_resent += 1;
                         self.emit(Destination::Addr(from), &reply, &data);
                         return;

@@ -401,7 +401,7 @@ impl Engine {
             }
             check_range(offset as u64, data.len() as u64, a.segment_size as u64)?;
         }
-        let h = reply_header(self.incarnation, to, a, from, msg, offset);
+        let h = reply_header(self.incarnation, (to, a.seq), from, a.segment_size, offset, msg);
         let (addr, idempotent) = (a.addr, a.opts.idempotent);
         // An idempotent sender's retransmission is served again, so its reply is not kept.
         let state = if idempotent {
@@ -644,16 +644,24 @@ impl Engine {
     }
 }
 
-/// The Reply to alien `sender` (record `a`) from `by`: message `msg`,
-/// segment data for `offset`. Built again, identically, for a duplicate.
-pub(crate) fn reply_header(incarnation: u16, sender: Pid, a: &Alien, by: Pid, msg: Message, offset: u32) -> Header {
+/// The Reply to `sender`'s exchange `seq` from `by`: message `msg`, segment
+/// data for `offset` of a segment of `segment_size` bytes. Built again,
+/// identically, for a duplicate.
+pub(crate) fn reply_header(
+    incarnation: u16,
+    (sender, seq): (Pid, u32),
+    by: Pid,
+    segment_size: u32,
+    offset: u32,
+    msg: Message,
+) -> Header {
     let mut h = Header::new(PacketType::Reply);
     h.incarnation = incarnation;
-    h.seq = a.seq;
+    h.seq = seq;
     h.src = by;
     h.dst = sender;
     h.fwd = by;
-    h.total_len = a.segment_size;
+    h.total_len = segment_size;
     h.remote_addr = offset;
     h.message = msg;
     h
