@@ -369,9 +369,10 @@ fn sendmsg_parts(
 /// Sends every datagram of `batch`, in order.
 pub(crate) fn send_all(sock: &UdpSocket, batch: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>) {
     for (to, bytes) in batch.iter() {
-        if let Err(e) = sock.send_to(bytes, to) {
+        // rustix: the system call itself, without libc's cancellation-point wrapper.
+        if let Err(e) = rustix::net::sendto(sock, bytes, rustix::net::SendFlags::empty(), to) {
             // ConnectionRefused is the echo of an ICMP port-unreachable: a peer is down.
-            if e.kind() != ErrorKind::ConnectionRefused {
+            if e != rustix::io::Errno::CONNREFUSED {
                 tracing::debug!("send to {to} failed: {e}");
             }
         }
