@@ -262,10 +262,11 @@ fn receive_failed(e: std::io::Error) {
 
 /// One datagram, waiting at most [`RECV_POLL`]; `None` on timeout or error.
 pub(crate) fn recv(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
-    match sock.recv_from(buf) {
-        Ok(x) => Some(x),
+    match recv_one(sock, buf, false) {
+        Ok((n, Some(from))) => Some((n, from)),
+        Ok((_, None)) => None,
         Err(e) => {
-            receive_failed(e);
+            receive_failed(std::io::Error::from(e));
             None
         }
     }
