@@ -133,6 +133,9 @@ pub struct Stats {
     pub rmem_bytes: u64,
     /// Gauge: remote-memory operations of this node still pending.
     pub rmem_ops_pending: u64,
+    /// Gauge: entries in the engine's timer heap, live or stale (each busy
+    /// peer, or stream of operations, keeps about one).
+    pub timer_entries: u64,
 }
 
 impl Stats {
@@ -190,6 +193,7 @@ impl Stats {
             ("location_misses", self.location_misses),
             ("active_exchanges", self.active_exchanges),
             ("active_aliens", self.active_aliens),
+            ("timer_entries", self.timer_entries),
             ("active_transfers", self.active_transfers),
             ("processes", self.processes),
             ("group_sends", self.group_sends),

@@ -462,6 +462,41 @@ fn writes_to_inhibited_ranges_go_to_the_data_channel() {
     assert_eq!((net.stats(0).rmem_queued, net.stats(0).rmem_data_dropped), (3, 1));
 }
 
+/// A stream of reads keeps one timer entry, not one per read (each left
+/// stale a few µs later, popped by the thousand under the node's lock); a
+/// read started while an earlier one is pending still times out at its own
+/// deadline.
+#[test]
+fn reads_share_one_timer_entry_and_each_times_out_at_its_own_deadline() {
+    let mut net = Net::with(2, |c| c.rmem_timeout = Duration::from_millis(50));
+    export(&mut net, 64, rw());
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let dest = anon(&mut net, 1, 64);
+    let before = net.stats(1).timer_entries;
+    for _ in 0..1000 {
+        let now = net.now;
+        let op = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+        net.settle();
+        assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    }
+    assert!(net.stats(1).timer_entries <= before + 1, "{} entries", net.stats(1).timer_entries);
+    // No answers any more: two reads 20 ms apart fail 50 ms after each began.
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 0)));
+    let now = net.now;
+    let first = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+    net.advance(Duration::from_millis(20));
+    let now = net.now;
+    let second = net.nodes[1].mem_read(now, &h, 0, 8, (dest, 0), false).unwrap();
+    net.advance(Duration::from_millis(31));
+    assert_eq!(net.nodes[1].mem_poll(first), Some(Err(Error::Timeout(Pid::new(1, 0)))));
+    assert!(net.nodes[1].mem_pending(second), "not at the first one's deadline");
+    net.advance(Duration::from_millis(18));
+    assert!(net.nodes[1].mem_pending(second));
+    net.advance(Duration::from_millis(2));
+    assert_eq!(net.nodes[1].mem_poll(second), Some(Err(Error::Timeout(Pid::new(1, 0)))));
+    assert_eq!(net.stats(1).rmem_ops_pending, 0);
+}
+
 #[test]
 fn lost_reads_time_out_and_late_answers_are_dropped() {
     let mut net = Net::with(2, |c| c.rmem_timeout = Duration::from_millis(50));

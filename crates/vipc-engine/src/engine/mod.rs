@@ -174,6 +174,7 @@ impl Engine {
         s.rmem_segments = self.rmem.table.len() as u64;
         s.rmem_bytes = self.rmem.table.bytes as u64;
         s.rmem_ops_pending = self.rmem.pending() as u64;
+        s.timer_entries = self.timers.len() as u64;
         s
     }
 
@@ -388,7 +389,7 @@ impl Engine {
     /// thus keeps one live heap entry per peer process instead of one stale
     /// entry per exchange. The caller records the time returned.
     fn timer_entry(&mut self, at: Time, key: TimerKey) -> Time {
-        if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_)) {
+        if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_) | TimerKey::MemDeadlines) {
             match self.pending_timers.entry(key) {
                 Entry::Occupied(e) if *e.get() <= at => return *e.get(),
                 Entry::Occupied(mut e) => {

@@ -170,8 +170,10 @@ pub(crate) enum TimerKey {
     Alive,
     /// Our I-Am-Here to a newcomer, after a random delay.
     AliveReply(crate::HostId),
-    /// Retransmission (imports) and deadline of a remote-memory operation, by seq.
-    MemOp(u32),
+    /// Retransmission and deadline of a remote-memory import, by seq.
+    MemImport(u32),
+    /// The earliest deadline of the pending reads and CAS-IIs (see `Rmem::deadlines`).
+    MemDeadlines,
     /// The caller's limit on a process's blocking primitive.
     Limit(Pid),
 }

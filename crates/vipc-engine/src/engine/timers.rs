@@ -31,7 +31,8 @@ impl Engine {
                 TimerKey::GetReply(pid) => self.get_reply_timer(pid, at),
                 TimerKey::Alive => self.alive_timer(now, at),
                 TimerKey::AliveReply(host) => self.alive_reply_timer(host),
-                TimerKey::MemOp(seq) => self.mem_op_timer(now, seq, at),
+                TimerKey::MemImport(seq) => self.mem_import_timer(now, seq, at),
+                TimerKey::MemDeadlines => self.mem_deadlines_timer(now),
                 TimerKey::Limit(pid) => self.limit_timer(pid, at),
             }
         }

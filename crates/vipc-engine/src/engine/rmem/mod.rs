@@ -19,6 +19,7 @@ pub use types::*;
 
 use super::HashMap;
 use crate::{Error, HostId, Time};
+use std::collections::VecDeque;
 
 /// Remote-memory state of one node.
 #[derive(Debug, Default)]
@@ -27,6 +28,14 @@ pub(crate) struct Rmem {
     /// Reads, CAS-IIs and imports of this node, pending or finished and not
     /// yet collected, by the sequence number of their request.
     pub ops: HashMap<u32, PendingOp>,
+    /// The deadlines of reads and CAS-IIs, in the order they were started
+    /// (so in deadline order: every one is `rmem_timeout` after its start),
+    /// with their seqs; one timer entry stands
+    /// for the earliest (`TimerKey::MemDeadlines`). An entry whose operation is gone is dropped when it
+    /// reaches the front. One heap entry per operation, each left stale a
+    /// few µs later, had the timer thread pop tens of thousands a second
+    /// under the node's lock.
+    pub deadlines: VecDeque<(Time, u32)>,
     /// The segment whose memory the runtime holds ([`Engine::mem_lend`]).
     pub lent: Option<SegmentId>,
     /// Set while [`Engine::handle_datagram_lent`] feeds a datagram.
@@ -36,6 +45,17 @@ pub(crate) struct Rmem {
 }
 
 impl Rmem {
+    /// Drops the deadlines at the front whose operations are gone: they
+    /// finish in about the order they start, so the queue stays short.
+    pub fn drop_gone_deadlines(&mut self) {
+        while let Some(&(_, seq)) = self.deadlines.front() {
+            if self.ops.contains_key(&seq) {
+                return;
+            }
+            self.deadlines.pop_front();
+        }
+    }
+
     /// Gauge: operations not yet finished.
     pub fn pending(&self) -> usize {
         self.ops.values().filter(|o| o.done.is_none()).count()
@@ -58,7 +78,8 @@ pub(crate) enum OpKind {
 pub(crate) struct PendingOp {
     pub kind: OpKind,
     pub deadline: Time,
-    /// Expected timer heap entry (see `timers`).
+    /// Expected timer heap entry of an import (see `timers`); reads and
+    /// CAS-IIs are timed by [`Rmem::deadlines`].
     pub timer_at: Option<Time>,
     /// Set once finished; kept until collected with `mem_poll` or `mem_forget`.
     pub done: Option<Result<MemOutcome, Error>>,

@@ -339,8 +339,11 @@ impl Engine {
     /// The result of an operation once it has finished (then forgotten);
     /// `None` while it is pending or if it is unknown.
     pub fn mem_poll(&mut self, op: MemOpId) -> Option<Result<MemOutcome, Error>> {
-        self.rmem.ops.get(&op.0)?.done.as_ref()?;
-        self.rmem.ops.remove(&op.0)?.done
+        let std::collections::hash_map::Entry::Occupied(e) = self.rmem.ops.entry(op.0) else { return None };
+        e.get().done.as_ref()?;
+        let done = e.remove().done;
+        self.rmem.drop_gone_deadlines();
+        done
     }
 
     /// True if `op` is known and still pending.
@@ -351,6 +354,7 @@ impl Engine {
     /// Forgets an operation (its caller lost interest): later answers are dropped.
     pub fn mem_forget(&mut self, op: MemOpId) {
         self.rmem.ops.remove(&op.0);
+        self.rmem.drop_gone_deadlines();
     }
 
     pub(super) fn transmit_import(&mut self, seq: u32, name: SegmentName, access: u8) {
@@ -385,12 +389,16 @@ impl Engine {
 
     fn start_op(&mut self, now: Time, seq: u32, kind: OpKind) {
         let deadline = now + self.cfg.rmem_timeout;
-        let at = match &kind {
-            OpKind::Import { next_retransmit, .. } => (*next_retransmit).min(deadline),
-            _ => deadline,
-        };
-        self.rmem.ops.insert(seq, PendingOp { kind, deadline, timer_at: Some(at), done: None });
-        self.arm(at, TimerKey::MemOp(seq));
+        if let OpKind::Import { next_retransmit, .. } = &kind {
+            // Rare, and rebroadcast every T_r: a timer of its own.
+            let at = (*next_retransmit).min(deadline);
+            self.rmem.ops.insert(seq, PendingOp { kind, deadline, timer_at: Some(at), done: None });
+            return self.arm(at, TimerKey::MemImport(seq));
+        }
+        self.rmem.ops.insert(seq, PendingOp { kind, deadline, timer_at: None, done: None });
+        self.rmem.deadlines.push_back((deadline, seq));
+        // Usually the entry of an earlier operation, due no later, is reused.
+        self.timer_entry(deadline, TimerKey::MemDeadlines);
     }
 
     /// Records an operation that finished without leaving the node.

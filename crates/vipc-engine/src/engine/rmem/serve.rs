@@ -355,35 +355,50 @@ impl Engine {
         self.events.push_back(Event::MemDone(MemOpId(seq)));
     }
 
-    /// The timer of an operation: an import is rebroadcast every T_r; at
-    /// the deadline the operation fails (`Timeout`; an import `UnknownName`).
-    pub(in super::super) fn mem_op_timer(&mut self, now: Time, seq: u32, at: Time) {
+    /// The earliest deadline of the reads and CAS-IIs: those past it that
+    /// are still pending fail with `Timeout`; the timer is set again for the
+    /// next deadline.
+    pub(in super::super) fn mem_deadlines_timer(&mut self, now: Time) {
+        while let Some(&(deadline, seq)) = self.rmem.deadlines.front() {
+            let pending = self.rmem.ops.get(&seq).filter(|op| op.done.is_none()).map(|op| match op.kind {
+                OpKind::Read { host, .. } | OpKind::Cas { host, .. } => host,
+                OpKind::Import { .. } => 0, // never queued here
+            });
+            match pending {
+                Some(host) if deadline <= now => {
+                    self.stats.rmem_timeouts += 1;
+                    self.finish_op(seq, Err(Error::Timeout(Pid::new(host, 0))));
+                }
+                Some(_) => {
+                    self.timer_entry(deadline, TimerKey::MemDeadlines);
+                    return;
+                }
+                None => {} // finished (and not yet collected) or gone
+            }
+            self.rmem.deadlines.pop_front();
+        }
+    }
+
+    /// The timer of an import: rebroadcast every T_r; at the deadline the
+    /// import fails with `UnknownName`.
+    pub(in super::super) fn mem_import_timer(&mut self, now: Time, seq: u32, at: Time) {
         let retransmit = self.cfg.retransmit;
-        let Some(op) = self.rmem.ops.get_mut(&seq) else { return };
-        if op.timer_at != Some(at) || op.done.is_some() {
+        let Some(PendingOp { kind, deadline, timer_at, done }) = self.rmem.ops.get_mut(&seq) else { return };
+        let OpKind::Import { name, access, next_retransmit } = kind else { return };
+        if *timer_at != Some(at) || done.is_some() {
             return;
         }
-        if now >= op.deadline {
+        if now >= *deadline {
             self.stats.rmem_timeouts += 1;
-            let err = match op.kind {
-                OpKind::Import { .. } => Error::Refused(Refusal::UnknownName),
-                OpKind::Read { host, .. } | OpKind::Cas { host, .. } => Error::Timeout(Pid::new(host, 0)),
-            };
-            return self.finish_op(seq, Err(err));
+            return self.finish_op(seq, Err(Error::Refused(Refusal::UnknownName)));
         }
-        let mut resend = None;
-        if let OpKind::Import { name, access, next_retransmit } = &mut op.kind {
-            if now >= *next_retransmit {
-                *next_retransmit = now + retransmit;
-                resend = Some((*name, *access));
-            }
-        }
-        let next = match op.kind {
-            OpKind::Import { next_retransmit, .. } => next_retransmit.min(op.deadline),
-            _ => op.deadline,
-        };
-        op.timer_at = Some(next);
-        self.arm(next, TimerKey::MemOp(seq));
+        let resend = (now >= *next_retransmit).then(|| {
+            *next_retransmit = now + retransmit;
+            (*name, *access)
+        });
+        let next = (*next_retransmit).min(*deadline);
+        *timer_at = Some(next);
+        self.arm(next, TimerKey::MemImport(seq));
         if let Some((name, access)) = resend {
             self.stats.retransmissions += 1;
             self.transmit_import(seq, name, access);
