@@ -50,6 +50,22 @@ pub(crate) use bulk::{StreamIn, StreamOut};
 type HashMap<K, V> = rustc_hash::FxHashMap<K, V>;
 type HashSet<K> = rustc_hash::FxHashSet<K>;
 
+/// Where to send a packet for `pid`: its cached host, or broadcast on a
+/// miss (counted). A free function, so that a caller holding a record of
+/// the engine need not look it up again.
+fn route_in(location: &mut LocationCache, stats: &mut Stats, pid: Pid) -> Destination {
+    if pid.is_group() {
+        return Destination::Broadcast;
+    }
+    match location.lookup(pid.host()) {
+        Some(a) => Destination::Addr(a),
+        None => {
+            stats.location_misses += 1;
+            Destination::Broadcast
+        }
+    }
+}
+
 /// Before segment `id` (whose bytes are `bytes`) changes or goes: the split
 /// answers from it still in `transmits` are joined, so that each carries the
 /// bytes of the moment its read was served. A free function, so that the
@@ -350,18 +366,9 @@ impl Engine {
         bytes
     }
 
-    /// Where to send a packet for `pid`: its cached host, or broadcast on a miss.
+    /// Where to send a packet for `pid` (see [`route_in`]).
     fn route(&mut self, pid: Pid) -> Destination {
-        if pid.is_group() {
-            return Destination::Broadcast;
-        }
-        match self.location.lookup(pid.host()) {
-            Some(a) => Destination::Addr(a),
-            None => {
-                self.stats.location_misses += 1;
-                Destination::Broadcast
-            }
-        }
+        route_in(&mut self.location, &mut self.stats, pid)
     }
 
     /// Arms the timer `key` for `at` (see [`Engine::timer_entry`]) and makes
@@ -438,26 +445,21 @@ impl Engine {
     }
 
     /// Removes an alien, its queue entry and its buffered bytes.
-    fn drop_alien(&mut self, src: Pid) -> Option<Alien> {
-        let a = self.aliens.remove(&src)?;
-        self.buffered -= a.appended.len();
-        if a.state == AlienState::Queued {
-            self.unqueue(a.dst, Incoming::Remote(src));
+    fn drop_alien(&mut self, src: Pid) {
+        if self.release_alien(src) {
+            self.aliens.remove(&src);
         }
-        Some(a)
     }
 
     /// Ends an alien without a reply but keeps its sequence number (see
     /// [`AlienState::Gone`]) until it has been silent for the expiry time.
     fn bury_alien(&mut self, now: Time, src: Pid, nack: bool) {
-        let Some(a) = self.aliens.get_mut(&src) else { return };
-        let (queued, dst) = (a.state == AlienState::Queued, a.dst);
-        let released = std::mem::take(&mut a.appended).len();
-        a.state = AlienState::Gone { nack };
-        a.last_heard = now;
-        self.buffered -= released;
-        if queued {
-            self.unqueue(dst, Incoming::Remote(src));
+        if !self.release_alien(src) {
+            return;
+        }
+        if let Some(a) = self.aliens.get_mut(&src) {
+            a.state = AlienState::Gone { nack };
+            a.last_heard = now;
         }
     }
 

@@ -254,13 +254,7 @@ impl Engine {
         }
         let ExchangeState::Remote { seq, .. } = ex.state else { return };
         // One lookup of the exchange: the fields used below are disjoint from it.
-        let to = match self.location.lookup(ex.to.host()) {
-            Some(a) => Destination::Addr(a),
-            None => {
-                self.stats.location_misses += 1;
-                Destination::Broadcast
-            }
-        };
+        let to = super::route_in(&mut self.location, &mut self.stats, ex.to);
         let limit = match to {
             Destination::Addr(a) => self.cfg.data_to(a),
             Destination::Broadcast | Destination::Group(_) => self.cfg.max_data(),
