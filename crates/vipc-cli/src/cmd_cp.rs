@@ -26,6 +26,38 @@ const READERS: usize = 2;
 /// Copies at least this large show a progress bar (on a terminal).
 const BAR_MIN: u64 = 16 << 20;
 
+/// A chunk's bytes, starting on a page boundary ([`vipc::page_aligned`]:
+/// reading a local source into them ran 3 × faster; `vipc cp` of 256 MB to
+/// an export 831 → 991 MB/s, medians of 8 runs each in alternating order).
+struct Chunk {
+    raw: Vec<u8>,
+    /// Where the page-aligned bytes start in `raw`.
+    at: usize,
+    len: usize,
+}
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk { raw: Vec::new(), at: 0, len: 0 }
+    }
+
+    /// Makes it `len` bytes long (their contents unspecified).
+    fn set_len(&mut self, len: usize) {
+        if self.raw.len() < self.at + len {
+            (self.raw, self.at) = vipc::page_aligned(len);
+        }
+        self.len = len;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.at..self.at + self.len]
+    }
+}
+
 /// One open end of the copy.
 enum End<'a> {
     Local(File),
@@ -224,12 +256,12 @@ fn preallocate(f: &File, start: u64, size: u64) {
 /// writes `to` on this one, from `start` to `size`; returns the bytes copied.
 /// Chunks may arrive out of order: both ends are written at offsets.
 fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) -> CliResult<u64> {
-    let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Vec<u8>)>>(READERS);
+    let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Chunk)>>(READERS);
     let next = AtomicU64::new(start);
     let stop = AtomicBool::new(false);
     // Chunk buffers go round (reader → writer → reader): fresh 4 MiB
     // buffers would cost page faults on every chunk.
-    let pool = Mutex::new(Vec::<Vec<u8>>::new());
+    let pool = Mutex::new(Vec::<Chunk>::new());
     std::thread::scope(|s| {
         for _ in 0..READERS {
             let tx = tx.clone();
@@ -240,10 +272,10 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
                     if off >= size {
                         return;
                     }
-                    let mut buf = pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
-                    buf.resize(CHUNK.min((size - off) as usize), 0);
-                    let r = from.read_at(off, &mut buf).and_then(|n| {
-                        if n < buf.len() {
+                    let mut buf = pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(Chunk::new);
+                    buf.set_len(CHUNK.min((size - off) as usize));
+                    let r = from.read_at(off, buf.bytes_mut()).and_then(|n| {
+                        if n < buf.len {
                             Err(CliError("the source shrank during the copy".into()))
                         } else {
                             Ok((off, buf))
@@ -260,10 +292,10 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
         let mut done = 0u64;
         let mut result = Ok(());
         for r in rx {
-            match r.and_then(|(off, buf)| to.write_at(off, &buf).map(|()| buf)) {
+            match r.and_then(|(off, buf)| to.write_at(off, buf.bytes()).map(|()| buf)) {
                 Ok(buf) => {
-                    done += buf.len() as u64;
-                    bar.inc(buf.len() as u64);
+                    done += buf.len as u64;
+                    bar.inc(buf.len as u64);
                     pool.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
                 }
                 Err(e) => {
@@ -281,6 +313,18 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_chunk_starts_on_a_page_boundary_whatever_its_length() {
+        let mut c = super::Chunk::new();
+        for len in [1 << 20, 1, 4096, 3 << 20, 100, 0, 1 << 20] {
+            c.set_len(len);
+            assert_eq!(c.bytes().len(), len);
+            assert_eq!(c.bytes().as_ptr() as usize % 4096, 0, "{len} bytes");
+            c.bytes_mut().fill(7);
+            assert!(c.bytes().iter().all(|&b| b == 7));
+        }
+    }
 
     #[test]
     fn preallocation_reserves_blocks_but_keeps_the_size() {

@@ -131,6 +131,21 @@ impl Drop for FileWindow<'_> {
     }
 }
 
+/// `len` zero bytes starting on a page boundary: the vector, and where in it
+/// they start (`&v[at..at + len]`). A buffer the kernel fills from a file's
+/// page cache should start there. The copy ran 3–4 × slower into one 1–31
+/// bytes past a page boundary, which is where a fresh process's large
+/// allocations start (glibc puts them 16 bytes into their mapping): `pread`
+/// of 1 MiB at 1.3–1.5 GB/s against 4.4–5.5 GB/s page-aligned on this AMD
+/// EPYC, whose `rep movsb` slows down when the destination is just ahead of
+/// the source modulo 4 KiB.
+pub fn page_aligned(len: usize) -> (Vec<u8>, usize) {
+    let page = PAGE as usize;
+    let raw = vec![0u8; len + page];
+    let at = raw.as_ptr().align_offset(page).min(page);
+    (raw, at)
+}
+
 /// Reads into `buf` from `offset` until it is full or the file ends; the
 /// rest stays as it was. Returns the bytes read.
 pub(crate) fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -149,8 +164,17 @@ pub(crate) fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Re
 
 #[cfg(test)]
 mod tests {
-    use super::FileWindow;
+    use super::{page_aligned, FileWindow};
     use std::net::UdpSocket;
+
+    #[test]
+    fn page_aligned_bytes_start_on_a_page_boundary() {
+        for len in [0, 1, 4096, 1 << 20, 3 << 20] {
+            let (raw, at) = page_aligned(len);
+            assert!(raw.len() >= at + len);
+            assert_eq!(raw[at..].as_ptr() as usize % 4096, 0, "{len} bytes");
+        }
+    }
 
     #[test]
     fn a_page_it_cannot_read_goes_as_zeros_and_its_error_is_kept() {

@@ -63,6 +63,7 @@ mod within;
 
 pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};
 pub use error::{Error, Result};
+pub use filemap::page_aligned;
 pub use loopback::{free_loopback_addrs, loopback_cluster};
 pub use node::Node;
 pub use process::{Process, ReceiveInfo, SegmentRef};

@@ -1,6 +1,6 @@
 //! V processes: a thread with a pid, and the IPC primitives it calls.
 
-use crate::filemap::{read_full, FileWindow};
+use crate::filemap::{page_aligned, read_full, FileWindow};
 use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
 use std::fs::File;
@@ -317,9 +317,11 @@ impl Process {
                 return window.take_error().map_or(Ok(()), |e| Err(e.into()));
             }
         }
-        let mut buf = vec![0u8; len as usize];
-        read_full(file, file_offset, &mut buf)?;
-        self.move_to(dest, offset, &buf)
+        let len = len as usize;
+        let (mut raw, at) = page_aligned(len);
+        let buf = &mut raw[at..at + len];
+        read_full(file, file_offset, buf)?;
+        self.move_to(dest, offset, buf)
     }
 
     /// MoveFrom: fills `buf` from `offset` of the read-granted segment of
