@@ -132,13 +132,13 @@ impl Drop for FileWindow<'_> {
 }
 
 /// `len` zero bytes starting on a page boundary: the vector, and where in it
-/// they start (`&v[at..at + len]`). A buffer the kernel fills from a file's
-/// page cache should start there. The copy ran 3–4 × slower into one 1–31
-/// bytes past a page boundary, which is where a fresh process's large
-/// allocations start (glibc puts them 16 bytes into their mapping): `pread`
-/// of 1 MiB at 1.3–1.5 GB/s against 4.4–5.5 GB/s page-aligned on this AMD
-/// EPYC, whose `rep movsb` slows down when the destination is just ahead of
-/// the source modulo 4 KiB.
+/// they start (`&v[at..at + len]`). Read files into such a buffer: the
+/// kernel's copy from the page cache ran 3–4 × slower into one 1–31 bytes
+/// past a page boundary, which is where a fresh process's large allocations
+/// start (glibc puts them 16 bytes into their mapping). Measured on the AMD
+/// EPYC vipc is developed on, whose `rep movsb` slows down when the
+/// destination is just ahead of the source modulo 4 KiB: `pread` of 1 MiB
+/// at 1.3–1.5 GB/s, against 4.4–5.5 GB/s page-aligned.
 pub fn page_aligned(len: usize) -> (Vec<u8>, usize) {
     let page = PAGE as usize;
     let raw = vec![0u8; len + page];
