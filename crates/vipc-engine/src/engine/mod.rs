@@ -391,7 +391,8 @@ impl Engine {
 
     /// The heap entry a timer `key` armed for `at` is to expect: a new one,
     /// or — for the timers of exchanges and aliens, re-armed on every
-    /// exchange — one already pending for that key at or before `at` (its
+    /// exchange, and of the remote-memory deadlines, re-armed on every
+    /// operation — one already pending for that key at or before `at` (its
     /// handler finds the record early and re-arms). A busy client or server
     /// thus keeps one live heap entry per peer process instead of one stale
     /// entry per exchange. The caller records the time returned.

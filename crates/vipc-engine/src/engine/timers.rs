@@ -3,8 +3,9 @@
 //! Timers live in one min-heap of `(time, key)`. Each record remembers the
 //! one entry it expects (`timer_at`); any other entry for it is stale and
 //! skipped, so re-arming never needs to search the heap. Exchange and alien
-//! timers reuse a pending entry of the same key that is due no later (see
-//! `Engine::arm`): their handlers re-arm when they find nothing due yet.
+//! timers, and the one of the remote-memory deadlines, reuse a pending entry
+//! of the same key that is due no later (see `Engine::timer_entry`): their
+//! handlers re-arm when they find nothing due yet.
 
 use super::*;
 

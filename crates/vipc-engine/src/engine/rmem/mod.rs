@@ -28,13 +28,13 @@ pub(crate) struct Rmem {
     /// Reads, CAS-IIs and imports of this node, pending or finished and not
     /// yet collected, by the sequence number of their request.
     pub ops: HashMap<u32, PendingOp>,
-    /// The deadlines of reads and CAS-IIs, in the order they were started
-    /// (so in deadline order: every one is `rmem_timeout` after its start),
-    /// with their seqs; one timer entry stands
-    /// for the earliest (`TimerKey::MemDeadlines`). An entry whose operation is gone is dropped when it
-    /// reaches the front. One heap entry per operation, each left stale a
-    /// few µs later, had the timer thread pop tens of thousands a second
-    /// under the node's lock.
+    /// The deadlines of reads and CAS-IIs, with their seqs, in the order
+    /// they were started (so in deadline order: every one is `rmem_timeout`
+    /// after its start); one timer entry stands for the earliest
+    /// (`TimerKey::MemDeadlines`). An entry whose operation is gone is
+    /// dropped when it reaches the front. One heap entry per operation, each
+    /// left stale a few µs later, had the timer thread pop tens of thousands
+    /// a second under the node's lock.
     pub deadlines: VecDeque<(Time, u32)>,
     /// The segment whose memory the runtime holds ([`Engine::mem_lend`]).
     pub lent: Option<SegmentId>,
