@@ -21,7 +21,7 @@ pub struct Config {
     /// T_r: retransmission interval of an unanswered Send, GetPid or bulk stream.
     pub retransmit: Duration,
     /// T_t: a Send fails after this long without a reply or replyPending;
-    /// aliens and cached replies are freed after this long without traffic.
+    /// aliens and cached replies are freed after twice this long without traffic.
     pub timeout: Duration,
     /// How long a logical host candidate must go without complaint.
     pub host_alloc_wait: Duration,

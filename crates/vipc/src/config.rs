@@ -14,12 +14,12 @@ pub const DEFAULT_GROUP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255
 ///
 /// # Memory
 /// Measured resident cost (`cargo run --release -p vipc --example perf -- rss`):
-/// an idle node process is about 2.7 MB (code, libraries, three threads, the
-/// 64 KiB receive buffer); each local process adds about 0.4 KB plus its thread's
+/// an idle node process is about 2.8 MB (code, libraries, three threads, the
+/// 64 KiB receive buffer); each local process adds about 0.8 KB plus its thread's
 /// stack; each alien (a remote sender's exchange in progress, or its cached
-/// reply kept for T_t) about 0.5 KB, plus any appended segment data it holds
+/// reply, kept up to 2·T_t) about 0.6–0.8 KB, plus any appended segment data it holds
 /// (at most `engine.buffer_limit` in all, 4 MiB by default). A server node
-/// holding 1,000 remote exchanges is about 3.2 MB. A process keeps the
+/// holding 1,000 remote exchanges is about 3.4–3.7 MB. A process keeps the
 /// allocation of its last Send segment (up to 32 MiB) for reuse, and the
 /// engine keeps up to 64 bulk-packet buffers (4 MiB) once it has streamed.
 #[derive(Clone, Debug)]
