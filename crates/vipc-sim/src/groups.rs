@@ -209,15 +209,19 @@ impl App for GroupSim {
         }
     }
 
-    /// The node listens on the group's address exactly while it has members.
+    /// The node's engine has exactly the members the simulation made there
+    /// (joined, not left, not destroyed, not crashed), and the node listens
+    /// on the group's address exactly while there are some.
     fn settled(&mut self, node: usize) {
         if let Some(e) = self.w.nodes[node].engine.as_ref() {
             let group = self.group;
-            let members = e.group_members(group).len();
-            if self.w.nodes[node].listening.contains(&group) != (members > 0) {
+            let model: BTreeSet<Pid> =
+                self.members.iter().filter(|m| m.node == node && m.to.is_none()).map(|m| m.pid).collect();
+            let engine: BTreeSet<Pid> = e.group_members(group).into_iter().collect();
+            let listening = self.w.nodes[node].listening.contains(&group);
+            if engine != model || listening == model.is_empty() {
                 let detail = format!(
-                    "node {node} has {members} members of {group} but listens: {:?}",
-                    self.w.nodes[node].listening
+                    "node {node}: members of {group} {model:?}, its engine has {engine:?}, listening: {listening}"
                 );
                 self.w.fail_with(Invariant::GroupListen, detail);
             }

@@ -219,7 +219,7 @@ impl Scenario {
     }
 
     /// Many clients on 5–6 nodes against engines with room for only 3 aliens
-    /// and 16 KiB of appended data: senders wait in replyPending, appended
+    /// and 2 KiB of appended data: senders wait in replyPending, appended
     /// data is dropped; light loss; many processes destroyed.
     pub fn crowded() -> Scenario {
         Scenario {
@@ -233,7 +233,7 @@ impl Scenario {
             max_clients: 5,
             destroys: 12,
             max_aliens: 3,
-            buffer_limit: 16 << 10,
+            buffer_limit: 2 << 10,
             ..Scenario::calm()
         }
     }

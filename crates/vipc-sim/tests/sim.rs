@@ -351,11 +351,10 @@ fn deterministic(tweaks: &str) {
         let a = run(seed, &sc).map_err(|f| f.to_string());
         let b = run(seed, &sc).map_err(|f| f.to_string());
         assert_eq!(a, b, "seed {seed} ran differently twice");
-        if let Ok(r) = a {
-            assert!(r.delivered > 0 && r.fingerprint != 0);
-            let other = run(seed + 6, &sc).map(|r| r.fingerprint);
-            assert_ne!(other.ok(), Some(r.fingerprint), "different seeds, same run");
-        }
+        let r = a.unwrap_or_else(|f| panic!("seed {seed} failed: {f}"));
+        assert!(r.delivered > 0 && r.fingerprint != 0);
+        let other = run(seed + 6, &sc).unwrap_or_else(|f| panic!("seed {} failed: {f}", seed + 6));
+        assert_ne!(other.fingerprint, r.fingerprint, "different seeds, same run");
     }
 }
 

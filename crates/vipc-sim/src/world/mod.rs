@@ -79,6 +79,11 @@ pub(crate) struct Node {
     /// The groups whose multicast address it listens on (its engine's
     /// `GroupJoined`/`GroupLeft`): where a `Destination::Group` goes.
     pub listening: BTreeSet<Pid>,
+    /// Senders whose latest Send (by seq) this incarnation's engine took
+    /// without its appended data (no room in `buffer_limit`, counted
+    /// `appended_dropped`): the Receives of that message — by its receiver,
+    /// or after a local Forward — may return an empty segment.
+    pub appended_dropped: BTreeMap<Pid, u32>,
     /// Its virtual address ([`node_addr`]).
     addr: SocketAddr,
     /// Times of queued timer events.
@@ -97,6 +102,7 @@ impl Node {
             epoch: 0,
             host: None,
             listening: BTreeSet::new(),
+            appended_dropped: BTreeMap::new(),
             addr: node_addr(i),
             timers: BTreeSet::new(),
             clock: 0,
