@@ -58,6 +58,7 @@ fn nodes_as_processes_answer_ping_and_stat_over_multicast() {
     assert!(stdout(&o).contains("200000-byte segment"), "{}", stdout(&o));
 
     // stat by host id (decimal and hex) and by name.
+    let mut sends_in = Vec::new();
     for target in [n1.host.to_string(), format!("0x{:x}", n2.host), "echo".to_string()] {
         let o = run(&["stat", &target, "--group", &g]);
         assert!(o.status.success(), "stat {target} failed: {}", stderr(&o));
@@ -75,8 +76,11 @@ fn nodes_as_processes_answer_ping_and_stat_over_multicast() {
         assert_eq!(get("mac_failures"), Some(0), "{out}");
         assert!(get("processes").unwrap() >= 2, "kernel server and echo: {out}");
         assert!(fields.len() >= 40, "{out}");
+        sends_in.push(get("packets_in.send").unwrap());
     }
-    // The first node served 20+ pings' worth of exchanges or the second did; together at least 20.
+    // The 20 pings of `echo` went to one node or the other, the 3 of the pid
+    // target to the second: the two nodes took at least 23 Sends together.
+    assert!(sends_in[0] + sends_in[1] >= 23, "Sends in by node: {sends_in:?}");
     drop((n1.guard, n2.guard));
 }
 

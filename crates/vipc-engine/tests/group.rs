@@ -320,7 +320,11 @@ fn group_address_events_follow_local_membership() {
     let now = net.now;
     net.nodes[0].destroy_process(now, b).unwrap();
     assert_eq!(events(&mut net), vec![Event::GroupLeft(g)]);
-    assert!(net.nodes[0].leave_group(b, g).is_err());
+    assert_eq!(
+        net.nodes[0].leave_group(b, g),
+        Err(Error::NotMember { pid: b, group: g }),
+        "destroyed: no longer a member"
+    );
     assert_eq!(events(&mut net), vec![]);
 }
 

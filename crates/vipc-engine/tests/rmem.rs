@@ -90,7 +90,7 @@ fn write_read_and_cas_across_nodes_without_any_process() {
     net.nodes[1].mem_write(&h, 100, &data, false).unwrap();
     net.settle();
     assert_eq!(bytes_of(&net, 0, seg, 100, data.len()), data);
-    assert!(net.stats(1).sent(PacketType::MemWrite) >= 8, "10,000 bytes take several 1,400-byte packets");
+    assert_eq!(net.stats(1).sent(PacketType::MemWrite), 8, "10,000 bytes in packets of at most 1,472 bytes");
     assert_eq!(net.stats(0).rmem_writes_applied, net.stats(1).sent(PacketType::MemWrite));
 
     // A read of 20,000 bytes comes back as several answers into the anonymous segment.
@@ -365,7 +365,7 @@ fn writev_scatters_elements_across_packets() {
     let data: Vec<u8> = (0..1000u32).flat_map(|i| [i as u8; 100]).collect();
     net.nodes[1].mem_writev(&h, 7, Strided { stride: 1000, elem: 100 }, &data, false).unwrap();
     net.settle();
-    assert!(net.stats(1).sent(PacketType::MemWritev) >= 70, "13 elements of 100 bytes per 1,400-byte packet");
+    assert_eq!(net.stats(1).sent(PacketType::MemWritev), 72, "14 elements of 100 bytes per 1,472-byte packet");
     for i in 0..1000u32 {
         assert_eq!(bytes_of(&net, 0, seg, 7 + i * 1000, 100), vec![i as u8; 100]);
         if i < 999 {

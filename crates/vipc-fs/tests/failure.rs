@@ -137,9 +137,11 @@ fn a_client_killed_in_the_middle_of_a_write_leaves_no_state_on_the_server() {
     while server_node.stats().bytes_in < start + (1 << 20) && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_micros(200));
     }
+    let got = server_node.stats().bytes_in - start;
+    assert!(got >= 1 << 20, "the write never got going: {got} bytes in after {:?}", t.elapsed());
     client_node.shutdown();
     let r = writer.join().unwrap();
-    assert!(r.is_err(), "the write finished before the kill: {r:?}");
+    assert!(matches!(r, Err(FsError::Transport(vipc::Error::NodeStopped))), "not ended by the kill: {r:?}");
     let _ = idle;
     // The server notices (its MoveFrom fails, or the reaper's ping finds no
     // owner) and releases both handles.

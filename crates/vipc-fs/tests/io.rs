@@ -4,6 +4,14 @@
 mod common;
 use common::*;
 use std::fs;
+use std::time::Duration;
+
+/// Timers long enough that nothing is retransmitted on a busy machine (these
+/// tests count packets).
+fn patient(c: &mut vipc::NodeConfig) {
+    c.engine.retransmit = Duration::from_secs(2);
+    c.engine.timeout = Duration::from_secs(10);
+}
 
 fn page_exchange_packets(s: &Setup, page: usize) -> (u64, u64) {
     let c = &s.client;
@@ -26,7 +34,7 @@ fn page_exchange_packets(s: &Setup, page: usize) -> (u64, u64) {
 
 #[test]
 fn page_reads_and_writes_are_two_packets() {
-    let s = setup(false);
+    let s = setup_with(false, patient);
     for page in [512, 4096, 8192] {
         assert_eq!(page_exchange_packets(&s, page), (2, 2), "{page}-byte page");
     }
@@ -37,7 +45,10 @@ fn page_reads_and_writes_are_two_packets() {
 fn pages_larger_than_a_packet_fall_back_to_moves() {
     // Ethernet-size packets everywhere: a 4 KB reply segment is too large for
     // one packet, so the server moves the page and then replies.
-    let s = setup_with(false, |c| c.engine.loopback_packet = None);
+    let s = setup_with(false, |c| {
+        patient(c);
+        c.engine.loopback_packet = None;
+    });
     let (read, write) = page_exchange_packets(&s, 4096);
     assert!(read > 2 && write > 2, "read {read} write {write} packets");
     assert_eq!(page_exchange_packets(&s, 1024), (2, 2));

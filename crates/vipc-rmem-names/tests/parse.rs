@@ -74,6 +74,30 @@ proptest! {
         }
     }
 
+    /// The same resealing with the fields in range (a non-zero seq, a valid
+    /// name and its length, zero reserved bytes): always accepted, as written.
+    #[test]
+    fn resealed_requests_with_valid_fields_are_accepted(
+        head in proptest::collection::vec(any::<u8>(), 32),
+        name in "[a-zA-Z0-9_.:/-]{1,80}",
+    ) {
+        let mut slot = [0u8; REQUEST_SIZE];
+        slot[..32].copy_from_slice(&head);
+        if slot[4..8] == [0; 4] {
+            slot[4] = 1;
+        }
+        slot[10] = name.len() as u8;
+        slot[11] = 0;
+        slot[32..32 + name.len()].copy_from_slice(name.as_bytes());
+        let h = blake3::hash(&slot[4..]);
+        slot[0..4].copy_from_slice(&h.as_bytes()[..4]);
+        let r = Request::parse(&slot);
+        prop_assert!(r.is_ok(), "{:?}", r);
+        let r = r.unwrap();
+        prop_assert_eq!(&r.name, &name);
+        prop_assert_eq!(r.encode(), slot);
+    }
+
     #[test]
     fn requests_and_answers_round_trip(r in request(), a in answer()) {
         prop_assert_eq!(Request::parse(&r.encode()), Ok(r));

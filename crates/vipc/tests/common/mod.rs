@@ -26,6 +26,13 @@ pub fn short_timers(cfg: &mut NodeConfig) {
     cfg.engine.timeout = Duration::from_millis(300);
 }
 
+/// Timers long enough that nothing is retransmitted on a busy machine:
+/// for tests that count packets.
+pub fn patient_timers(_: usize, cfg: &mut NodeConfig) {
+    cfg.engine.retransmit = Duration::from_secs(2);
+    cfg.engine.timeout = Duration::from_secs(10);
+}
+
 /// Sum of the IPC packets a node sent and received (no housekeeping).
 pub fn packets(n: &Node) -> u64 {
     n.stats().ipc_packets()

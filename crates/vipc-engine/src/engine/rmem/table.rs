@@ -289,10 +289,21 @@ mod tests {
         s.set_inhibit(12, 45, false).unwrap();
         assert_eq!(s.inhibited_ranges(), &[(10, 12), (45, 50)]);
         assert!(s.inhibited(11, 13) && !s.inhibited(12, 45) && s.inhibited(0, 100));
-        for i in 0..MAX_INHIBITED as u64 {
-            let _ = s.set_inhibit(60 + 2 * i, 61 + 2 * i, true);
+        // Up to the limit, disjoint ranges are kept apart.
+        for i in 0..(MAX_INHIBITED - 2) as u64 {
+            s.set_inhibit(60 + 2 * i, 61 + 2 * i, true).unwrap();
         }
-        assert!(s.set_inhibit(0, 1, false).is_ok());
+        assert_eq!(s.inhibited_ranges().len(), MAX_INHIBITED);
+        let full = s.inhibited_ranges().to_vec();
+        // One more range, or a split of one, is refused and changes nothing.
+        assert!(matches!(s.set_inhibit(1000, 1001, true), Err(Error::Limit(_))));
+        assert!(matches!(s.set_inhibit(46, 47, false), Err(Error::Limit(_))));
+        assert_eq!(s.inhibited_ranges(), &full[..]);
+        // Merging or removing still works at the limit.
+        s.set_inhibit(60, 63, true).unwrap();
+        assert_eq!(s.inhibited_ranges().len(), MAX_INHIBITED - 1);
+        s.set_inhibit(45, 50, false).unwrap();
+        assert_eq!(s.inhibited_ranges().len(), MAX_INHIBITED - 2);
     }
 
     #[test]
