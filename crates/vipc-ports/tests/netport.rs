@@ -53,7 +53,11 @@ fn a_slow_importer_is_named_missing_and_the_others_results_are_kept() {
     let me = nodes[0].attach().unwrap();
     let t = Instant::now();
     let g = port.call_all(&me, &600, Duration::from_millis(150)).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(500), "the limit bounds the call: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "the limit, not the slow member, ends the call: {:?}",
+        t.elapsed()
+    );
     assert_eq!(g.results.into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2)]);
     assert_eq!(g.missing, vec![3]);
     let g = port.call_all(&me, &600, Duration::from_millis(150)).unwrap();

@@ -16,48 +16,88 @@ fn two_nodes() -> (Node, Node) {
     (a, b)
 }
 
-const SLOW: Duration = Duration::from_millis(300);
+/// A flag one thread raises and others wait for (at most `PATIENCE`, so
+/// that a checkpoint that waits for the wrong event fails instead of hanging).
+#[derive(Default)]
+struct Gate(std::sync::Mutex<bool>, std::sync::Condvar);
 
-/// A region on node `a` that waits `SLOW` before it takes a message, then
-/// handles it for `SLOW`; returns when the checkpoint `cp` send on node `b` returned.
-fn time_checkpoint(cp: Checkpoint) -> Duration {
+const PATIENCE: Duration = Duration::from_secs(10);
+
+impl Gate {
+    fn open(&self) {
+        *self.0.lock().unwrap() = true;
+        self.1.notify_all();
+    }
+
+    fn wait(&self) {
+        let g = self.0.lock().unwrap();
+        drop(self.1.wait_timeout_while(g, PATIENCE, |open| !*open).unwrap());
+    }
+
+    fn is_open(&self) -> bool {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// Sends with checkpoint `cp` from node `b` to a region on node `a` that
+/// takes the message only once `take` opens and finishes its handler only
+/// once `finish` opens. A gate the send must not wait for is opened only
+/// after the send returned; one it must wait for, by another thread a while
+/// later. Returns whether the message had been taken, and handled, when the
+/// send returned.
+fn where_checkpoint_returns(cp: Checkpoint) -> (bool, bool) {
     let (a, b) = two_nodes();
     let ports = Arc::new(Ports::start(&a).unwrap());
     let port = ports.open::<u32, u32>("slow").unwrap();
     let (pa, aa) = (ports.clone(), a.clone());
-    // The server's first wait starts after the sender's clock does.
-    let (go, started) = mpsc::channel::<()>();
-    let server = thread::spawn(move || {
-        let me = aa.attach().unwrap();
-        started.recv().unwrap();
-        thread::sleep(SLOW);
-        let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
-            thread::sleep(SLOW);
-            x + 1
-        });
-        r.serve_one().unwrap();
-    });
+    let (take, finish, taken, handled) =
+        (Arc::new(Gate::default()), Arc::new(Gate::default()), Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let server = {
+        let (take, finish, taken, handled) = (take.clone(), finish.clone(), taken.clone(), handled.clone());
+        thread::spawn(move || {
+            let me = aa.attach().unwrap();
+            take.wait();
+            let mut r = Region::new(&me, &pa).on(&port, move |x: u32| {
+                taken.open();
+                finish.wait();
+                handled.open();
+                x + 1
+            });
+            r.serve_one().unwrap();
+        })
+    };
+    let waits_for_take = matches!(cp, Checkpoint::OnDelivery | Checkpoint::OnReturn);
+    let waits_for_handler = matches!(cp, Checkpoint::OnReturn);
+    let later = {
+        let (take, finish) = (take.clone(), finish.clone());
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(50));
+            if waits_for_take {
+                take.open();
+            }
+            if waits_for_handler {
+                finish.open();
+            }
+        })
+    };
     let sender_ports = Ports::start(&b).unwrap();
     let me = b.attach().unwrap();
     let to = sender_ports.connect::<u32, u32>(&me, "slow").unwrap();
-    let t = Instant::now();
-    go.send(()).unwrap();
     to.send(&me, &41, cp).unwrap();
-    let took = t.elapsed();
+    let at_return = (taken.is_open(), handled.is_open());
+    take.open();
+    finish.open();
+    later.join().unwrap();
     server.join().unwrap();
-    took
+    at_return
 }
 
 #[test]
 fn each_checkpoint_returns_at_its_own_point() {
-    let immediate = time_checkpoint(Checkpoint::Immediate);
-    let receipt = time_checkpoint(Checkpoint::OnReceipt);
-    let delivery = time_checkpoint(Checkpoint::OnDelivery);
-    let ret = time_checkpoint(Checkpoint::OnReturn);
-    assert!(immediate < SLOW / 3, "immediate took {immediate:?}");
-    assert!(receipt < SLOW / 3, "on-receipt waits for no region: {receipt:?}");
-    assert!(delivery >= SLOW && delivery < 2 * SLOW, "on-delivery waits for the take only: {delivery:?}");
-    assert!(ret >= 2 * SLOW, "on-return waits for the handler: {ret:?}");
+    assert_eq!(where_checkpoint_returns(Checkpoint::Immediate), (false, false), "immediate waits for nothing");
+    assert_eq!(where_checkpoint_returns(Checkpoint::OnReceipt), (false, false), "on-receipt waits for no region");
+    assert_eq!(where_checkpoint_returns(Checkpoint::OnDelivery), (true, false), "on-delivery waits for the take only");
+    assert_eq!(where_checkpoint_returns(Checkpoint::OnReturn), (true, true), "on-return waits for the handler");
 }
 
 #[test]
@@ -224,7 +264,7 @@ fn a_late_answer_to_an_abandoned_send_does_not_end_the_next_one() {
     let mut r = Region::new(&me, &ports).on(&port, |x| seen.borrow_mut().push(x));
     thread::sleep(Duration::from_millis(100));
     r.serve_one().unwrap(); // the orphan: still served, but answers nobody
-    thread::sleep(SLOW);
+    thread::sleep(Duration::from_millis(300));
     let second_taken = Instant::now();
     r.serve_one().unwrap();
     let returned = sender.join().unwrap();

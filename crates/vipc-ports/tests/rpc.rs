@@ -189,7 +189,7 @@ fn within_bounds_a_call_and_the_next_call_works() {
     let t = Instant::now();
     let e = vipc_ports::within(Duration::from_millis(50), || s.sleep(400)).unwrap_err();
     assert!(e.is_deadline(), "{e}");
-    assert!(t.elapsed() < Duration::from_millis(350));
+    assert!(t.elapsed() < Duration::from_millis(400), "the limit, not the 400 ms call, ended it: {:?}", t.elapsed());
     std::thread::sleep(Duration::from_millis(400)); // the server finishes the abandoned call
     assert_eq!(s.sleep(1).unwrap(), 1);
 }

@@ -71,7 +71,7 @@
 //! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
 //!   (default 1000) spread round-robin over the scenarios, plus replay and
 //!   determinism tests. A failure prints the command that replays it.
-//! - `VIPC_SIM_SEED=N VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture`:
+//! - `VIPC_SIM_SEED=N VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --ignored --nocapture`:
 //!   one seed with every datagram, delivery, call and completion traced.
 //! - `cargo run --release -p vipc-sim --example explore -- all 0 100000`:
 //!   many seeds, one line per failure (`explore groups 0 1000` for a group scenario).

@@ -90,7 +90,7 @@ impl Failure {
             format!("VIPC_SIM_SCENARIO={} ", self.scenario)
         };
         format!(
-            "VIPC_SIM_SEED={} {scen}VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --nocapture",
+            "VIPC_SIM_SEED={} {scen}VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --ignored --nocapture",
             self.seed
         )
     }

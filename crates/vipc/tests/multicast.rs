@@ -165,10 +165,11 @@ fn the_multicast_token_holder_hears_other_messages_and_its_exit_frees_the_token(
         assert_eq!(m[0], i + 1);
         warm(2); // the member takes the token again
     }
-    // Unwoken, the holder would wait for the next datagram on the socket
-    // (an announcement) or its poll's end: tens of milliseconds.
-    let slow = times.iter().filter(|t| **t > Duration::from_millis(20)).count();
-    assert!(slow <= 2, "local Sends to the token holder took {times:?}");
+    // Unwoken, the holder would wait for its poll of the socket to end
+    // (RECV_POLL, 100 ms: no announcements here): a Send slower than half of
+    // that was not woken. One such is allowed for a stall of this machine.
+    let slow = times.iter().filter(|t| **t > Duration::from_millis(50)).count();
+    assert!(slow <= 1, "local Sends to the token holder took {times:?}");
     // The member exits with the token: a new member's first messages come
     // by the multicast thread again.
     warm(2);
