@@ -11,6 +11,7 @@
 //! `report.md` beside the 1983/1985 figures, with PNG plots ([`plots`]).
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod apps;
 pub mod apps_procs;

@@ -1,6 +1,8 @@
 //! `vipc`: run a node, ping a process, read a node's counters, make a key,
 //! or run the demo cluster that exercises every primitive.
 
+#![forbid(unsafe_code)]
+
 /// `println!` that ends the program quietly when stdout is a closed pipe
 /// (e.g. `vipc stat 1 | head`) instead of panicking.
 macro_rules! say {

@@ -33,6 +33,8 @@
 //! cluster whose packets are authenticated with a key (`--key`) or on a
 //! trusted network.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod server;
 

@@ -12,6 +12,7 @@
 //! out fail with EACCES; a read-only export fails every mutation with EROFS.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod attr;
 mod client;

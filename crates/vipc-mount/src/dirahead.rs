@@ -62,6 +62,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct DirAhead {
     shared: Arc<Shared>,
     queue: Option<SyncSender<(String, u64)>>,
+    /// Listings handed out by [`DirAhead::take`]: read ahead and used.
+    used: Arc<AtomicU64>,
 }
 
 impl DirAhead {
@@ -74,7 +76,7 @@ impl DirAhead {
             roads: Mutex::new(HashMap::new()),
         });
         if threads == 0 {
-            return DirAhead { shared, queue: None };
+            return DirAhead { shared, queue: None, used: Arc::default() };
         }
         let (tx, rx) = sync_channel::<(String, u64)>(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
@@ -97,7 +99,12 @@ impl DirAhead {
                 break; // fewer threads (or none): the walk fetches what they would have
             }
         }
-        DirAhead { shared, queue: Some(tx) }
+        DirAhead { shared, queue: Some(tx), used: Arc::default() }
+    }
+
+    /// The count of listings read ahead and used, shared (it outlives the file system handed to the session).
+    pub fn used(&self) -> Arc<AtomicU64> {
+        self.used.clone()
     }
 
     /// Directory `path` was listed and holds subdirectories `subdirs` (names, in listing order): the first
@@ -143,7 +150,11 @@ impl DirAhead {
     /// The listing of `path` read ahead, if there is one younger than `max_age` (it is handed out once).
     pub fn take(&self, path: &str, max_age: Duration) -> Option<Arc<Listing>> {
         let listing = lock(&self.shared.ready).remove(path)?;
-        (listing.at.elapsed() < max_age).then_some(listing)
+        let fresh = (listing.at.elapsed() < max_age).then_some(listing);
+        if fresh.is_some() {
+            self.used.fetch_add(1, Ordering::Relaxed);
+        }
+        fresh
     }
 
     /// Something changed through the mount: nothing read ahead so far may be used.

@@ -72,6 +72,11 @@ impl VipcFs {
         }
     }
 
+    /// The count of directory listings read ahead and then used, shared.
+    pub(crate) fn listings_read_ahead(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.ahead.used()
+    }
+
     /// Number of node ids the kernel holds (for tests and statistics).
     pub fn inode_count(&self) -> usize {
         lock(&self.table).len()

@@ -17,6 +17,7 @@
 //! What is not supported, and why, is in docs/FILES.md (hard links, locks across clients, xattrs, ...).
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod convert;
 mod dirahead;

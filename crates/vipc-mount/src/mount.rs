@@ -7,6 +7,7 @@ use fuser::{Config, MountOption, SessionACL, SessionUnmounter};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -141,6 +142,7 @@ pub struct Mounted {
     unmounter: Option<SessionUnmounter>,
     thread: Option<JoinHandle<()>>,
     ended: mpsc::Receiver<io::Result<()>>,
+    read_ahead_used: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -174,6 +176,7 @@ pub fn mount(
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let fs = VipcFs::new(client, opts);
+    let read_ahead_used = fs.listings_read_ahead();
     let mut session = fuser::Session::new(fs, &mountpoint, &config)
         .map_err(|source| MountError::Mount { path: mountpoint.clone(), source })?;
     let unmounter = session.unmount_callable();
@@ -185,13 +188,18 @@ pub fn mount(
             let _ = tx.send(r);
         })
         .map_err(|source| MountError::Mount { path: mountpoint.clone(), source })?;
-    Ok(Mounted { mountpoint, unmounter: Some(unmounter), thread: Some(thread), ended })
+    Ok(Mounted { mountpoint, unmounter: Some(unmounter), thread: Some(thread), ended, read_ahead_used })
 }
 
 impl Mounted {
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Directory listings served from read-ahead so far (`MountOptions::dir_read_ahead`).
+    pub fn listings_read_ahead(&self) -> u64 {
+        self.read_ahead_used.load(Ordering::Relaxed)
     }
 
     /// Waits up to `timeout` for the session to end by itself (somebody ran `umount` or `fusermount3 -u`);

@@ -163,6 +163,8 @@ fn a_walk_with_read_ahead_sees_the_whole_tree() {
         got.sort();
         assert_eq!(got, want);
     }
+    let used = s.mounted.as_ref().map_or(0, |m| m.listings_read_ahead());
+    assert!(used > 0, "the walks used no listing read ahead");
 }
 
 #[test]

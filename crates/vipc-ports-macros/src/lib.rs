@@ -14,6 +14,8 @@
 //! // generates KeyValueClient<'p> (connect/at, get, put) and KeyValueServer<S: KeyValue>.
 //! ```
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
 use quote::{format_ident, quote};

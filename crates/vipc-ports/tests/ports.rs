@@ -29,9 +29,10 @@ impl Gate {
         self.1.notify_all();
     }
 
-    fn wait(&self) {
+    /// Waits for the gate; false if it stayed shut for `PATIENCE`.
+    fn wait(&self) -> bool {
         let g = self.0.lock().unwrap();
-        drop(self.1.wait_timeout_while(g, PATIENCE, |open| !*open).unwrap());
+        *self.1.wait_timeout_while(g, PATIENCE, |open| !*open).unwrap().0
     }
 
     fn is_open(&self) -> bool {
@@ -40,26 +41,31 @@ impl Gate {
 }
 
 /// Sends with checkpoint `cp` from node `b` to a region on node `a` that
-/// takes the message only once `take` opens and finishes its handler only
-/// once `finish` opens. A gate the send must not wait for is opened only
-/// after the send returned; one it must wait for, by another thread a while
-/// later. Returns whether the message had been taken, and handled, when the
-/// send returned.
-fn where_checkpoint_returns(cp: Checkpoint) -> (bool, bool) {
+/// takes the message only once gate `take` opens and ends its handler only
+/// once gate `finish` opens. A gate the send must not wait for is opened
+/// after the send returned — a send that waited for it anyway would make the
+/// region wait `PATIENCE` in vain —, one it must wait for by another thread
+/// a while later. Returns, as of the send's return, whether the message
+/// could have been taken (`take` open) and whether its handler had ended;
+/// and whether the region ever waited in vain.
+fn where_checkpoint_returns(cp: Checkpoint) -> ((bool, bool), bool) {
     let (a, b) = two_nodes();
     let ports = Arc::new(Ports::start(&a).unwrap());
     let port = ports.open::<u32, u32>("slow").unwrap();
     let (pa, aa) = (ports.clone(), a.clone());
-    let (take, finish, taken, handled) =
-        (Arc::new(Gate::default()), Arc::new(Gate::default()), Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let (take, finish, handled) = (Arc::new(Gate::default()), Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let in_vain = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let server = {
-        let (take, finish, taken, handled) = (take.clone(), finish.clone(), taken.clone(), handled.clone());
+        let (take, finish, handled, in_vain) = (take.clone(), finish.clone(), handled.clone(), in_vain.clone());
         thread::spawn(move || {
             let me = aa.attach().unwrap();
-            take.wait();
+            if !take.wait() {
+                in_vain.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             let mut r = Region::new(&me, &pa).on(&port, move |x: u32| {
-                taken.open();
-                finish.wait();
+                if !finish.wait() {
+                    in_vain.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 handled.open();
                 x + 1
             });
@@ -84,20 +90,25 @@ fn where_checkpoint_returns(cp: Checkpoint) -> (bool, bool) {
     let me = b.attach().unwrap();
     let to = sender_ports.connect::<u32, u32>(&me, "slow").unwrap();
     to.send(&me, &41, cp).unwrap();
-    let at_return = (taken.is_open(), handled.is_open());
+    let at_return = (take.is_open(), handled.is_open());
     take.open();
     finish.open();
     later.join().unwrap();
     server.join().unwrap();
-    at_return
+    (at_return, in_vain.load(std::sync::atomic::Ordering::SeqCst))
 }
 
 #[test]
 fn each_checkpoint_returns_at_its_own_point() {
-    assert_eq!(where_checkpoint_returns(Checkpoint::Immediate), (false, false), "immediate waits for nothing");
-    assert_eq!(where_checkpoint_returns(Checkpoint::OnReceipt), (false, false), "on-receipt waits for no region");
-    assert_eq!(where_checkpoint_returns(Checkpoint::OnDelivery), (true, false), "on-delivery waits for the take only");
-    assert_eq!(where_checkpoint_returns(Checkpoint::OnReturn), (true, true), "on-return waits for the handler");
+    let cases = [
+        (Checkpoint::Immediate, (false, false), "immediate waits for nothing"),
+        (Checkpoint::OnReceipt, (false, false), "on-receipt waits for no region"),
+        (Checkpoint::OnDelivery, (true, false), "on-delivery waits for the take, not the handler"),
+        (Checkpoint::OnReturn, (true, true), "on-return waits for the handler"),
+    ];
+    for (cp, want, what) in cases {
+        assert_eq!(where_checkpoint_returns(cp), (want, false), "{what}");
+    }
 }
 
 #[test]

@@ -86,6 +86,8 @@
 //! }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod check;
 mod gcheck;
 mod groups;
