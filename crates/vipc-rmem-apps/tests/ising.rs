@@ -55,7 +55,6 @@ fn one_two_and_four_nodes_equal_the_sequential_run() {
     for (k, p) in [1usize, 2, 4].into_iter().enumerate() {
         let got = run(p, 10 + 10 * k as u16, &params, 12, 3, &FaultConfig::default());
         assert_eq!(got, want, "{p} nodes");
-        assert_eq!(model::magnetisation(&got), model::magnetisation(&want));
     }
 }
 
