@@ -69,8 +69,9 @@
 //!
 //! Running:
 //! - `cargo test -p vipc-sim --test sim`: the suite, `VIPC_SIM_SEEDS` seeds
-//!   (default 1000) spread round-robin over the scenarios, plus replay and
-//!   determinism tests. A failure prints the command that replays it.
+//!   (default 1000) spread round-robin over the scenarios, plus determinism
+//!   tests. A failure prints the command that replays it (the `replay`
+//!   test, ignored unless asked for with `--ignored`).
 //! - `VIPC_SIM_SEED=N VIPC_SIM_TRACE=1 cargo test -p vipc-sim --test sim -- replay --ignored --nocapture`:
 //!   one seed with every datagram, delivery, call and completion traced.
 //! - `cargo run --release -p vipc-sim --example explore -- all 0 100000`:
