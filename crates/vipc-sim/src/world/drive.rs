@@ -189,18 +189,7 @@ fn deliver<A: App>(app: &mut A, to: usize, to_epoch: u32, from: usize, from_epoc
     app.arriving(to, from, from_epoch, &bytes);
     let w = app.world();
     let addr = w.nodes[from].addr;
-    let dropped = |w: &World<_>| w.nodes[to].engine.as_ref().map_or(0, |e| e.stats().appended_dropped);
-    let before = dropped(w);
-    w.with_engine(to, |e, now| super::engines::feed(e, now, addr, &bytes));
-    let grew = dropped(w) > before;
-    if let Ok(h) = vipc_wire::parse(&bytes, w.key.as_ref()).map(|p| p.header) {
-        let drops = &mut w.nodes[to].appended_dropped;
-        if grew {
-            drops.insert(h.src, h.seq);
-        } else if h.ptype == vipc_wire::PacketType::Send && drops.get(&h.src).is_some_and(|&s| s != h.seq) {
-            drops.remove(&h.src); // a newer Send from that sender, kept whole
-        }
-    }
+    w.feed(to, addr, &bytes);
     // Bytes for a buffer lent to a MoveFrom go there before the next datagram.
     if !w.place(to, &bytes) {
         return;

@@ -21,6 +21,27 @@ impl<E> World<E> {
         r
     }
 
+    /// Hands a datagram from `from` to node `to`'s engine ([`feed`]) and keeps
+    /// [`super::Node::appended_dropped`] up to date: a Send whose appended
+    /// data the engine dropped is noted, a newer Send from that sender taken
+    /// whole forgets it.
+    pub(super) fn feed(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
+        let drops = |w: &World<E>| w.nodes[to].engine.as_ref().map_or(0, |e| e.stats().appended_dropped);
+        let before = drops(self);
+        self.with_engine(to, |e, now| feed(e, now, from, bytes));
+        let dropped = drops(self) > before;
+        if !dropped && self.nodes[to].appended_dropped.is_empty() {
+            return;
+        }
+        let Ok(h) = vipc_wire::parse(bytes, self.key.as_ref()).map(|p| p.header) else { return };
+        let noted = &mut self.nodes[to].appended_dropped;
+        if dropped {
+            noted.insert(h.src, h.seq);
+        } else if h.ptype == vipc_wire::PacketType::Send && noted.get(&h.src).is_some_and(|&s| s != h.seq) {
+            noted.remove(&h.src);
+        }
+    }
+
     /// Sends `node`'s pending datagrams and queues its events for [`super::Driver::settle`].
     pub(super) fn collect(&mut self, node: usize) {
         loop {
@@ -113,7 +134,7 @@ impl<E> World<E> {
 /// by the engine, the datagram's first bytes landing just before the
 /// expected place (those bytes saved and put back), and an answer's data
 /// copied where the engine says (a copy onto themselves when they landed there).
-pub(super) fn feed(e: &mut Engine, now: Time, from: SocketAddr, bytes: &[u8]) {
+fn feed(e: &mut Engine, now: Time, from: SocketAddr, bytes: &[u8]) {
     let Some(mut loan) = e.mem_lend() else { return e.handle_datagram(now, from, bytes) };
     let start = loan.at - HEADER_LEN;
     let landed = bytes.len().min(HEADER_LEN + loan.len);
