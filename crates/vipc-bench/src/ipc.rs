@@ -127,6 +127,24 @@ pub(crate) struct Server {
     pub(crate) pid: Pid,
 }
 
+/// The CPUs `item`'s latency probes are placed on ([`crate::cpus`]), said in a note.
+pub(crate) fn placement(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Cpus {
+    match crate::cpus::Cpus::allowed() {
+        Some(c) if c.home != c.away => {
+            ctx.out.note(format!("{item}: blocking probes on CPU {}, polling servers on CPU {}", c.home, c.away));
+            c
+        }
+        Some(c) => {
+            ctx.out.note(format!("{item}: one CPU allowed (CPU {}): polling servers share it", c.home));
+            c
+        }
+        None => {
+            ctx.out.note(format!("{item}: CPU affinity unreadable: probes not placed"));
+            crate::cpus::Cpus { home: usize::MAX, away: usize::MAX }
+        }
+    }
+}
+
 pub(crate) fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
     let mut args = vec!["--host".to_string(), ctx.host().to_string()];
     if let Some(s) = spin {
@@ -204,19 +222,28 @@ fn penalty(ctx: &mut Ctx<'_>) -> Result<()> {
 /// Item 2 (and the latency baselines of item 7): Send–Receive–Reply.
 fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(9, 2000, 300);
+    // Blocking probes with both ends on one CPU, polling servers on the
+    // other, and the blocking pair once more across the two (see `cpus`).
+    let cpus = placement(ctx, "exchange");
+    let _home = crate::cpus::Pinned::to(cpus.home);
     let udp_b = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
-    let udp_s = Peer::spawn(&ctx.exe, "udp-echo", &["--spin".into()])?;
+    let udp_s = crate::cpus::on(cpus.away, || Peer::spawn(&ctx.exe, "udp-echo", &["--spin".into()]))?;
+    let udp_x = crate::cpus::on(cpus.away, || Peer::spawn(&ctx.exe, "udp-echo", &[]))?;
     let tcp = Peer::spawn(&ctx.exe, "tcp-echo", &[])?;
     let zmq = Peer::spawn(&ctx.exe, "zmq-rep", &[])?;
     let grpc = Peer::spawn(&ctx.exe, "grpc-echo", &[])?;
     let srv = spawn_server(ctx, None)?;
-    let srv_s = spawn_server(ctx, Some(SPIN))?;
+    let srv_s = crate::cpus::on(cpus.away, || spawn_server(ctx, Some(SPIN)))?;
+    let srv_x = crate::cpus::on(cpus.away, || spawn_server(ctx, None))?;
     let loc = local(ctx, vec![], None)?;
-    let loc_s = local(ctx, vec![], Some(SPIN))?;
+    // The local polling pair: its server process (and the node's threads) on the other CPU.
+    let loc_s = crate::cpus::on(cpus.away, || local(ctx, vec![], Some(SPIN)))?;
     let rem = local(ctx, vec![srv.addr], None)?;
     let rem_s = local(ctx, vec![srv_s.addr], Some(SPIN))?;
+    let rem_x = local(ctx, vec![srv_x.addr], None)?;
 
     let mut ub = UdpClient::new(udp_b.parsed("addr")?, false)?;
+    let mut ux = UdpClient::new(udp_x.parsed("addr")?, false)?;
     let mut us = UdpClient::new(udp_s.parsed("addr")?, true)?;
     let mut tc = TcpClient::connect(tcp.parsed("addr")?)?;
     let cv = HandOff::start();
@@ -236,11 +263,13 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
         Probe::micros("srr_remote_32B", n, || timed(&rem.client, srv.pid, echo(), None)),
         Probe::micros("srr_local_32B_spin", n, || timed(&loc_s.client, loc_s.server, echo(), None)),
         Probe::micros("srr_remote_32B_spin", n, || timed(&rem_s.client, srv_s.pid, echo(), None)),
+        Probe::micros("udp_pingpong_32B_across", n, || ux.round_trip(32, PENALTY_PACKET, 0)),
+        Probe::micros("srr_remote_32B_across", n, || timed(&rem_x.client, srv_x.pid, echo(), None)),
     ];
     interleave(&mut probes, rounds, warm)?;
     let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
     let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
-    let rows: [(&str, f64, &str, f64); 15] = [
+    let rows: [(&str, f64, &str, f64); 16] = [
         ("srr_local_32B", m("srr_local_32B")?, "condvar_roundtrip", m("condvar_roundtrip")?),
         ("srr_local_32B_p99", p99("srr_local_32B")?, "condvar_roundtrip_p99", p99("condvar_roundtrip")?),
         ("srr_remote_32B", m("srr_remote_32B")?, "udp_pingpong_32B", m("udp_pingpong_32B")?),
@@ -257,6 +286,13 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
         ("srr_remote_32B_spin_p99", p99("srr_remote_32B_spin")?, "udp_busypoll_32B_p99", p99("udp_busypoll_32B")?),
         ("srr_remote_32B_spin_vs_blocking", m("srr_remote_32B_spin")?, "srr_remote_32B", m("srr_remote_32B")?),
         ("srr_local_32B_spin_vs_blocking", m("srr_local_32B_spin")?, "srr_local_32B", m("srr_local_32B")?),
+        // Server on the other CPU: each wake-up there is the VM's, for both.
+        (
+            "srr_remote_32B_across",
+            m("srr_remote_32B_across")?,
+            "udp_pingpong_32B_across",
+            m("udp_pingpong_32B_across")?,
+        ),
     ];
     for (name, v, base, bv) in rows {
         ctx.rec(name, v, "us", base, bv);
@@ -276,10 +312,10 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
     ctx.rec("packets_per_exchange_remote", pk, "packets", "udp_pingpong_packets", 2.0);
     let pk = packets_per(&rem_s.node, k, || timed(&rem_s.client, srv_s.pid, echo(), None).map(drop))?;
     ctx.rec("packets_per_exchange_remote_spin", pk, "packets", "udp_pingpong_packets", 2.0);
-    if ub.retries + us.retries > 0 {
-        ctx.out.note(format!("exchange: {} UDP ping(s) lost and sent again", ub.retries + us.retries));
+    if ub.retries + us.retries + ux.retries > 0 {
+        ctx.out.note(format!("exchange: {} UDP ping(s) lost and sent again", ub.retries + us.retries + ux.retries));
     }
-    drop((srv.peer, srv_s.peer));
+    drop((srv.peer, srv_s.peer, srv_x.peer));
     Ok(())
 }
 

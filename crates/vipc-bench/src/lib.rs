@@ -5,6 +5,9 @@
 //! figure and their ratio. Baselines run as real programs in separate OS
 //! processes ([`peer`]): raw UDP (blocking and busy-poll), TCP, ZeroMQ
 //! REQ/REP and gRPC unary, plus a condvar hand-off between two threads.
+//! Latency items place their threads on CPUs ([`cpus`]): blocking probes
+//! with both ends on one CPU, busy-polling servers on the other, so that a
+//! figure and its baseline wake their threads the same way.
 //!
 //! Suite `ipc` ([`ipc`]) covers the tables of the V papers (seeds 000 §3 and
 //! 001 §3–6) and the bars of issue 3 ([`bars`]). [`report`] writes
@@ -17,6 +20,7 @@ pub mod apps;
 pub mod apps_procs;
 pub mod bars;
 pub mod condvar;
+pub mod cpus;
 pub mod error;
 pub mod files;
 pub mod filestyles;
