@@ -131,7 +131,8 @@ pub(crate) struct Server {
 pub(crate) fn placement(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Cpus {
     match crate::cpus::Cpus::allowed() {
         Some(c) if c.home != c.away => {
-            ctx.out.note(format!("{item}: blocking probes on CPU {}, polling servers on CPU {}", c.home, c.away));
+            ctx.out
+                .note(format!("{item}: blocking probes on CPU {}, any busy-polling server on CPU {}", c.home, c.away));
             c
         }
         Some(c) => {
@@ -388,6 +389,9 @@ fn moves(ctx: &mut Ctx<'_>) -> Result<()> {
 /// Item 4: page read and page write.
 fn pages(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(5, 1000, 100);
+    // Every probe here blocks: both ends on one CPU (see `cpus`).
+    let cpus = crate::ipc::placement(ctx, "pages");
+    let _home = crate::cpus::Pinned::to(cpus.home);
     let srv = spawn_server(ctx, None)?;
     let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
     let rem = local(ctx, vec![srv.addr], None)?;
