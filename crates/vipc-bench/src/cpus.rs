@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn a_pinned_thread_runs_there_and_gets_its_placement_back() {
         let Some(cpus) = Cpus::allowed() else {
-            eprintln!("skipped: this thread's CPU affinity cannot be read");
+            vipc::testing::skipped("this thread's CPU affinity cannot be read");
             return;
         };
         let before = sched_getaffinity(None).expect("affinity");

@@ -30,7 +30,7 @@ fn fuse_unavailable() -> Option<&'static str> {
 macro_rules! require_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipped: {why}");
+            vipc::testing::skipped(why);
             return;
         }
     };

@@ -63,6 +63,8 @@ mod process;
 mod rmem;
 mod runtime;
 pub mod services;
+#[doc(hidden)]
+pub mod testing;
 mod within;
 
 pub use config::{Broadcast, FaultConfig, Multicast, NodeConfig, DEFAULT_GROUP};

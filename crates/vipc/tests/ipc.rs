@@ -311,7 +311,7 @@ fn idempotent_sends_complete() {
 fn ipv6_loopback_with_static_peers() {
     let probe = std::net::UdpSocket::bind("[::1]:0");
     let Ok(probe) = probe else {
-        eprintln!("skipped: no IPv6 loopback");
+        vipc::testing::skipped("no IPv6 loopback");
         return;
     };
     drop(probe);

@@ -37,7 +37,7 @@ pub fn fuse_unavailable() -> Option<String> {
 macro_rules! require_fuse {
     () => {
         if let Some(why) = common::fuse_unavailable() {
-            eprintln!("skipped: {why}");
+            vipc::testing::skipped(&why);
             return;
         }
     };
