@@ -813,7 +813,30 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
 
     // Two reads into one segment: nothing is lent.
     let now = net.now;
-    net.nodes[1].mem_read(now, &h, 0, 100, (dest, 0), false).unwrap();
-    net.nodes[1].mem_read(now, &h, 0, 100, (dest, 500), false).unwrap();
+    net.nodes[1].mem_read(now, &h, 0, 10_000, (dest, 0), false).unwrap();
+    net.nodes[1].mem_read(now, &h, 0, 10_000, (dest, 50_000), false).unwrap();
     assert!(net.nodes[1].mem_lend().is_none());
+}
+
+/// A read shorter than `rmem_lend_min` is copied from the receive buffer,
+/// not received in place: nothing is lent for it, unless the limit is 0.
+#[test]
+fn a_short_read_borrows_no_memory() {
+    for (lend_min, lent) in [(8 << 10, false), (0, true)] {
+        let mut net = Net::with(2, |c| c.rmem_lend_min = lend_min);
+        let seg = export(&mut net, 1 << 16, rw());
+        net.nodes[0].segment_write(seg, 0, &[7u8; 8192]).unwrap();
+        let h = import(&mut net, 1, Access::READ).unwrap();
+        let dest = anon(&mut net, 1, 1 << 16);
+        let now = net.now;
+        net.nodes[1].mem_read(now, &h, 0, 8191, (dest, 0), false).unwrap();
+        assert_eq!(net.nodes[1].mem_lend().is_some(), lent, "8191 bytes, limit {lend_min}");
+    }
+    let mut net = Net::with(2, |c| c.rmem_lend_min = 8 << 10);
+    export(&mut net, 1 << 16, rw());
+    let h = import(&mut net, 1, Access::READ).unwrap();
+    let dest = anon(&mut net, 1, 1 << 16);
+    let now = net.now;
+    net.nodes[1].mem_read(now, &h, 0, 8192, (dest, 0), false).unwrap();
+    assert!(net.nodes[1].mem_lend().is_some(), "a read of exactly the limit is lent");
 }

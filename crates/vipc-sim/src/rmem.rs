@@ -335,6 +335,9 @@ impl App for RmemSim {
         // destinations): a re-export reuses the unexported slot with the next
         // generation, so stale handles meet a live slot.
         cfg.rmem_max_segments = 7;
+        // Every read received in place (the segments here are under 6000
+        // bytes, all below the default limit): the loan path is what is tested.
+        cfg.rmem_lend_min = 0;
         cfg
     }
 

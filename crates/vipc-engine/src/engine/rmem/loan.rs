@@ -23,7 +23,8 @@ impl Engine {
     /// Lends the memory of the segment the next answer is expected in: the
     /// pending read with the lowest sequence number, where its first missing
     /// bytes go. Nothing when there is a key (the MAC follows the data),
-    /// when memory is lent already, or when another pending operation also
+    /// when memory is lent already, when fewer than `rmem_lend_min` of that
+    /// read's bytes are still to come, or when another pending operation also
     /// answers into that segment — a datagram that is not the one expected
     /// lands in bytes that no answer has written yet, which its own answer
     /// overwrites later. The segment's owner reads it only once the runtime
@@ -46,6 +47,9 @@ impl Engine {
                 _ => None,
             })
             .min_by_key(|&(seq, ..)| seq)?;
+        if gap.1 - gap.0 < self.cfg.rmem_lend_min as u64 {
+            return None;
+        }
         let shared = self.rmem.ops.iter().filter(|(_, op)| pending(op)).any(|(&s, op)| {
             s != seq && matches!(op.kind, OpKind::Read { dest: d, .. } | OpKind::Cas { dest: d, .. } if d == dest)
         });
