@@ -27,6 +27,9 @@ pub struct Cpus {
 }
 
 impl Cpus {
+    /// No placement: [`Pinned::to`] either CPU leaves a thread where it was.
+    pub const NONE: Cpus = Cpus { home: usize::MAX, away: usize::MAX };
+
     /// The first two CPUs this thread may run on, or `None` if the affinity
     /// cannot be read (then nothing is placed).
     pub fn allowed() -> Option<Cpus> {
@@ -116,7 +119,7 @@ mod tests {
     #[test]
     fn a_cpu_not_allowed_leaves_the_placement_alone() {
         let before = sched_getaffinity(None).expect("affinity").count();
-        for cpu in [CpuSet::MAX_CPU - 1, usize::MAX] {
+        for cpu in [CpuSet::MAX_CPU - 1, Cpus::NONE.home, Cpus::NONE.away] {
             let pin = Pinned::to(cpu);
             assert!(!pin.placed());
             assert_eq!(sched_getaffinity(None).expect("affinity").count(), before);

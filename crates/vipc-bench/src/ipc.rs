@@ -141,7 +141,7 @@ pub(crate) fn placement(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Cpus {
         }
         None => {
             ctx.out.note(format!("{item}: CPU affinity unreadable: probes not placed"));
-            crate::cpus::Cpus { home: usize::MAX, away: usize::MAX }
+            crate::cpus::Cpus::NONE
         }
     }
 }
@@ -390,7 +390,7 @@ fn moves(ctx: &mut Ctx<'_>) -> Result<()> {
 fn pages(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(5, 1000, 100);
     // Every probe here blocks: both ends on one CPU (see `cpus`).
-    let cpus = crate::ipc::placement(ctx, "pages");
+    let cpus = placement(ctx, "pages");
     let _home = crate::cpus::Pinned::to(cpus.home);
     let srv = spawn_server(ctx, None)?;
     let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
