@@ -83,11 +83,6 @@ pub fn on<T>(cpu: usize, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// The CPU this thread is running on now.
-pub fn current() -> usize {
-    rustix::thread::sched_getcpu()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,7 +103,7 @@ mod tests {
             let inherited =
                 std::thread::spawn(|| sched_getaffinity(None).expect("affinity").count()).join().expect("thread");
             assert_eq!(inherited, 1);
-            assert_eq!(current(), cpu);
+            assert_eq!(rustix::thread::sched_getcpu(), cpu);
             drop(pin);
             assert!(outer.placed());
             drop(outer);

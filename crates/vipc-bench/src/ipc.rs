@@ -146,6 +146,12 @@ pub(crate) fn placement(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Cpus {
     }
 }
 
+/// Holds this thread to the home CPU for an item whose probes all block
+/// (see [`crate::cpus`]); what the item starts meanwhile runs there too.
+pub(crate) fn pin_home(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Pinned {
+    crate::cpus::Pinned::to(placement(ctx, item).home)
+}
+
 pub(crate) fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
     let mut args = vec!["--host".to_string(), ctx.host().to_string()];
     if let Some(s) = spin {
@@ -389,9 +395,7 @@ fn moves(ctx: &mut Ctx<'_>) -> Result<()> {
 /// Item 4: page read and page write.
 fn pages(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(5, 1000, 100);
-    // Every probe here blocks: both ends on one CPU (see `cpus`).
-    let cpus = placement(ctx, "pages");
-    let _home = crate::cpus::Pinned::to(cpus.home);
+    let _home = pin_home(ctx, "pages");
     let srv = spawn_server(ctx, None)?;
     let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
     let rem = local(ctx, vec![srv.addr], None)?;

@@ -237,9 +237,7 @@ impl Reader {
 /// Item `latency`: remote read by size and CAS-II against raw UDP.
 fn latency(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(7, 1000, 200);
-    // Every probe here blocks: both ends on one CPU (see `cpus`).
-    let cpus = crate::ipc::placement(ctx, "rmem/latency");
-    let _home = crate::cpus::Pinned::to(cpus.home);
+    let _home = crate::ipc::pin_home(ctx, "rmem/latency");
     let r = reader(ctx)?;
     // The owner process answers the UDP baselines too (the "between the same processes").
     let ub = RefCell::new(UdpClient::new(r.owner_udp, false)?);

@@ -144,9 +144,7 @@ fn micros(t: Instant) -> f64 {
 /// Typed calls and port calls against Send–Receive–Reply.
 fn calls(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(7, 1000, 200);
-    // Every probe here blocks: both ends on one CPU (see `cpus`).
-    let cpus = crate::ipc::placement(ctx, "typed/calls");
-    let _home = crate::cpus::Pinned::to(cpus.home);
+    let _home = crate::ipc::pin_home(ctx, "typed/calls");
     let peer = spawn_peer(ctx)?;
     let node = Node::start(node_config(ctx.host(), vec![peer.parsed("addr")?], None))?;
     let raw = Pid(peer.parsed("raw")?);
@@ -212,9 +210,7 @@ fn calls(ctx: &mut Ctx<'_>) -> Result<()> {
 /// Remote variables and network ports against the raw primitives under them.
 fn reads(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(7, 500, 100);
-    // Every probe here blocks: both ends on one CPU (see `cpus`).
-    let cpus = crate::ipc::placement(ctx, "typed/reads");
-    let _home = crate::cpus::Pinned::to(cpus.home);
+    let _home = crate::ipc::pin_home(ctx, "typed/reads");
     let peer = spawn_peer(ctx)?;
     let peer_addr = peer.parsed("addr")?;
     let node = Node::start(node_config(ctx.host(), vec![peer_addr], None))?;

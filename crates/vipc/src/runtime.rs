@@ -338,27 +338,27 @@ pub(crate) struct Shared {
     keyed: bool,
 }
 
-/// CLOCK_MONOTONIC_COARSE in nanoseconds.
+/// CLOCK_MONOTONIC_COARSE in nanoseconds: CLOCK_MONOTONIC read at the last
+/// tick ([`precise_now`] itself on a kernel without it, before 2.6.32), so
+/// the two share one time base and this one is never ahead.
 fn coarse_now() -> u64 {
-    monotonic_ns(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE).map_or_else(|_| precise_now(), ns)
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock [`coarse_now`] reads at the
-/// last tick, so the two share one time base and this one is never behind.
+/// CLOCK_MONOTONIC in nanoseconds (the time since the first call if even
+/// that clock fails, which Linux does not let it).
 fn precise_now() -> u64 {
-    monotonic_ns(nix::time::ClockId::CLOCK_MONOTONIC)
-}
-
-/// `clock` in nanoseconds; on a kernel without it (CLOCK_MONOTONIC_COARSE
-/// before 2.6.32), the time since the first such call, for every clock alike.
-fn monotonic_ns(clock: nix::time::ClockId) -> u64 {
-    match nix::time::clock_gettime(clock) {
-        Ok(t) => (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64),
-        Err(_) => {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or_else(
+        |_| {
             static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
             START.get_or_init(Instant::now).elapsed().as_nanos().min(u64::MAX as u128) as u64
-        }
-    }
+        },
+        ns,
+    )
+}
+
+fn ns(t: nix::sys::time::TimeSpec) -> u64 {
+    (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64)
 }
 
 fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
