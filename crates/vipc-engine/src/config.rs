@@ -76,8 +76,9 @@ pub struct Config {
     /// is received the ordinary way and its answer copied, rather than received
     /// in place ([`crate::Engine::mem_lend`] lends nothing): a receive in
     /// place costs a two-part `recvmsg` and the loan's bookkeeping, more than
-    /// copying a few KiB (pinned to one CPU, medians: 8 B reads 13.1 → 12.8 µs,
-    /// 1 KB 13.4 → 13.0, 4 KB 13.6 → 13.4; 32 KB 15.6 in place, 15.9 copied).
+    /// copying up to 8 KiB (pinned to one CPU, medians: 8 B reads 13.1 → 12.8 µs,
+    /// 1 KB 13.4 → 13.0, 4 KB 13.6 → 13.4; `vipc bench rmem/latency`, 8 KB
+    /// 1.110–1.115 → 1.093–1.101 × UDP; 32 KB 15.6 in place, 15.9 copied).
     /// 0: every read is received in place when it can be.
     pub rmem_lend_min: usize,
     /// Remote memory: notification records a segment's control channel holds.
@@ -114,7 +115,7 @@ impl Default for Config {
             rmem_max_bytes: 256 << 20,
             rmem_max_ops: 4096,
             rmem_timeout: Duration::from_millis(1000),
-            rmem_lend_min: 8 << 10,
+            rmem_lend_min: 16 << 10,
             rmem_control_queue: 1024,
             rmem_data_queue: 1 << 20,
             seed: 0,

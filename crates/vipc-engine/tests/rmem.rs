@@ -811,10 +811,10 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
     assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
     assert!(net.nodes[1].mem_lend().is_none(), "nothing pending");
 
-    // Two reads into one segment: nothing is lent.
+    // Two reads into one segment, each long enough to be lent alone: nothing is lent.
     let now = net.now;
-    net.nodes[1].mem_read(now, &h, 0, 10_000, (dest, 0), false).unwrap();
-    net.nodes[1].mem_read(now, &h, 0, 10_000, (dest, 50_000), false).unwrap();
+    net.nodes[1].mem_read(now, &h, 0, 20_000, (dest, 0), false).unwrap();
+    net.nodes[1].mem_read(now, &h, 0, 20_000, (dest, 50_000), false).unwrap();
     assert!(net.nodes[1].mem_lend().is_none());
 }
 
@@ -839,4 +839,14 @@ fn a_short_read_borrows_no_memory() {
     let now = net.now;
     net.nodes[1].mem_read(now, &h, 0, 8192, (dest, 0), false).unwrap();
     assert!(net.nodes[1].mem_lend().is_some(), "a read of exactly the limit is lent");
+    // The default, as documented: 8 KiB reads are copied (faster), 16 KiB lent.
+    for (len, lent) in [(8 << 10, false), ((16 << 10) - 1, false), (16 << 10, true)] {
+        let mut net = Net::with(2, |_| {});
+        export(&mut net, 1 << 16, rw());
+        let h = import(&mut net, 1, Access::READ).unwrap();
+        let dest = anon(&mut net, 1, 1 << 16);
+        let now = net.now;
+        net.nodes[1].mem_read(now, &h, 0, len, (dest, 0), false).unwrap();
+        assert_eq!(net.nodes[1].mem_lend().is_some(), lent, "{len} bytes, default limit");
+    }
 }

@@ -156,7 +156,14 @@ impl ChildProc {
 }
 
 impl Drop for ChildProc {
+    /// Closes the child's stdin, its cue to exit (so that a profiler running
+    /// it sees a normal exit); kills it if it has not within 10 s.
     fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
