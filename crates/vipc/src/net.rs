@@ -284,7 +284,8 @@ pub(crate) fn recv_parts(
     use nix::sys::socket::{recvmsg, MsgFlags, SockaddrLike, SockaddrStorage};
     let fd = sock.as_raw_fd();
     let flags = if spin.is_some() { MsgFlags::MSG_DONTWAIT } else { MsgFlags::empty() };
-    let mut pacing = Spin::syscalls();
+    // Made at the first empty poll: a blocking receive reads no clock for it.
+    let mut pacing = None;
     let mut rounds = 0u32;
     loop {
         let got = if b.is_empty() {
@@ -313,7 +314,7 @@ pub(crate) fn recv_parts(
                 if stop.load(Ordering::Acquire) || (rounds % 8 == 0 && Instant::now() >= until) {
                     return None;
                 }
-                pacing.pause();
+                pacing.get_or_insert_with(Spin::syscalls).pause();
             }
             Err(e) => {
                 receive_failed(std::io::Error::from(e));

@@ -397,11 +397,12 @@ impl PendingOp {
     /// [`Error::StillPending`] after `timeout` (the operation is then forgotten).
     pub fn wait(mut self, timeout: Duration) -> Result<MemOutcome> {
         let within = crate::within::remaining()?;
-        let deadline = Instant::now() + within.map_or(timeout, |left| left.min(timeout));
+        let start = Instant::now();
+        let deadline = start + within.map_or(timeout, |left| left.min(timeout));
         let shared = self.shared.clone();
         // With the node's `poll_spin`, the waiter first spins on the socket
         // (002's processor-synchronous wait), then blocks.
-        let spin_until = shared.poll_spin.map(|d| Instant::now() + d);
+        let spin_until = shared.poll_spin.map(|d| start + d);
         let mut st = shared.lock();
         loop {
             let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
@@ -412,12 +413,13 @@ impl PendingOp {
                 self.op = None;
                 return r.map_err(Error::from);
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 let cut = within.is_some_and(|left| left < timeout);
                 return Err(if cut { vipc_engine::Error::Deadline.into() } else { Error::StillPending });
             }
             // Read the answer ourselves (see Shared::wait_mem), else sleep until it is in.
-            st = shared.wait_mem(st, deadline, spin_until);
+            st = shared.wait_mem(st, left, spin_until);
         }
     }
 

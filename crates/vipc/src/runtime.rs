@@ -925,7 +925,7 @@ impl Shared {
     }
 
     /// A thread waiting for a remote-memory event (an operation's answer, a
-    /// segment's record) until `deadline`, after checking that it has not
+    /// segment's record) for at most `left`, after checking that it has not
     /// come: reads one datagram itself if it can ([`Shared::read_for_op`]),
     /// else sleeps until the event or the token is free. Only a waiter with
     /// a whole receive's timeout left asks for the token: the background
@@ -934,10 +934,9 @@ impl Shared {
     pub(crate) fn wait_mem<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
-        deadline: Instant,
+        left: Duration,
         spin_until: Option<Instant>,
     ) -> MutexGuard<'a, State> {
-        let left = deadline.saturating_duration_since(Instant::now());
         if left < net::RECV_POLL {
             return self.sleep_for_mem(st, left);
         }
@@ -1120,7 +1119,8 @@ impl Shared {
         mut lend: Lend<'_>,
     ) -> Result<Completion> {
         let spin_until = self.poll_spin.map(|d| Instant::now() + d);
-        let mut spinner = net::Spin::cheap();
+        // Made at the first spin: a blocking wait reads no clock for it.
+        let mut spinner = None;
         let mut work = VecDeque::new();
         let mut spent = Vec::new();
         if spin_until.is_some() {
@@ -1133,7 +1133,7 @@ impl Shared {
                 // lock, and takes its completion without it: it holds no
                 // reader token and has asked for none (see `release`).
                 if let Some(until) = spin_until {
-                    spin_on(signal, until, &mut spinner);
+                    spin_on(signal, until, spinner.get_or_insert_with(net::Spin::cheap));
                     if !lead {
                         if let Some(c) = signal.take() {
                             return Ok(c);
@@ -1232,7 +1232,7 @@ impl Shared {
                 signal.ready.store(false, Ordering::Relaxed);
                 drop(st);
                 let check = if lead { (Instant::now() + SPIN_CHECK).min(until) } else { until };
-                spin_on(signal, check, &mut spinner);
+                spin_on(signal, check, spinner.get_or_insert_with(net::Spin::cheap));
                 if !lead {
                     if let Some(c) = signal.take() {
                         return Ok(c);
