@@ -306,21 +306,35 @@ impl FsClient {
 
     /// Opens (with O_CREAT: creates) `path`; O_CREAT, O_EXCL, O_TRUNC and O_APPEND are honoured.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> FsResult<(Handle, Attr)> {
-        let (remote, attr, instance) = self.open_remote(path, flags, mode)?;
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.opens).insert(id, Open { path: path.to_string(), flags, instance, remote });
-        Ok((Handle(id), attr))
+        self.open_with_head(path, flags, mode, 0).map(|(h, attr, _)| (h, attr))
     }
 
-    fn open_remote(&self, path: &str, flags: i32, mode: u32) -> FsResult<(u64, Attr, u64)> {
-        let mut seg = path_segment(path, &[], ATTR_LEN)?;
+    /// [`FsClient::open`], and up to `head` bytes of the file's beginning as
+    /// they were when it was opened (none for a file opened write-only or
+    /// not a regular file; at most [`OPEN_HEAD_MAX`]; fewer if the file is
+    /// shorter): one exchange for a small file's opening and first read.
+    pub fn open_with_head(&self, path: &str, flags: i32, mode: u32, head: usize) -> FsResult<(Handle, Attr, Vec<u8>)> {
+        let (remote, attr, instance, head) = self.open_remote(path, flags, mode, head.min(OPEN_HEAD_MAX))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.opens).insert(id, Open { path: path.to_string(), flags, instance, remote });
+        Ok((Handle(id), attr, head))
+    }
+
+    fn open_remote(&self, path: &str, flags: i32, mode: u32, head: usize) -> FsResult<(u64, Attr, u64, Vec<u8>)> {
+        let mut seg = path_segment(path, &[], ATTR_LEN + head)?;
         let mut req = Req::new(OP_OPEN);
         req.set_path_len(path.len());
         req.set_a(mode);
+        req.set_offset(head as u64);
         req.set_count(flags as u32);
         req.set_b(self.owner_b());
         let (rep, server) = self.call_ok(req, Some(SegmentRef::ReadWrite(&mut seg)))?;
-        Ok((rep.value(), Self::attr_reply(&rep, &seg)?, server.instance))
+        let attr = Self::attr_reply(&rep, &seg)?;
+        let got = (rep.count() as usize).saturating_sub(ATTR_LEN).min(head);
+        if got as u64 > attr.size {
+            return Err(bad("more of the file's beginning than the file holds"));
+        }
+        Ok((rep.value(), attr, server.instance, seg[ATTR_LEN..ATTR_LEN + got].to_vec()))
     }
 
     /// A handle request: `build` makes the request for the server's handle.
@@ -341,7 +355,7 @@ impl FsClient {
 
     fn reopen(&self, h: Handle, old: &Open) -> FsResult<Open> {
         let flags = old.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        let (remote, _, instance) = match self.open_remote(&old.path, flags, 0) {
+        let (remote, _, instance, _) = match self.open_remote(&old.path, flags, 0, 0) {
             Ok(r) => r,
             Err(FsError::Errno(_)) => return Err(FsError::Errno(libc::ESTALE)),
             Err(e) => return Err(e),

@@ -58,6 +58,10 @@ pub const MAX_PACKET_DATA: usize = 65_507 - 72 - 16;
 pub const ETHERNET_PACKET_DATA: usize = 1472 - 72 - 16;
 /// Default transfer unit of MoveTo/MoveFrom for large reads and writes.
 pub const DEFAULT_UNIT: usize = 1 << 20;
+/// Most bytes of a file's beginning an OPEN returns after the attributes
+/// (request bytes 16–23): a small file opened for reading comes with its
+/// contents, so its first READ needs no exchange of its own.
+pub const OPEN_HEAD_MAX: usize = 64 << 10;
 
 /// A request message: accessors over the 32 bytes.
 #[derive(Clone, Copy, Debug, Default)]
@@ -98,7 +102,8 @@ impl Req {
     pub fn set_handle(&mut self, v: u64) {
         self.0[8..16].copy_from_slice(&v.to_le_bytes());
     }
-    /// Bytes 16–23: file offset, or readdir cookie.
+    /// Bytes 16–23: file offset, readdir cookie, or (OPEN) the bytes of the
+    /// file's beginning wanted in the reply after the attributes.
     pub fn offset(&self) -> u64 {
         u64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
     }

@@ -201,10 +201,51 @@ fn long_paths_and_big_listings_work_over_ethernet_size_packets() {
     c.write(h, 0, &pattern(5000, 1)).unwrap();
     c.close(h).unwrap();
     assert_eq!(c.lookup(&file).unwrap().size, 5000);
+    // The file's beginning after the attributes does not fit the reply packet either: MoveTo.
+    let (h, _, head) = c.open_with_head(&file, libc::O_RDONLY, 0, 8192).unwrap();
+    assert_eq!(head, pattern(5000, 1));
+    c.close(h).unwrap();
     for i in 0..400 {
         fs::write(s.dir.path().join(format!("entry-{i:04}")), []).unwrap();
     }
     assert_eq!(c.readdir("").unwrap().len(), 401);
     c.rename(&file, "moved", 0).unwrap();
     assert_eq!(c.lookup("moved").unwrap().size, 5000);
+}
+
+/// An OPEN asking for the file's beginning brings it back with the
+/// attributes, in the same 2-packet exchange: all of a small file, at most
+/// what was asked, none for a write-only open or a directory; an open that
+/// asks for none gets none.
+#[test]
+fn an_open_brings_back_the_beginning_of_the_file() {
+    let s = setup_with(false, patient);
+    let c = &s.client;
+    fs::write(s.dir.path().join("small"), pattern(3000, 4)).unwrap();
+    fs::write(s.dir.path().join("big"), pattern(200_000, 5)).unwrap();
+    fs::create_dir(s.dir.path().join("dir")).unwrap();
+    let (h, _) = c.open("small", libc::O_RDONLY, 0).unwrap(); // warm-up (location cache)
+    c.close(h).unwrap();
+
+    let before = packets(&s.client_node);
+    let (h, attr, head) = c.open_with_head("small", libc::O_RDONLY, 0, 16 << 10).unwrap();
+    assert_eq!(packets(&s.client_node) - before, 2, "one exchange");
+    assert_eq!((attr.size, head), (3000, pattern(3000, 4)), "the whole small file");
+    c.close(h).unwrap();
+
+    let (h, _, head) = c.open_with_head("big", libc::O_RDWR, 0, 10_000).unwrap();
+    assert_eq!(head, pattern(200_000, 5)[..10_000], "what was asked");
+    c.close(h).unwrap();
+    let (h, _, head) = c.open_with_head("big", libc::O_RDONLY, 0, 1 << 20).unwrap();
+    assert_eq!(head, pattern(200_000, 5)[..vipc_fs::proto::OPEN_HEAD_MAX], "at most OPEN_HEAD_MAX");
+    c.close(h).unwrap();
+
+    for (path, flags) in [("small", libc::O_WRONLY), ("dir", libc::O_RDONLY | libc::O_DIRECTORY)] {
+        let (h, _, head) = c.open_with_head(path, flags, 0, 4096).unwrap();
+        assert!(head.is_empty(), "{path} opened with {flags:#o}: {} bytes", head.len());
+        c.close(h).unwrap();
+    }
+    let (h, _, head) = c.open_with_head("small", libc::O_RDONLY, 0, 0).unwrap();
+    assert!(head.is_empty());
+    c.close(h).unwrap();
 }

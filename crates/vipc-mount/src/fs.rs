@@ -6,6 +6,7 @@
 
 use crate::convert::{self, errno, file_attr, name};
 use crate::dirahead::{DirAhead, Listing};
+use crate::heads::Heads;
 use crate::inodes::{join, InodeTable};
 use crate::options::MountOptions;
 use fuser::{
@@ -19,6 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
+use vipc_fs::proto::OPEN_HEAD_MAX;
 use vipc_fs::{Attr, FileKind, FsClient, Handle, SetAttr};
 
 /// Open flags passed on to the server; the rest (O_CLOEXEC, O_NOCTTY, O_LARGEFILE, O_NONBLOCK, O_DIRECT,
@@ -40,6 +42,8 @@ pub struct VipcFs {
     table: Mutex<InodeTable>,
     files: Mutex<HashMap<u64, OpenFile>>,
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    /// Small files' beginnings that came with their opens.
+    heads: Heads,
     ahead: DirAhead,
     next_fh: AtomicU64,
 }
@@ -68,6 +72,7 @@ impl VipcFs {
             table: Mutex::new(InodeTable::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
+            heads: Heads::default(),
             next_fh: AtomicU64::new(1),
         }
     }
@@ -125,6 +130,29 @@ impl VipcFs {
         let attr = r.map_err(|e| errno(&e))?;
         lock(&self.table).set_attr(ino, &attr, Instant::now());
         Ok(attr)
+    }
+
+    /// How much of its beginning to ask with the open of node `ino` with
+    /// `flags`: all of a regular file of at most [`OPEN_HEAD_MAX`] bytes by
+    /// its cached attributes, unless the open may write it, reads bypass the
+    /// page cache, or the kernel keeps its pages from an earlier open (it
+    /// will not read it at all).
+    fn head_wanted(&self, ino: u64, flags: i32) -> usize {
+        if self.opts.direct_io || flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return 0;
+        }
+        let t = lock(&self.table);
+        match t.cached_attr(ino, self.opts.attr_ttl, Instant::now()) {
+            Some((a, _)) if a.kind == FileKind::File && a.size <= OPEN_HEAD_MAX as u64 => {
+                let kept = self.opts.data_cache && t.pages_kept(ino, a.mtime, a.size);
+                if kept {
+                    0
+                } else {
+                    a.size as usize
+                }
+            }
+            _ => 0,
+        }
     }
 
     /// Registers an open handle and decides whether the kernel may keep the file's cached pages.
@@ -262,6 +290,9 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        if size.is_some() {
+            self.heads.changed(ino.0);
+        }
         let r = self.client.setattr(&path, handle, &set);
         self.ahead.changed();
         match r {
@@ -431,13 +462,17 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let raw = flags.0 & PASSED_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
-        let r = self.client.open(&path, raw, 0);
+        let want = self.head_wanted(ino.0, raw);
+        let r = self.client.open_with_head(&path, raw, 0, want);
         if raw & libc::O_TRUNC != 0 {
             self.ahead.changed();
         }
         match r {
-            Ok((h, attr)) => {
+            Ok((h, attr, head)) => {
                 let (fh, fl) = self.register_open(ino.0, h, &attr);
+                if want > 0 {
+                    self.heads.insert(fh, ino.0, head, attr.size);
+                }
                 reply.opened(FileHandle(fh), fl);
             }
             Err(e) => reply.error(errno(&e)),
@@ -455,6 +490,9 @@ impl Filesystem for VipcFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(r) = self.heads.read(fh.0, offset, size, self.opts.attr_ttl) {
+            return reply.data(&r.bytes[r.range]);
+        }
         let f = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -482,6 +520,7 @@ impl Filesystem for VipcFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        self.heads.changed(f.ino);
         let r = self.client.write(f.handle, offset, data);
         self.ahead.changed();
         lock(&self.table).invalidate(f.ino);
@@ -509,6 +548,7 @@ impl Filesystem for VipcFs {
         reply: ReplyEmpty,
     ) {
         let Some(f) = lock(&self.files).remove(&fh.0) else { return reply.error(Errno::EBADF) };
+        self.heads.forget(fh.0);
         lock(&self.table).closed(f.ino, f.handle);
         match self.client.close(f.handle) {
             Ok(()) => reply.ok(),

@@ -251,6 +251,12 @@ impl InodeTable {
         self.nodes.get(&ino)?.open.first().copied()
     }
 
+    /// Whether the page cache of `ino` was filled from a file of this `mtime` and `size` (an open that
+    /// finds the file so lets the kernel keep its pages).
+    pub fn pages_kept(&self, ino: u64, mtime: Timestamp, size: u64) -> bool {
+        self.nodes.get(&ino).is_some_and(|n| n.cache_stamp == Some((mtime, size)))
+    }
+
     /// Records what the page cache of `ino` was filled from and tells whether it matched the previous
     /// record (then the kernel may keep its cached pages).
     pub fn check_cache_stamp(&mut self, ino: u64, mtime: Timestamp, size: u64) -> bool {

@@ -22,6 +22,7 @@
 mod convert;
 mod dirahead;
 mod fs;
+mod heads;
 mod inodes;
 mod mount;
 mod options;

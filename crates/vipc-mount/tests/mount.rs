@@ -128,3 +128,35 @@ fn server_gone_gives_eio_quickly_and_the_mount_recovers() {
     held.read_exact_at(&mut buf, 8192).unwrap();
     assert!(buf.iter().all(|&b| b == 5));
 }
+
+/// Small files opened for reading come with their contents (one exchange
+/// instead of two): what programs read is the file, whatever its size
+/// around the limit, and a write through the mount to a file another
+/// descriptor has open shows in that descriptor's next read.
+#[test]
+fn small_files_read_whole_with_their_open_and_see_this_mounts_writes() {
+    require_fuse!();
+    let s = Served::start(MountOptions::default());
+    let limit = vipc_fs::proto::OPEN_HEAD_MAX;
+    let sizes = [0, 1, 4095, 4096, 4097, limit - 1, limit, limit + 1, 200_000];
+    for (i, &n) in sizes.iter().enumerate() {
+        let body: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+        fs::write(s.export_dir().join(format!("f{i}")), &body).unwrap();
+    }
+    // Listed first, as `tar c` does: the mount then knows the sizes and asks for the contents with the open.
+    assert_eq!(fs::read_dir(s.root()).unwrap().count(), sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        let body: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+        assert!(fs::read(s.root().join(format!("f{i}"))).unwrap() == body, "{n}-byte file");
+    }
+
+    let f = s.root().join("w");
+    fs::write(s.export_dir().join("w"), vec![b'a'; 5000]).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().len(), 5000);
+    let reader = File::open(&f).unwrap();
+    let writer = OpenOptions::new().write(true).open(&f).unwrap();
+    writer.write_all_at(b"XYZ", 10).unwrap();
+    let mut got = vec![0u8; 5000];
+    reader.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(&got[8..15], b"aaXYZaa", "a write through the mount after the reader's open");
+}

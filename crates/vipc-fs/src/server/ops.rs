@@ -193,6 +193,23 @@ fn settime(t: Option<SetTime>) -> Timespec {
     }
 }
 
+/// Appends up to `want` bytes of the beginning of `file` to an OPEN's reply
+/// `data` (within the granted segment and [`OPEN_HEAD_MAX`]); none if they
+/// cannot be read: the client then reads them as usual.
+fn append_head(data: &mut Vec<u8>, file: &File, want: u64, seg_size: usize) {
+    let room = seg_size.saturating_sub(data.len()).min(OPEN_HEAD_MAX);
+    let n = want.min(room as u64) as usize;
+    if n == 0 {
+        return;
+    }
+    let at = data.len();
+    data.resize(at + n, 0);
+    match read_full(file, 0, &mut data[at..]) {
+        Ok(got) => data.truncate(at + got),
+        Err(_) => data.truncate(at),
+    }
+}
+
 /// Reads at `off` until `buf` is full or the file ends.
 pub fn read_full(f: &File, mut off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
     let mut got = 0;
@@ -355,6 +372,10 @@ impl Service {
         let fd = self.root.open_at(path1(i)?, oflags, req.a())?;
         let attr = fstat(&fd)?;
         let file = File::from(fd);
+        let mut data = attr_bytes(&attr);
+        if acc != libc::O_WRONLY && attr.kind == crate::attr::FileKind::File {
+            append_head(&mut data, &file, req.offset(), i.seg_size);
+        }
         let id = self.handles.insert(OpenFile {
             file,
             owner,
@@ -365,7 +386,7 @@ impl Service {
         let mut rep = Rep::errno(0);
         rep.set_value(id);
         rep.set_flags(if self.read_only { RF_READ_ONLY } else { 0 });
-        Ok(Answer::with(rep, attr_bytes(&attr)))
+        Ok(Answer::with(rep, data))
     }
 
     fn read(&self, i: &Input<'_>, io: &mut Vec<u8>) -> Result<Answer, Errno> {

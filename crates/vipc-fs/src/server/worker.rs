@@ -110,11 +110,12 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
     stop.store(true, Ordering::SeqCst);
 }
 
-/// The transfer unit of a READ or WRITE request.
+/// The transfer unit of a READ or WRITE request (its `a`); of any other
+/// (whose `a` means something else), the default.
 fn unit(req: &Req) -> usize {
-    match req.a() as usize {
-        0 => DEFAULT_UNIT,
-        u => u.clamp(1024, MAX_IO),
+    match (req.op(), req.a() as usize) {
+        (OP_READ | OP_WRITE, u) if u > 0 => u.clamp(1024, MAX_IO),
+        _ => DEFAULT_UNIT,
     }
 }
 
