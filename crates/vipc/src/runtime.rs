@@ -1544,7 +1544,8 @@ pub(crate) fn timer_loop(shared: Arc<Shared>) {
 
 /// A sent batch's buffers go back to the engine, the emptied queue back to `spare`.
 fn give_back(st: &mut State, mut batch: Outgoing) {
-    for (_, bytes) in batch.drain(..) {
+    // pop_front, not drain: a drain of one datagram cost 100 instructions (callgrind).
+    while let Some((_, bytes)) = batch.pop_front() {
         st.engine.recycle(bytes);
     }
     if st.spare.capacity() < batch.capacity() {

