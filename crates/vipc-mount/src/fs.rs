@@ -135,21 +135,21 @@ impl VipcFs {
     /// How much of its beginning to ask with the open of node `ino` with
     /// `flags`: all of a regular file of at most [`OPEN_HEAD_MAX`] bytes by
     /// its cached attributes, unless the open may write it, reads bypass the
-    /// page cache, or the kernel keeps its pages from an earlier open (it
-    /// will not read it at all).
+    /// page cache, the kernel keeps its pages from an earlier open (it will
+    /// not read it at all), or the heads held already fill their budget.
     fn head_wanted(&self, ino: u64, flags: i32) -> usize {
         if self.opts.direct_io || flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return 0;
         }
         let t = lock(&self.table);
         match t.cached_attr(ino, self.opts.attr_ttl, Instant::now()) {
-            Some((a, _)) if a.kind == FileKind::File && a.size <= OPEN_HEAD_MAX as u64 => {
-                let kept = self.opts.data_cache && t.pages_kept(ino, a.mtime, a.size);
-                if kept {
-                    0
-                } else {
-                    a.size as usize
-                }
+            Some((a, _))
+                if a.kind == FileKind::File
+                    && a.size <= OPEN_HEAD_MAX as u64
+                    && !(self.opts.data_cache && t.pages_kept(ino, a.mtime, a.size))
+                    && self.heads.room_for(a.size as usize, self.opts.attr_ttl) =>
+            {
+                a.size as usize
             }
             _ => 0,
         }

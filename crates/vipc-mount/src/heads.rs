@@ -9,7 +9,9 @@
 //! right after the open would have seen it. It answers reads only for the
 //! attribute TTL after the open (a later read goes to the server, as it
 //! would without heads), and never after a write or a size change made
-//! through this mount to the same file.
+//! through this mount to the same file. Together they hold at most
+//! [`BUDGET`] bytes: a program holding many small files open unread does
+//! not make the mount hold them all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,10 +26,35 @@ struct Head {
     at: Instant,
 }
 
+/// Most bytes all heads hold together.
+pub(crate) const BUDGET: usize = 32 << 20;
+
 /// The heads of the open handles that have one, by FUSE file handle.
 #[derive(Default)]
 pub(crate) struct Heads {
-    by_fh: Mutex<HashMap<u64, Head>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    by_fh: HashMap<u64, Head>,
+    bytes: usize,
+}
+
+impl Held {
+    fn remove(&mut self, fh: u64) {
+        if let Some(h) = self.by_fh.remove(&fh) {
+            self.bytes -= h.bytes.len();
+        }
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Head) -> bool) {
+        let before = self.by_fh.len();
+        self.by_fh.retain(|_, h| keep(h));
+        if self.by_fh.len() != before {
+            self.bytes = self.by_fh.values().map(|h| h.bytes.len()).sum();
+        }
+    }
 }
 
 /// A read answered from a head: `bytes[range]`.
@@ -41,17 +68,31 @@ impl Heads {
     /// `size` is the file's size at the open.
     pub fn insert(&self, fh: u64, ino: u64, bytes: Vec<u8>, size: u64) {
         let whole = bytes.len() as u64 == size;
-        let head = Head { ino, bytes: bytes.into(), whole, at: Instant::now() };
-        self.lock().insert(fh, head);
+        let mut held = self.lock();
+        if held.bytes + bytes.len() > BUDGET {
+            return; // asked for while there was room; the reads go to the server
+        }
+        held.bytes += bytes.len();
+        held.by_fh.insert(fh, Head { ino, bytes: bytes.into(), whole, at: Instant::now() });
+    }
+
+    /// Whether a head of `len` bytes fits the budget, once heads older than
+    /// `ttl` (which answer nothing any more) are dropped.
+    pub fn room_for(&self, len: usize, ttl: Duration) -> bool {
+        let mut held = self.lock();
+        if held.bytes + len > BUDGET {
+            held.retain(|h| h.at.elapsed() < ttl);
+        }
+        held.bytes + len <= BUDGET
     }
 
     /// The read of `size` bytes at `offset` by handle `fh`, if its head
     /// answers it whole (or up to the file's end) and is younger than `ttl`.
     pub fn read(&self, fh: u64, offset: u64, size: u32, ttl: Duration) -> Option<HeadRead> {
-        let mut heads = self.lock();
-        let h = heads.get(&fh)?;
+        let mut held = self.lock();
+        let h = held.by_fh.get(&fh)?;
         if h.at.elapsed() >= ttl {
-            heads.remove(&fh);
+            held.remove(fh);
             return None;
         }
         let len = h.bytes.len() as u64;
@@ -65,16 +106,16 @@ impl Heads {
 
     /// Handle `fh` is released.
     pub fn forget(&self, fh: u64) {
-        self.lock().remove(&fh);
+        self.lock().remove(fh);
     }
 
     /// Node `ino` was written or resized through the mount: its heads are out of date.
     pub fn changed(&self, ino: u64) {
-        self.lock().retain(|_, h| h.ino != ino);
+        self.lock().retain(|h| h.ino != ino);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Head>> {
-        self.by_fh.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -116,5 +157,24 @@ mod tests {
         h.insert(4, 12, b"c".to_vec(), 1);
         assert!(h.read(4, 0, 1, Duration::ZERO).is_none(), "older than the TTL");
         assert!(answer(&h, 4, 0, 1).is_none(), "and dropped");
+        assert_eq!(h.lock().bytes, 0, "every byte given back");
+    }
+
+    #[test]
+    fn heads_hold_at_most_the_budget() {
+        let h = Heads::default();
+        let big = 16 << 20;
+        assert!(h.room_for(big, TTL));
+        h.insert(1, 10, vec![1; big], big as u64);
+        h.insert(2, 11, vec![2; big], big as u64);
+        assert!(!h.room_for(1, TTL), "full");
+        h.insert(3, 12, vec![3], 1);
+        assert!(answer(&h, 3, 0, 1).is_none(), "not kept beyond the budget");
+        assert!(h.room_for(1, Duration::ZERO), "room again once the old heads expire");
+        assert_eq!(h.lock().bytes, 0);
+        h.insert(4, 13, vec![4; big], big as u64);
+        h.changed(13);
+        h.insert(5, 14, vec![5; BUDGET], BUDGET as u64);
+        assert!(answer(&h, 5, 0, 1).is_some(), "a change gave its bytes back");
     }
 }

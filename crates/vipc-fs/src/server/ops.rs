@@ -193,12 +193,14 @@ fn settime(t: Option<SetTime>) -> Timespec {
     }
 }
 
-/// Appends up to `want` bytes of the beginning of `file` to an OPEN's reply
-/// `data` (within the granted segment and [`OPEN_HEAD_MAX`]); none if they
-/// cannot be read: the client then reads them as usual.
-fn append_head(data: &mut Vec<u8>, file: &File, want: u64, seg_size: usize) {
+/// Appends up to `want` bytes of the beginning of `file`, `size` bytes long
+/// when its attributes were taken, to an OPEN's reply `data` (within the
+/// granted segment and [`OPEN_HEAD_MAX`]; never more than the attributes
+/// say, even if the file grows meanwhile); none if they cannot be read: the
+/// client then reads them as usual.
+fn append_head(data: &mut Vec<u8>, file: &File, want: u64, size: u64, seg_size: usize) {
     let room = seg_size.saturating_sub(data.len()).min(OPEN_HEAD_MAX);
-    let n = want.min(room as u64) as usize;
+    let n = want.min(size).min(room as u64) as usize;
     if n == 0 {
         return;
     }
@@ -374,7 +376,7 @@ impl Service {
         let file = File::from(fd);
         let mut data = attr_bytes(&attr);
         if acc != libc::O_WRONLY && attr.kind == crate::attr::FileKind::File {
-            append_head(&mut data, &file, req.offset(), i.seg_size);
+            append_head(&mut data, &file, req.offset(), attr.size, i.seg_size);
         }
         let id = self.handles.insert(OpenFile {
             file,
