@@ -35,6 +35,7 @@ pub(crate) struct Heads {
     held: Mutex<Held>,
 }
 
+/// The heads, and how many bytes they hold together.
 #[derive(Default)]
 struct Held {
     by_fh: HashMap<u64, Head>,
@@ -72,6 +73,7 @@ impl Heads {
         if held.bytes + bytes.len() > BUDGET {
             return; // asked for while there was room; the reads go to the server
         }
+        held.remove(fh);
         held.bytes += bytes.len();
         held.by_fh.insert(fh, Head { ino, bytes: bytes.into(), whole, at: Instant::now() });
     }
