@@ -24,7 +24,9 @@ impl<E> World<E> {
     /// Hands a datagram from `from` to node `to`'s engine ([`feed`]) and keeps
     /// [`super::Node::appended_dropped`] up to date: a Send whose appended
     /// data the engine dropped is noted, a newer Send from that sender taken
-    /// whole forgets it.
+    /// whole forgets it. A late copy of an older Send (reordered, or a
+    /// retransmission) forgets nothing: the engine ignores it (seed 3966 of
+    /// `crowded` failed when it did).
     pub(super) fn feed(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
         let drops = |w: &World<E>| w.nodes[to].engine.as_ref().map_or(0, |e| e.stats().appended_dropped);
         let before = drops(self);
@@ -37,7 +39,7 @@ impl<E> World<E> {
         let noted = &mut self.nodes[to].appended_dropped;
         if dropped {
             noted.insert(h.src, h.seq);
-        } else if h.ptype == vipc_wire::PacketType::Send && noted.get(&h.src).is_some_and(|&s| s != h.seq) {
+        } else if h.ptype == vipc_wire::PacketType::Send && noted.get(&h.src).is_some_and(|&s| seq_newer(h.seq, s)) {
             noted.remove(&h.src);
         }
     }
@@ -178,4 +180,9 @@ pub fn describe(bytes: &[u8], key: Option<&AuthKey>) -> String {
         }
         Err(e) => format!("unparsable datagram of {} bytes: {e}", bytes.len()),
     }
+}
+
+/// True if sequence number `a` is newer than `b` (serial arithmetic, as the engine compares them).
+fn seq_newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
