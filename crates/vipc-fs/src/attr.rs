@@ -282,10 +282,10 @@ impl SetAttr {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn attr() -> Attr {
+    pub(crate) fn attr() -> Attr {
         let t = |s| Timestamp { secs: s, nanos: 7 };
         Attr {
             ino: 42,

@@ -97,6 +97,40 @@ fn bad(what: &str) -> FsError {
 
 /// The segment of a path request: the path, then `extra`, in a buffer of at
 /// least `reply` bytes (the reply segment is written at its start).
+/// The attributes a reply carries at the start of its segment.
+fn attr_reply(rep: &Rep, seg: &[u8]) -> FsResult<Attr> {
+    if (rep.count() as usize) < ATTR_LEN {
+        return Err(bad("short attributes"));
+    }
+    Attr::decode(&mut Reader::new(seg)).ok_or_else(|| bad("invalid attributes"))
+}
+
+/// An OPEN's reply: the attributes, then up to `head` bytes of the file's
+/// beginning (never more than the file holds).
+pub(crate) fn open_reply(rep: &Rep, seg: &[u8], head: usize) -> FsResult<(Attr, Vec<u8>)> {
+    let attr = attr_reply(rep, seg)?;
+    let got = (rep.count() as usize).saturating_sub(ATTR_LEN).min(head);
+    if got as u64 > attr.size {
+        return Err(bad("more of the file's beginning than the file holds"));
+    }
+    let bytes = seg.get(ATTR_LEN..ATTR_LEN + got).ok_or_else(|| bad("a reply longer than its segment"))?;
+    Ok((attr, bytes.to_vec()))
+}
+
+/// One READDIR batch (the used bytes of its reply): entries of a u16 name
+/// length, the name (UTF-8) and its attributes, appended to `out`.
+pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<()> {
+    let mut r = Reader::new(batch);
+    while r.pos() < batch.len() {
+        let n = r.u16().ok_or_else(|| bad("short entry"))? as usize;
+        let name = r.bytes(n).ok_or_else(|| bad("short entry name"))?;
+        let name = String::from_utf8(name.to_vec()).map_err(|_| bad("entry name not UTF-8"))?;
+        let attr = Attr::decode(&mut r).ok_or_else(|| bad("invalid entry attributes"))?;
+        out.push(DirEntry { name, attr });
+    }
+    Ok(())
+}
+
 fn path_segment(path: &str, extra: &[u8], reply: usize) -> FsResult<Vec<u8>> {
     if path.len() > MAX_PATH || extra.len() > MAX_PATH + 64 {
         return Err(FsError::Errno(libc::ENAMETOOLONG));
@@ -264,10 +298,7 @@ impl FsClient {
     }
 
     fn attr_reply(rep: &Rep, seg: &[u8]) -> FsResult<Attr> {
-        if (rep.count() as usize) < ATTR_LEN {
-            return Err(bad("short attributes"));
-        }
-        Attr::decode(&mut Reader::new(seg)).ok_or_else(|| bad("invalid attributes"))
+        attr_reply(rep, seg)
     }
 
     /// Attributes of `path` (lstat: a final symlink is not followed).
@@ -285,15 +316,7 @@ impl FsClient {
             req.set_offset(cookie);
             req.set_count(READDIR_BATCH as u32);
             let (rep, seg) = self.path_call(req, path, &[], READDIR_BATCH)?;
-            let used = (rep.count() as usize).min(seg.len());
-            let mut r = Reader::new(&seg[..used]);
-            while r.pos() < used {
-                let n = r.u16().ok_or_else(|| bad("short entry"))? as usize;
-                let name = r.bytes(n).ok_or_else(|| bad("short entry name"))?;
-                let name = String::from_utf8(name.to_vec()).map_err(|_| bad("entry name not UTF-8"))?;
-                let attr = Attr::decode(&mut r).ok_or_else(|| bad("invalid entry attributes"))?;
-                out.push(DirEntry { name, attr });
-            }
+            parse_listing(&seg[..(rep.count() as usize).min(seg.len())], &mut out)?;
             if rep.flags() & RF_EOF != 0 {
                 return Ok(out);
             }
@@ -329,12 +352,8 @@ impl FsClient {
         req.set_count(flags as u32);
         req.set_b(self.owner_b());
         let (rep, server) = self.call_ok(req, Some(SegmentRef::ReadWrite(&mut seg)))?;
-        let attr = Self::attr_reply(&rep, &seg)?;
-        let got = (rep.count() as usize).saturating_sub(ATTR_LEN).min(head);
-        if got as u64 > attr.size {
-            return Err(bad("more of the file's beginning than the file holds"));
-        }
-        Ok((rep.value(), attr, server.instance, seg[ATTR_LEN..ATTR_LEN + got].to_vec()))
+        let (attr, head) = open_reply(&rep, &seg, head)?;
+        Ok((rep.value(), attr, server.instance, head))
     }
 
     /// A handle request: `build` makes the request for the server's handle.
@@ -549,4 +568,74 @@ fn assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<FsClient>();
     is::<Arc<FsClient>>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::tests::attr;
+
+    fn listing(names: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for n in names {
+            v.extend_from_slice(&(n.len() as u16).to_le_bytes());
+            v.extend_from_slice(n);
+            attr().encode(&mut v);
+        }
+        v
+    }
+
+    #[test]
+    fn a_listing_parses_whole_or_not_at_all() {
+        let mut out = Vec::new();
+        parse_listing(&listing(&[b"a", b"bc"]), &mut out).unwrap();
+        assert_eq!(out.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a", "bc"]);
+        assert_eq!(out[1].attr, attr());
+        let whole = listing(&[b"a", b"bc"]);
+        for cut in [1, 3, whole.len() - 1] {
+            assert!(parse_listing(&whole[..cut], &mut Vec::new()).is_err(), "cut at {cut}");
+        }
+        assert!(parse_listing(&listing(&[b"\xff"]), &mut Vec::new()).is_err(), "a name not UTF-8");
+    }
+
+    #[test]
+    fn an_open_reply_gives_at_most_the_file() {
+        let mut seg = Vec::new();
+        let mut a = attr();
+        a.size = 3;
+        a.encode(&mut seg);
+        seg.extend_from_slice(b"xyz-more");
+        let mut rep = Rep::errno(0);
+        rep.set_count((ATTR_LEN + 3) as u32);
+        assert_eq!(open_reply(&rep, &seg, 100).unwrap().1, b"xyz");
+        assert_eq!(open_reply(&rep, &seg, 2).unwrap().1, b"xy", "what was asked");
+        rep.set_count((ATTR_LEN + 5) as u32);
+        assert!(open_reply(&rep, &seg, 100).is_err(), "more than the file holds");
+        rep.set_count((ATTR_LEN + 3) as u32);
+        assert!(open_reply(&rep, &seg[..ATTR_LEN + 1], 100).is_err(), "more than the segment holds");
+        rep.set_count(10);
+        assert!(open_reply(&rep, &seg, 100).is_err(), "short attributes");
+    }
+
+    #[test]
+    fn no_bytes_make_a_parser_panic() {
+        // What the fuzz target `fs` runs, here on 20,000 pseudo-random inputs
+        // and on every prefix of well-formed ones.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..20_000usize {
+            let bytes: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            crate::fuzz_parsers(&bytes);
+        }
+        let good = listing(&[b"name", b"other"]);
+        for cut in 0..=good.len() {
+            crate::fuzz_parsers(&good[..cut]);
+        }
+    }
 }

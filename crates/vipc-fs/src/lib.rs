@@ -24,3 +24,24 @@ pub use attr::{Attr, DirEntry, FileKind, SetAttr, SetTime, StatFs, Timestamp};
 pub use client::{FsClient, Handle};
 pub use error::{FsError, FsResult};
 pub use server::{service_name, ExportConfig, FileServer, Tuning};
+
+/// Every parser of bytes another host wrote, on `data`, for the fuzz target
+/// `fs`: what a client reads from replies (attributes, file-system figures,
+/// a directory listing, an OPEN's file beginning) and what the server reads
+/// from requests (the request message, its paths, a SETATTR record). Each
+/// returns a value or an error, never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    use attr::Reader;
+    let _ = Attr::decode(&mut Reader::new(data));
+    let _ = StatFs::decode(&mut Reader::new(data));
+    let _ = SetAttr::decode(&mut Reader::new(data));
+    let _ = client::parse_listing(data, &mut Vec::new());
+    let mut msg = [0u8; 32];
+    let n = data.len().min(32);
+    msg[..n].copy_from_slice(&data[..n]);
+    let rest = &data[n..];
+    let head = rest.first().map_or(0, |&b| usize::from(b) << 8);
+    let _ = client::open_reply(&proto::Rep(msg), rest, head);
+    server::fuzz_request(proto::Req(msg), rest);
+}

@@ -20,6 +20,16 @@ use std::time::Duration;
 use vipc::{Node, Pid, Scope};
 use worker::Pool;
 
+/// What the server parses of a request before it touches a file (see
+/// [`crate::fuzz_parsers`]): its paths, its SETATTR record, what it needs.
+pub(crate) fn fuzz_request(req: Req, seg: &[u8]) {
+    let i = ops::Input { req, seg, seg_size: seg.len(), writable: true };
+    let _ = ops::path1(&i);
+    let _ = ops::path2(&i);
+    let _ = ops::setattr_record(seg, req.path_len());
+    let _ = ops::needed(&req);
+}
+
 /// What to export and how.
 #[derive(Clone, Debug)]
 pub struct ExportConfig {

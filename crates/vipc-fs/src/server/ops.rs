@@ -155,6 +155,11 @@ pub fn path2<'a>(i: &Input<'a>) -> Result<&'a str, Errno> {
     utf8(i.seg.get(s..s + i.req.a() as usize).ok_or(libc::EINVAL)?)
 }
 
+/// The SETATTR record after the path (`p` bytes) of a request's segment.
+pub fn setattr_record(seg: &[u8], p: usize) -> Result<SetAttr, Errno> {
+    SetAttr::decode(&mut Reader::new(seg.get(p..).ok_or(libc::EINVAL)?)).ok_or(libc::EINVAL)
+}
+
 /// Bytes of the segment a request needs before it can be served.
 pub fn needed(req: &Req) -> usize {
     let p = req.path_len();
@@ -615,7 +620,7 @@ impl Service {
     fn setattr(&self, i: &Input<'_>) -> Result<Answer, Errno> {
         let req = i.req;
         let p = req.path_len();
-        let set = SetAttr::decode(&mut Reader::new(i.seg.get(p..).ok_or(libc::EINVAL)?)).ok_or(libc::EINVAL)?;
+        let set = setattr_record(i.seg, p)?;
         let _changed = self.mutation()?;
         let path = path1(i)?;
         let handle = if req.handle() != 0 { Some(self.file(req.handle())?) } else { None };
