@@ -150,6 +150,19 @@ fn small_files_read_whole_with_their_open_and_see_this_mounts_writes() {
         assert!(fs::read(s.root().join(format!("f{i}"))).unwrap() == body, "{n}-byte file");
     }
 
+    // One exchange per file to open it (with its contents) and one to close it: no READ of its own.
+    for k in 0..50 {
+        fs::write(s.export_dir().join(format!("n{k}")), [k as u8; 100]).unwrap();
+    }
+    assert_eq!(fs::read_dir(s.root()).unwrap().count(), sizes.len() + 50);
+    let before = settled_packets(&s.client_node);
+    for k in 0..50 {
+        assert_eq!(fs::read(s.root().join(format!("n{k}"))).unwrap(), [k as u8; 100]);
+    }
+    let used = settled_packets(&s.client_node) - before;
+    // 4 per file, with room for retransmissions on a loaded machine; a READ each would make 300.
+    assert!(used <= 50 * 4 + 40, "{used} packets for 50 small files (with a READ each: 300)");
+
     let f = s.root().join("w");
     fs::write(s.export_dir().join("w"), vec![b'a'; 5000]).unwrap();
     assert_eq!(fs::metadata(&f).unwrap().len(), 5000);
@@ -159,4 +172,19 @@ fn small_files_read_whole_with_their_open_and_see_this_mounts_writes() {
     let mut got = vec![0u8; 5000];
     reader.read_exact_at(&mut got, 0).unwrap();
     assert_eq!(&got[8..15], b"aaXYZaa", "a write through the mount after the reader's open");
+}
+
+/// The node's IPC packets once they stop changing (closes are sent after
+/// `close(2)` has returned).
+fn settled_packets(node: &vipc::Node) -> u64 {
+    let mut last = node.stats().ipc_packets();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = node.stats().ipc_packets();
+        if now == last || Instant::now() > give_up {
+            return now;
+        }
+        last = now;
+    }
 }
