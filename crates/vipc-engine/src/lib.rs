@@ -46,9 +46,10 @@ mod time;
 
 pub use config::{Config, HostIdConfig};
 pub use engine::{
-    group_multicast_addr, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer, ControlRecord, DataRecord,
-    Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify, ProtectionGroup, Refusal,
-    Reliable, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE, MAX_K, WELL_KNOWN_GROUP_HOST,
+    group_multicast_addr, seq_newer, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer, ControlRecord,
+    DataRecord, Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
+    ProtectionGroup, Refusal, Reliable, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE,
+    MAX_K, WELL_KNOWN_GROUP_HOST,
 };
 pub use error::Error;
 pub use io::{

@@ -95,8 +95,6 @@ fn bad(what: &str) -> FsError {
     FsError::Protocol(what.to_string())
 }
 
-/// The segment of a path request: the path, then `extra`, in a buffer of at
-/// least `reply` bytes (the reply segment is written at its start).
 /// The attributes a reply carries at the start of its segment.
 fn attr_reply(rep: &Rep, seg: &[u8]) -> FsResult<Attr> {
     if (rep.count() as usize) < ATTR_LEN {
@@ -131,6 +129,8 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
     Ok(())
 }
 
+/// The segment of a path request: the path, then `extra`, in a buffer of at
+/// least `reply` bytes (the reply segment is written at its start).
 fn path_segment(path: &str, extra: &[u8], reply: usize) -> FsResult<Vec<u8>> {
     if path.len() > MAX_PATH || extra.len() > MAX_PATH + 64 {
         return Err(FsError::Errno(libc::ENAMETOOLONG));
@@ -297,14 +297,10 @@ impl FsClient {
         Ok((rep, seg))
     }
 
-    fn attr_reply(rep: &Rep, seg: &[u8]) -> FsResult<Attr> {
-        attr_reply(rep, seg)
-    }
-
     /// Attributes of `path` (lstat: a final symlink is not followed).
     pub fn lookup(&self, path: &str) -> FsResult<Attr> {
         let (rep, seg) = self.path_call(Req::new(OP_LOOKUP), path, &[], ATTR_LEN)?;
-        Self::attr_reply(&rep, &seg)
+        attr_reply(&rep, &seg)
     }
 
     /// The entries of directory `path` with their attributes, without "." and "..".
@@ -465,7 +461,7 @@ impl FsClient {
             req.set_handle(remote);
             let mut seg = vec![0u8; ATTR_LEN];
             let (rep, _) = self.call_ok(req, Some(SegmentRef::Write(&mut seg)))?;
-            Self::attr_reply(&rep, &seg)
+            attr_reply(&rep, &seg)
         })
     }
 
@@ -477,7 +473,7 @@ impl FsClient {
             let mut req = Req::new(OP_SETATTR);
             req.set_handle(remote);
             let (rep, seg) = self.path_call(req, path, &extra, ATTR_LEN)?;
-            Self::attr_reply(&rep, &seg)
+            attr_reply(&rep, &seg)
         };
         match h {
             Some(h) => self.with_handle(h, go),
@@ -490,7 +486,7 @@ impl FsClient {
         let mut req = Req::new(OP_MKDIR);
         req.set_a(mode);
         let (rep, seg) = self.path_call(req, path, &[], ATTR_LEN)?;
-        Self::attr_reply(&rep, &seg)
+        attr_reply(&rep, &seg)
     }
 
     /// Removes the empty directory `path`.
@@ -516,7 +512,7 @@ impl FsClient {
         let mut req = Req::new(OP_SYMLINK);
         req.set_a(target.len() as u32);
         let (rep, seg) = self.path_call(req, path, target.as_bytes(), ATTR_LEN)?;
-        Self::attr_reply(&rep, &seg)
+        attr_reply(&rep, &seg)
     }
 
     /// The target of the symbolic link `path`.

@@ -35,6 +35,7 @@ pub use rmem::{
     Cas, CasAnswer, ControlRecord, DataRecord, Descriptor, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
     ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL,
 };
+pub use state::seq_newer;
 use state::*;
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;

@@ -178,7 +178,8 @@ pub(crate) enum TimerKey {
     Limit(Pid),
 }
 
-/// True if sequence number `a` is newer than `b` (serial arithmetic).
-pub(crate) fn seq_newer(a: u32, b: u32) -> bool {
+/// True if sequence number `a` is newer than `b` (serial arithmetic,
+/// docs/PROTOCOL.md §4.1).
+pub fn seq_newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }

@@ -39,7 +39,9 @@ impl<E> World<E> {
         let noted = &mut self.nodes[to].appended_dropped;
         if dropped {
             noted.insert(h.src, h.seq);
-        } else if h.ptype == vipc_wire::PacketType::Send && noted.get(&h.src).is_some_and(|&s| seq_newer(h.seq, s)) {
+        } else if h.ptype == vipc_wire::PacketType::Send
+            && noted.get(&h.src).is_some_and(|&s| vipc_engine::seq_newer(h.seq, s))
+        {
             noted.remove(&h.src);
         }
     }
@@ -180,9 +182,4 @@ pub fn describe(bytes: &[u8], key: Option<&AuthKey>) -> String {
         }
         Err(e) => format!("unparsable datagram of {} bytes: {e}", bytes.len()),
     }
-}
-
-/// True if sequence number `a` is newer than `b` (serial arithmetic, as the engine compares them).
-fn seq_newer(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
 }
