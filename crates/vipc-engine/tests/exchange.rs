@@ -384,6 +384,43 @@ fn forward_within_a_node_and_across_nodes() {
 }
 
 #[test]
+fn a_forward_to_nobody_or_to_a_group_leaves_the_send_bound_for_its_receiver() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let headers: Rc<RefCell<Vec<vipc_wire::Header>>> = Rc::default();
+    let seen = headers.clone();
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        seen.borrow_mut().push(vipc_wire::parse(bytes, None).unwrap().header);
+        1
+    }));
+    let now = net.now;
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    // A retransmission draws the server node's ReplyPending (and with it its incarnation).
+    net.advance(Duration::from_millis(30));
+    let of = |t: PacketType| headers.borrow().iter().find(|h| h.ptype == t).copied().expect("seen");
+    let (send, pending) = (of(PacketType::Send), of(PacketType::ReplyPending));
+    let now = net.now;
+    for fwd in [Pid::NONE, Pid::new(0x8000 | 7, 1)] {
+        // As if the server's node had forwarded the Send to `fwd`.
+        let mut h = vipc_wire::Header::new(PacketType::Forward);
+        (h.incarnation, h.seq, h.src, h.dst, h.fwd) = (pending.incarnation, send.seq, server, client, fwd);
+        let bytes = vipc_wire::to_vec(&h, &[], None);
+        net.nodes[1].handle_datagram(now, addr(0), &bytes);
+        net.settle();
+    }
+    assert!(net.stats(1).stray >= 2, "both dropped");
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    let r = net.take_received(0, server);
+    assert_eq!((r.from, r.msg), (client, msg(1)), "the Send still reaches its receiver, unchanged");
+    net.nodes[0].reply(net.now, server, client, msg(4), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().replier, server);
+}
+
+#[test]
 fn a_lost_forward_packet_is_recovered() {
     use std::cell::RefCell;
     use std::rc::Rc;

@@ -468,12 +468,14 @@ impl Engine {
             ExchangeState::Remote { seq, .. } if seq == h.seq && ex.to.host() == h.src.host() => {}
             _ => return self.stray(),
         }
-        ex.to = h.fwd;
-        ex.forwarder = h.src;
-        ex.msg = h.message;
+        // Checked before the exchange changes: a Forward to nobody or to a
+        // group must leave the Send as it was (still bound for its receiver).
         if h.fwd.is_none() || h.fwd.is_group() {
             return self.stray();
         }
+        ex.to = h.fwd;
+        ex.forwarder = h.src;
+        ex.msg = h.message;
         self.dispatch_exchange(now, h.dst);
     }
 
