@@ -132,7 +132,7 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
 /// The segment of a path request: the path, then `extra`, in a buffer of at
 /// least `reply` bytes (the reply segment is written at its start).
 fn path_segment(path: &str, extra: &[u8], reply: usize) -> FsResult<Vec<u8>> {
-    if path.len() > MAX_PATH || extra.len() > MAX_PATH + 64 {
+    if path.len() > MAX_PATH || extra.len() > MAX_EXTRA {
         return Err(FsError::Errno(libc::ENAMETOOLONG));
     }
     let mut v = Vec::with_capacity((path.len() + extra.len()).max(reply));

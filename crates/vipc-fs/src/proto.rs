@@ -50,6 +50,9 @@ pub const RF_EOF: u32 = 2;
 
 /// Longest path (bytes) a request may carry.
 pub const MAX_PATH: usize = 4096;
+/// Most bytes a request's segment may carry after its path: a second path
+/// (RENAME's target, SYMLINK's contents) or a SETATTR record.
+pub const MAX_EXTRA: usize = MAX_PATH + 64;
 /// Largest READ or WRITE request; the client splits larger calls.
 pub const MAX_IO: usize = 8 << 20;
 /// The largest data one packet can carry on loopback (65,507 − 72-byte header − 16-byte MAC).

@@ -28,6 +28,7 @@ pub(crate) fn fuzz_request(req: Req, seg: &[u8]) {
     let _ = ops::path2(&i);
     let _ = ops::setattr_record(seg, req.path_len());
     let _ = ops::needed(&req);
+    let _ = ops::lengths_allowed(&req);
 }
 
 /// What to export and how.

@@ -160,6 +160,18 @@ pub fn setattr_record(seg: &[u8], p: usize) -> Result<SetAttr, Errno> {
     SetAttr::decode(&mut Reader::new(seg.get(p..).ok_or(libc::EINVAL)?)).ok_or(libc::EINVAL)
 }
 
+/// Refuses a request whose lengths no client sends (a path over
+/// [`MAX_PATH`], a second path over [`MAX_EXTRA`]) before the server fetches
+/// its segment: [`needed`] believes them, and a RENAME claiming a 4 GiB
+/// target must not make a worker allocate 4 GiB.
+pub fn lengths_allowed(req: &Req) -> Result<(), Errno> {
+    let second = if matches!(req.op(), OP_RENAME | OP_SYMLINK) { req.a() as usize } else { 0 };
+    if req.path_len() > MAX_PATH || second > MAX_EXTRA {
+        return Err(libc::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
 /// Bytes of the segment a request needs before it can be served.
 pub fn needed(req: &Req) -> usize {
     let p = req.path_len();

@@ -4,7 +4,7 @@
 //! workers that serve requests and move data, and the reaper that releases
 //! the files of clients that died.
 
-use super::ops::{needed, Answer, Data, Input, Service};
+use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service};
 use crate::proto::*;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -252,10 +252,9 @@ fn serve_one(
     let unit = unit(&req);
     let need = needed(&req);
     let mut i = Input { req, seg: appended, seg_size: info.segment_size as usize, writable: info.access.write };
-    if req.op() == OP_WRITE {
-        if let Err(e) = svc.check_write(&i) {
-            return p.reply(&Rep::errno(e).0, to);
-        }
+    let checked = if req.op() == OP_WRITE { svc.check_write(&i) } else { lengths_allowed(&req) };
+    if let Err(e) = checked {
+        return p.reply(&Rep::errno(e).0, to);
     }
     let seg = match fetch(p, info, appended, need, unit, wbuf)? {
         Ok(s) => s,
