@@ -113,6 +113,52 @@ fn move_from_survives_loss() {
     assert!(net.take_move(0, server).unwrap() == pattern(size, 7));
 }
 
+/// A peer that repeats what the other side already has makes no progress:
+/// the stream still fails T_t after its last progress, on either side.
+#[test]
+fn repeated_chunks_or_acks_do_not_keep_a_stalled_stream_alive() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    // Both sides: the first packet of `kind` is kept, and from then on
+    // every data packet is lost, so the stream stalls; the kept packet is
+    // then replayed to its destination every 200 ms.
+    for kind in [PacketType::MoveFromData, PacketType::MoveToAck] {
+        let mut net = Net::new(2);
+        let access = if kind == PacketType::MoveFromData { Access::READ } else { Access::WRITE };
+        let (server, client) = exchange_with_segment(&mut net, 1 << 20, access);
+        let kept: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+        let k = kept.clone();
+        net.filter = Some(Box::new(move |_, _, bytes| {
+            let t = vipc_wire::parse(bytes, None).unwrap().header.ptype;
+            if t == kind && k.borrow().is_none() {
+                *k.borrow_mut() = Some(bytes.to_vec());
+                return 1;
+            }
+            let data = matches!(t, PacketType::MoveFromData | PacketType::MoveToData);
+            usize::from(!data || k.borrow().is_none())
+        }));
+        let now = net.now;
+        if kind == PacketType::MoveFromData {
+            net.nodes[0].move_from(now, server, client, 0, 1 << 20).unwrap();
+        } else {
+            net.nodes[0].move_to(now, server, client, 0, vec![5; 1 << 20]).unwrap();
+        }
+        net.settle();
+        let replay = kept.borrow().clone().expect("one packet of the stream got through");
+        for _ in 0..8 {
+            net.advance(Duration::from_millis(200));
+            let now = net.now;
+            net.nodes[0].handle_datagram(now, addr(1), &replay);
+            net.settle();
+        }
+        assert_eq!(
+            net.take_move(0, server),
+            Err(Error::Timeout(client)),
+            "{kind:?} replayed: fails within T_t + 0.6 s"
+        );
+    }
+}
+
 #[test]
 fn the_window_bounds_data_in_flight() {
     let mut net = Net::with(2, |c| c.window = 16);

@@ -567,7 +567,6 @@ impl Engine {
             s.chunk = chunk;
             s.got = vec![false; chunks(total, chunk)];
         }
-        s.last_heard = now;
         if s.timer_at.is_none() {
             let expiry = now + self.cfg.timeout;
             s.timer_at = Some(expiry);
@@ -577,6 +576,9 @@ impl Engine {
         let i = at / chunk;
         let fresh = !s.done && !s.got[i];
         if fresh {
+            // Only progress keeps the stream alive: a peer repeating a chunk
+            // already here must not hold the mover's MoveFrom open forever.
+            s.last_heard = now;
             s.got[i] = true;
             s.got_count += 1;
             while s.cum < s.got.len() && s.got[s.cum] {
@@ -654,6 +656,7 @@ impl Engine {
         if expected(s.kind) != h.ptype || s.local != h.dst || cum > s.next_new || h.total_len as usize != s.total {
             return self.malformed();
         }
+        let acked_before = s.acked_count;
         let mark = |i: usize, s: &mut StreamOut| {
             if i < s.next_new && !s.acked[i] {
                 s.acked[i] = true;
@@ -673,7 +676,11 @@ impl Engine {
             s.cum += 1;
         }
         s.next_retransmit = retransmit;
-        s.deadline = deadline;
+        // Only an ack of something new is progress: a repeated one must not
+        // keep a stalled stream (and the MoveTo waiting on it) alive forever.
+        if s.acked_count > acked_before {
+            s.deadline = deadline;
+        }
         if s.acked_count == n {
             let s = self.streams_out.remove(&key).expect("present");
             if s.kind == StreamKind::MoveTo {
