@@ -53,6 +53,9 @@ pub struct Config {
     pub max_processes: usize,
     /// Maximum group memberships of this node's processes, in all.
     pub max_memberships: usize,
+    /// Most distinct replies kept for one group Send (counted toward its
+    /// K or ALL, or queued for GetReply); later ones are dropped and counted.
+    pub max_group_replies: usize,
     /// Maximum names in the registry.
     pub max_names: usize,
     /// Cluster key: when set every packet is MACed and unMACed packets are dropped.
@@ -108,6 +111,7 @@ impl Default for Config {
             max_processes: 16_384,
             max_names: 1024,
             max_memberships: 4096,
+            max_group_replies: 4096,
             key: None,
             alive_period: None,
             alive_down_after: 3,

@@ -28,7 +28,25 @@ fn members_reply(net: &mut Net, members: &[(usize, Pid)], from: Pid) {
 
 /// Node 0: sender and one member; node 1: one member; node 2: two members; node 3: none.
 fn setup() -> (Net, Pid, Pid, Vec<(usize, Pid)>) {
-    let mut net = Net::new(4);
+    setup_tweaked(|_| {})
+}
+
+/// The first Reply packet the network carries is lost.
+fn lose_the_first_reply(net: &mut Net) {
+    let mut lost = false;
+    net.filter = Some(Box::new(move |_, _, bytes| {
+        let reply = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply);
+        if reply && !lost {
+            lost = true;
+            return 0;
+        }
+        1
+    }));
+}
+
+/// [`setup`] with `tweak` applied to every node's configuration.
+fn setup_tweaked(tweak: impl Fn(&mut Config)) -> (Net, Pid, Pid, Vec<(usize, Pid)>) {
+    let mut net = Net::with(4, tweak);
     let group = net.nodes[1].allocate_group_id().unwrap();
     let sender = net.proc(0);
     let mut members = Vec::new();
@@ -213,16 +231,7 @@ fn a_slow_group_is_kept_alive_and_a_lost_reply_is_resent() {
     let now = net.now;
     // Only the remote members; the local one does not receive.
     net.nodes[0].leave_group(members[0].1, group).unwrap();
-    // Lose the first Reply.
-    let mut lost = false;
-    net.filter = Some(Box::new(move |_, _, bytes| {
-        let reply = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply);
-        if reply && !lost {
-            lost = true;
-            return 0;
-        }
-        1
-    }));
+    lose_the_first_reply(&mut net);
     net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
     net.settle();
     // The members think for 3 × T_t: ReplyPending keeps the Send alive.
@@ -239,6 +248,49 @@ fn a_slow_group_is_kept_alive_and_a_lost_reply_is_resent() {
     let out = net.take_send(0, sender).unwrap();
     assert_eq!((out.replier, out.reply), (m, msg(5)));
     assert!(net.stats(i).replies_resent >= 1, "answered from the cached reply");
+}
+
+#[test]
+fn an_idempotent_group_send_whose_reply_was_lost_is_delivered_again() {
+    let (mut net, group, sender, members) = setup();
+    net.nodes[0].leave_group(members[0].1, group).unwrap();
+    lose_the_first_reply(&mut net);
+    let now = net.now;
+    let opts = SendOptions { idempotent: true };
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::One, opts).unwrap();
+    net.settle();
+    let (i, m) = members[1];
+    assert_eq!(net.take_received(i, m).msg, msg(1));
+    net.nodes[i].reply(now, m, sender, msg(5), None).unwrap();
+    net.nodes[i].receive(now, m, None, 0).unwrap();
+    net.settle();
+    assert!(net.take(0, sender).is_none(), "the reply was lost (and, idempotent, not kept)");
+    // The sender's retransmission delivers the message to that member again.
+    net.advance(Duration::from_millis(25));
+    assert_eq!(net.take_received(i, m).msg, msg(1), "executed again");
+    let now = net.now;
+    net.nodes[i].reply(now, m, sender, msg(6), None).unwrap();
+    net.settle();
+    let out = net.take_send(0, sender).unwrap();
+    assert_eq!((out.replier, out.reply), (m, msg(6)));
+    assert_eq!(net.stats(i).replies_resent, 0, "nothing was kept to resend");
+}
+
+#[test]
+fn replies_beyond_max_group_replies_are_dropped_and_counted() {
+    let (mut net, group, sender, members) = setup_tweaked(|c| c.max_group_replies = 2);
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(9), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    members_reply(&mut net, &members, sender);
+    net.take_send(0, sender).unwrap();
+    net.nodes[0].get_reply(now, sender, Duration::from_millis(50)).unwrap();
+    net.settle();
+    assert!(take_get_reply(&mut net, 0, sender).is_some(), "the second reply is kept");
+    net.nodes[0].get_reply(now, sender, Duration::from_millis(50)).unwrap();
+    net.advance(Duration::from_millis(60));
+    assert_eq!(take_get_reply(&mut net, 0, sender), None, "the third and fourth are not");
+    assert_eq!(net.stats(0).group_replies_dropped, 2);
 }
 
 #[test]

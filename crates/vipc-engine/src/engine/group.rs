@@ -139,6 +139,13 @@ impl GroupCopy {
     fn replied(&self) -> bool {
         matches!(self.state, CopyState::Replied { .. })
     }
+
+    /// A retransmission of this Send delivers it again: the member replied
+    /// to an idempotent Send, whose reply is not kept (as for one-to-one
+    /// Sends, §4.3: the sender retransmits only while it has no reply).
+    fn delivers_again(&self) -> bool {
+        self.idempotent && !self.reliable && self.replied() && self.reply_packet().is_none()
+    }
 }
 
 /// The replies to a process's last group Send, kept until its next Send.
@@ -466,7 +473,12 @@ impl Engine {
         }
         let (mut pending, mut duplicate, mut refused) = (false, false, 0);
         for m in members {
-            match self.groups.copies.get_mut(&(h.src, m)) {
+            let again = self
+                .groups
+                .copies
+                .get(&(h.src, m))
+                .is_some_and(|c| c.is_of(h.incarnation, h.seq) && c.delivers_again());
+            match self.groups.copies.get_mut(&(h.src, m)).filter(|_| !again) {
                 Some(c) if c.is_of(h.incarnation, h.seq) => {
                     self.stats.duplicates += 1;
                     duplicate = true;
@@ -661,10 +673,18 @@ impl Engine {
             self.stats.duplicates += 1;
             return;
         };
-        if !c.seen.insert(replier) {
+        if c.seen.contains(&replier) {
             self.stats.duplicates += 1;
             return;
         }
+        // Nothing more is kept of a Send that takes one reply and has it, nor
+        // beyond `max_group_replies` (any host can claim to be a member).
+        let one_done = c.reliable.is_none() && c.mode == ReplyMode::One && !first;
+        if one_done || c.seen.len() >= self.cfg.max_group_replies {
+            self.stats.group_replies_dropped += 1;
+            return;
+        }
+        c.seen.insert(replier);
         if let Some(r) = c.reliable.as_mut() {
             // 004: every distinct reply counts (in the REPLY modes); the first
             // is returned, the others wait for GetReply.
@@ -685,8 +705,6 @@ impl Engine {
             self.stats.group_replies += 1;
             let outcome = SendOutcome { reply: msg, replier, segment };
             self.wake(sender, Completion::Send(Ok(outcome)));
-        } else if c.mode == ReplyMode::One {
-            self.stats.group_replies_dropped += 1;
         } else if c.waiting.take().is_some() {
             self.stats.group_replies += 1;
             self.wake(sender, Completion::GetReply(Some((replier, msg))));
