@@ -23,10 +23,16 @@ fn us(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
 }
 
+/// Most exchanges one `vipc ping` times (each latency is kept for the percentiles).
+const MAX_COUNT: u32 = 10_000_000;
+
 /// Pings `target` `count` times with a `size`-byte read-write segment.
 pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<()> {
-    if count == 0 {
-        return Err("--count must be at least 1".into());
+    if count == 0 || count > MAX_COUNT {
+        return Err(format!("--count must be 1 to {MAX_COUNT}").into());
+    }
+    if size > u32::MAX as usize {
+        return Err(format!("--size must be at most {} bytes (a segment's limit)", u32::MAX).into());
     }
     let target = Target::parse(target, false)?;
     let node = Node::start(args.build()?)?;

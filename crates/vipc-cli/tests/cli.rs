@@ -133,6 +133,11 @@ fn node_not_running_and_bad_arguments_are_one_line_errors() {
     assert_one_line_error(&o, "frobnicate");
     let o = run(&["node", "--key", "/nonexistent/key"]);
     assert_one_line_error(&o, "cannot read key file /nonexistent/key");
+    // Checked before anything is allocated or started.
+    let o = run(&["ping", "echo", "-c", "4000000000"]);
+    assert_one_line_error(&o, "--count must be 1 to 10000000");
+    let o = run(&["ping", "echo", "--size", "100000000000"]);
+    assert_one_line_error(&o, "--size must be at most 4294967295 bytes");
 }
 
 #[test]

@@ -29,8 +29,9 @@
 //! read-write segment it also echoes the segment's bytes back into it:
 //! - if the whole segment arrived appended to the message, the reply carries
 //!   it back (reply-with-segment: 2 packets in all);
-//! - if the segment is larger, the whole segment is read with MoveFrom and
-//!   written back with MoveTo before the reply (bulk transfers both ways).
+//! - if the segment is larger, it is read with MoveFrom and written back
+//!   with MoveTo before the reply (bulk transfers both ways), in pieces of
+//!   at most [`ECHO_PIECE`] bytes.
 //!
 //! `vipc node` registers it under the name `echo`.
 //!
@@ -67,6 +68,10 @@ pub const HOST_ROW_LEN: usize = 8;
 
 /// Largest appended segment the echo service takes with a message.
 pub const ECHO_BUFFER: usize = 64 * 1024;
+
+/// Most bytes of a larger segment the echo holds at once: it moves such a
+/// segment back in pieces of this size (MoveFrom, then MoveTo, each).
+pub const ECHO_PIECE: usize = 4 << 20;
 
 /// The pid of the kernel server of logical host `host`.
 pub fn kernel_pid(host: HostId) -> Pid {
@@ -195,6 +200,7 @@ pub fn kernel_server(p: Process) {
 /// or the process is destroyed.
 pub fn echo(p: Process) {
     let mut buf = vec![0u8; ECHO_BUFFER];
+    let mut pieces = Vec::new();
     loop {
         let mut msg: Message = [0; 32];
         let info = match p.receive_with_segment(&mut msg, &mut buf) {
@@ -213,8 +219,7 @@ pub fn echo(p: Process) {
                     r => r,
                 }
             } else {
-                let mut data = vec![0u8; size];
-                match p.move_from(info.from, 0, &mut data).and_then(|()| p.move_to(info.from, 0, &data)) {
+                match echo_in_pieces(&p, info.from, size, &mut pieces) {
                     Err(Error::NodeStopped) => return,
                     // The sender is told by the reply either way (a failed move leaves its data as it was).
                     _ => p.reply(&msg, info.from),
@@ -229,6 +234,19 @@ pub fn echo(p: Process) {
             Ok(()) => {}
         }
     }
+}
+
+/// Reads the `size`-byte segment of `from` and writes it back, at most
+/// [`ECHO_PIECE`] bytes at a time: the size is the sender's word, and a
+/// Send claiming 4 GiB must not make the echo allocate 4 GiB.
+fn echo_in_pieces(p: &Process, from: Pid, size: usize, piece: &mut Vec<u8>) -> Result<(), Error> {
+    piece.resize(size.min(ECHO_PIECE), 0);
+    for at in (0..size).step_by(ECHO_PIECE) {
+        let n = ECHO_PIECE.min(size - at);
+        p.move_from(from, at as u32, &mut piece[..n])?;
+        p.move_to(from, at as u32, &piece[..n])?;
+    }
+    Ok(())
 }
 
 /// A group member (see [`spawn_group_member`]): joins `group` and answers

@@ -293,6 +293,14 @@ fn echo_service_echoes_message_and_segment() {
     let want = big.clone();
     c.send_with(&mut m, echo, Some(SegmentRef::ReadWrite(&mut big)), SendOptions::default()).unwrap();
     assert_eq!(big, want);
+    // Larger than a piece: moved in pieces (the echo never holds the whole segment).
+    let mut huge = pattern(2 * vipc::services::ECHO_PIECE + 100, 4);
+    let want = huge.clone();
+    let requests = || nodes[0].stats().sent(vipc::PacketType::MoveFromRequest);
+    let before = requests();
+    c.send_with(&mut m, echo, Some(SegmentRef::ReadWrite(&mut huge)), SendOptions::default()).unwrap();
+    assert!(huge == want);
+    assert_eq!(requests() - before, 3, "two whole pieces and the rest");
 }
 
 #[test]
