@@ -50,6 +50,9 @@ pub const EMSGSIZE: u8 = 90;
 pub const EPROTO: u8 = 71;
 /// Status: the server holds too many ends.
 pub const EMFILE: u8 = 24;
+/// Status: the server holds too many waiting reads and writes (as many as
+/// its ends allow); try again later.
+pub const EAGAIN: u8 = 11;
 
 /// A request with `op`, `end` and `arg`.
 pub fn request(op: u8, end: u32, arg: u32) -> Message {

@@ -25,7 +25,7 @@ pub struct PipeConfig {
     pub lease: Duration,
     /// How often the server checks leases.
     pub tick: Duration,
-    /// Most ends open at once.
+    /// Most ends open at once; also the most reads and writes held waiting at once.
     pub max_ends: usize,
 }
 
@@ -189,6 +189,25 @@ impl Server {
             }
             self.request(p, &msg, &info, &inbuf);
             self.progress(p);
+            self.shed(p, info.from);
+        }
+    }
+
+    /// If more requests wait than the server holds (`max_ends`), answers
+    /// `from`'s, the newest, with EAGAIN: it cannot be served now.
+    fn shed(&mut self, p: &Process, from: Pid) {
+        if self.readers.len() + self.writers.len() <= self.cfg.max_ends {
+            return;
+        }
+        let held = if self.readers.back().is_some_and(|r| r.from == from) {
+            self.readers.pop_back().map(|r| r.msg)
+        } else if self.writers.back().is_some_and(|w| w.from == from) {
+            self.writers.pop_back().map(|w| w.msg)
+        } else {
+            None
+        };
+        if let Some(msg) = held {
+            self.answer(p, from, reply_msg(&msg, proto::EAGAIN, 0));
         }
     }
 
@@ -207,6 +226,11 @@ impl Server {
         let now = Instant::now();
         let end = get(msg, 4);
         let from = info.from;
+        // A process sends again only once its last Send is over (answered,
+        // or given up with a deadline): whatever it had waiting here is
+        // stale, and must not be answered into its new exchange.
+        self.readers.retain(|r| r.from != from);
+        self.writers.retain(|w| w.from != from);
         match msg[0] {
             proto::OP_OPEN => {
                 let mode = match get(msg, 8) {

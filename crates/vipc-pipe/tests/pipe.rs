@@ -329,3 +329,70 @@ fn stopping_the_server_releases_held_readers_and_removes_the_name() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Ok(0), "EOF");
     assert!(matches!(PipeReader::open(&nodes[0], "stop"), Err(PipeError::NotFound(_))));
 }
+
+#[test]
+fn a_request_given_up_by_its_sender_is_forgotten_by_the_server() {
+    let nodes = cluster(2, 0x1a1);
+    let cfg = PipeConfig { lease: Duration::from_secs(60), ..small(10) };
+    let _s = PipeServer::start(&nodes[0], "given-up", cfg).unwrap();
+    let p = nodes[1].attach().unwrap();
+    let server = vipc_pipe::lookup(&p, "given-up").unwrap();
+    let mut open = proto::request(proto::OP_OPEN, 0, proto::MODE_WRITE);
+    p.send(&mut open, server).unwrap();
+    let end = proto::get(&open, 4);
+    let write = |data: &[u8]| {
+        let mut m = proto::request(proto::OP_WRITE, end, 0);
+        p.send_with(&mut m, server, Some(SegmentRef::Read(data)), SendOptions::default()).map(|_| m[0])
+    };
+    assert_eq!(write(&[1; 10]).unwrap(), proto::OK, "fills the pipe");
+    // The next write waits for room; its sender gives up after 100 ms.
+    let r = vipc::within(Duration::from_millis(100), || write(&[2; 5]));
+    assert!(r.unwrap_err().is_deadline());
+    // Its next request tells the server the held write is over: it is dropped, not answered into the new exchange.
+    let st = stat(&p, "given-up").unwrap();
+    assert_eq!((st.held_writes, st.buffered), (0, 10));
+}
+
+#[test]
+fn requests_beyond_what_the_server_holds_are_answered_eagain() {
+    let nodes = cluster(2, 0x1b1);
+    // A long lease: the raw end below has no heartbeat.
+    let cfg = PipeConfig { max_ends: 3, lease: Duration::from_secs(60), ..small(100) };
+    let s = PipeServer::start(&nodes[0], "crowded", cfg).unwrap();
+    let p = nodes[1].attach().unwrap();
+    let server = vipc_pipe::lookup(&p, "crowded").unwrap();
+    let mut open = proto::request(proto::OP_OPEN, 0, proto::MODE_READ);
+    p.send(&mut open, server).unwrap();
+    let end = proto::get(&open, 4);
+    // Three readers of the empty pipe wait (one end, three processes); a fourth is refused.
+    let read = move |node: &Node| {
+        let q = node.attach().unwrap();
+        let mut buf = [0u8; 8];
+        let mut m = proto::request(proto::OP_READ, end, 0);
+        q.send_with(&mut m, server, Some(SegmentRef::Write(&mut buf)), SendOptions::default()).unwrap();
+        m[0]
+    };
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let n = nodes[1].clone();
+            std::thread::spawn(move || read(&n))
+        })
+        .collect();
+    wait_until("three held reads", 5, || stat(&p, "crowded").unwrap().held_reads == 3);
+    assert_eq!(
+        within(5, {
+            let n = nodes[1].clone();
+            move || read(&n)
+        }),
+        proto::EAGAIN
+    );
+    assert_eq!(stat(&p, "crowded").unwrap().held_reads, 3, "the refused one is not held");
+    // A writer is not refused: its write is served at once, and frees a reader.
+    let mut w = PipeWriter::open(&nodes[1], "crowded").unwrap();
+    w.write_all(b"hi").unwrap();
+    drop(w);
+    s.stop();
+    let mut got: Vec<u8> = waiting.into_iter().map(|t| t.join().unwrap()).collect();
+    got.sort();
+    assert_eq!(got, vec![proto::OK, proto::EOF, proto::EOF]);
+}
