@@ -129,6 +129,10 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
     Ok(())
 }
 
+/// Most entries [`FsClient::readdir`] lists of one directory (4 Mi, ~0.5 GiB
+/// of entries; ext4 directories stay far below it).
+pub const MAX_LISTING: usize = 1 << 22;
+
 /// The segment of a path request: the path, then `extra`, in a buffer of at
 /// least `reply` bytes (the reply segment is written at its start).
 fn path_segment(path: &str, extra: &[u8], reply: usize) -> FsResult<Vec<u8>> {
@@ -312,12 +316,17 @@ impl FsClient {
             req.set_offset(cookie);
             req.set_count(READDIR_BATCH as u32);
             let (rep, seg) = self.path_call(req, path, &[], READDIR_BATCH)?;
+            let had = out.len();
             parse_listing(&seg[..(rep.count() as usize).min(seg.len())], &mut out)?;
             if rep.flags() & RF_EOF != 0 {
                 return Ok(out);
             }
-            if rep.next() <= cookie {
+            // A server that never says EOF must not make the client loop and grow forever.
+            if rep.next() <= cookie || out.len() == had {
                 return Err(bad("readdir made no progress"));
+            }
+            if out.len() > MAX_LISTING {
+                return Err(bad("a directory of more than MAX_LISTING entries"));
             }
             cookie = rep.next();
         }
