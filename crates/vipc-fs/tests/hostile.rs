@@ -67,3 +67,47 @@ fn a_listing_that_never_ends_fails_instead_of_looping() {
     assert!(e.to_string().contains("no progress"), "{e}");
     assert_eq!(packets(&client_node) - before, 2, "one exchange");
 }
+
+/// A client whose owner process takes the reaper's ping and never answers
+/// does not stop the reaper: clients that die later are still reaped.
+#[test]
+fn an_owner_that_never_answers_its_ping_does_not_stop_the_reaper() {
+    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN};
+    let s = setup_with(false, short);
+    std::fs::write(s.dir.path().join("f"), b"x").unwrap();
+    let server = s.server.as_ref().unwrap();
+    // A silent owner, and a handle held in its name.
+    let (silent, _t) = s
+        .client_node
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            while p.receive(&mut m).is_ok() {}
+        })
+        .unwrap();
+    let p = s.client_node.attach().unwrap();
+    let mut req = Req::new(OP_OPEN);
+    req.set_path_len(1);
+    req.set_count(libc::O_RDONLY as u32);
+    req.set_b(silent.0);
+    let mut seg = vec![0u8; MAX_PACKET_DATA];
+    seg[0] = b'f';
+    let mut m = req.0;
+    p.send_with(&mut m, server.pid(), Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
+    assert_eq!(Rep(m).error(), 0);
+    // Twice: a client on a node of its own opens the file, then its node stops.
+    let addr = s.server_node.local_addr();
+    for host in [3, 4] {
+        let n = node(host, free_addrs(1)[0], vec![addr], short);
+        let c = vipc_fs::FsClient::connect(&n, &s.name).unwrap();
+        c.open("f", libc::O_RDONLY, 0).unwrap();
+        assert_eq!(server.open_handles(), 2);
+        std::mem::forget(c); // dies without closing (dropping it would close its files)
+        n.shutdown();
+        let t = std::time::Instant::now();
+        while server.open_handles() > 1 {
+            assert!(t.elapsed() < std::time::Duration::from_secs(15), "client {host} never reaped");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    assert_eq!(server.open_handles(), 1, "the silent owner keeps its file: it is not known to be dead");
+}

@@ -69,30 +69,36 @@ struct Table {
 #[derive(Debug)]
 pub struct Handles {
     instance: u32,
+    /// Most handles one owner (client) may hold.
+    per_owner: usize,
     next: AtomicU32,
     table: Mutex<Table>,
 }
 
 impl Handles {
-    /// An empty table for server instance `instance`.
-    pub fn new(instance: u32) -> Handles {
-        Handles { instance, next: AtomicU32::new(1), table: Mutex::new(Table::default()) }
+    /// An empty table for server instance `instance`, each owner holding at most `per_owner` handles.
+    pub fn new(instance: u32, per_owner: usize) -> Handles {
+        Handles { instance, per_owner, next: AtomicU32::new(1), table: Mutex::new(Table::default()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds an open file; returns its handle.
-    pub fn insert(&self, f: OpenFile) -> u64 {
+    /// Adds an open file; returns its handle, or EMFILE (and the file is
+    /// closed) if its owner already holds as many as it may.
+    pub fn insert(&self, f: OpenFile) -> Result<u64, i32> {
         let id = (u64::from(self.instance) << 32) | u64::from(self.next.fetch_add(1, Ordering::Relaxed).max(1));
         let owner = f.owner;
         let mut t = self.lock();
+        if t.owners.get(&owner).is_some_and(|o| o.handles.len() >= self.per_owner) {
+            return Err(libc::EMFILE);
+        }
         t.files.insert(id, Arc::new(f));
         let o = t.owners.entry(owner).or_default();
         o.handles.insert(id);
         o.last_seen = Some(Instant::now());
-        id
+        Ok(id)
     }
 
     /// The open file of `id`, noting that its owner is alive.
@@ -175,10 +181,10 @@ mod tests {
 
     #[test]
     fn handles_carry_the_instance_and_owners_release_theirs() {
-        let h = Handles::new(7);
-        let a = h.insert(file(0x10001));
-        let b = h.insert(file(0x10001));
-        let c = h.insert(file(0x20001));
+        let h = Handles::new(7, 10);
+        let a = h.insert(file(0x10001)).unwrap();
+        let b = h.insert(file(0x10001)).unwrap();
+        let c = h.insert(file(0x20001)).unwrap();
         assert_eq!(a >> 32, 7);
         assert_ne!(a, b);
         assert_eq!(h.len(), 3);
@@ -187,5 +193,17 @@ mod tests {
         assert!(h.remove(c).is_some());
         assert_eq!(h.len(), 0);
         assert_eq!(h.release_owner(Pid(0x20001)), 0);
+    }
+
+    #[test]
+    fn an_owner_holds_at_most_its_share_and_others_are_not_refused() {
+        let h = Handles::new(7, 2);
+        let a = h.insert(file(0x10001)).unwrap();
+        h.insert(file(0x10001)).unwrap();
+        assert_eq!(h.insert(file(0x10001)), Err(libc::EMFILE));
+        assert!(h.insert(file(0x20001)).is_ok(), "another owner has room");
+        h.remove(a);
+        assert!(h.insert(file(0x10001)).is_ok(), "room again after a close");
+        assert_eq!(h.len(), 3);
     }
 }

@@ -54,11 +54,14 @@ pub struct Tuning {
     pub write_behind: bool,
     /// How often idle clients holding handles are checked for life.
     pub sweep: Duration,
+    /// Most files one client (its owner process) may hold open; an OPEN
+    /// beyond it fails with EMFILE, leaving room for the other clients.
+    pub max_handles_per_client: usize,
 }
 
 impl Default for Tuning {
     fn default() -> Tuning {
-        Tuning { read_ahead: true, write_behind: true, sweep: Duration::from_secs(10) }
+        Tuning { read_ahead: true, write_behind: true, sweep: Duration::from_secs(10), max_handles_per_client: 4096 }
     }
 }
 
@@ -107,7 +110,7 @@ impl FileServer {
         let svc = Arc::new(Service {
             root,
             read_only: cfg.read_only,
-            handles: handles::Handles::new(instance),
+            handles: handles::Handles::new(instance, tuning.max_handles_per_client),
             instance,
             epoch: AtomicU64::new(0),
             read_ahead: tuning.read_ahead,

@@ -401,7 +401,7 @@ impl Service {
             flags,
             ra: Mutex::new(ReadAhead::default()),
             deferred: std::sync::atomic::AtomicI32::new(0),
-        });
+        })?;
         let mut rep = Rep::errno(0);
         rep.set_value(id);
         rep.set_flags(if self.read_only { RF_READ_ONLY } else { 0 });

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vipc::{Error, Message, Pid, Process, ProtocolError, ReceiveInfo};
 
+/// How long the reaper waits for a client's owner to answer its ping.
+const PING_LIMIT: Duration = Duration::from_secs(2);
+
 /// Receive buffer of a worker: the largest appended segment a packet can carry.
 const RECEIVE_BUFFER: usize = MAX_PACKET_DATA + 1024;
 
@@ -230,11 +233,18 @@ fn handle(
         Ok(()) => Ok(()),
         Err(e) if stopped(&e) => Err(e),
         Err(e) => {
-            let n = if owner.is_none() { 0 } else { svc.handles.release_owner(owner) };
+            let n = owner_to_release(owner, info.from).map_or(0, |o| svc.handles.release_owner(o));
             tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
             Ok(())
         }
     }
+}
+
+/// Whose files a failed exchange with `from` releases: its client's owner
+/// `owner` — but only an owner on `from`'s own host, since a path request
+/// names its owner itself and must not release another client's files.
+fn owner_to_release(owner: Pid, from: Pid) -> Option<Pid> {
+    (!owner.is_none() && owner.host() == from.host()).then_some(owner)
 }
 
 /// Serves one request; an error means the exchange with the client failed.
@@ -314,14 +324,31 @@ pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBo
                 return;
             }
             let mut m = Req::new(OP_PING_OWNER).0;
-            match p.send(&mut m, owner) {
+            // Bounded: an owner that receives and never replies is kept
+            // alive by its node forever, and must not stop the sweep.
+            match vipc::within(PING_LIMIT, || p.send(&mut m, owner)) {
                 Ok(_) => svc.handles.seen(owner),
                 Err(e) if stopped(&e) => return,
+                Err(e) if e.is_deadline() => tracing::debug!("file server: client {owner} did not answer its ping"),
                 Err(e) => {
                     let n = svc.handles.release_owner(owner);
                     tracing::debug!("file server: client {owner} is gone ({e}); released {n} handles");
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner_to_release;
+    use vipc::Pid;
+
+    #[test]
+    fn a_failed_exchange_releases_only_an_owner_of_its_own_host() {
+        let (owner, pool) = (Pid::new(5, 2), Pid::new(5, 9));
+        assert_eq!(owner_to_release(owner, pool), Some(owner));
+        assert_eq!(owner_to_release(owner, Pid::new(6, 9)), None, "named by another host");
+        assert_eq!(owner_to_release(Pid::NONE, pool), None);
     }
 }
