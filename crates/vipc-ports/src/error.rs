@@ -41,6 +41,10 @@ pub enum Error {
         /// The method's index.
         method: u16,
     },
+    /// The port's keeper holds as many messages as it may
+    /// ([`crate::MAX_HELD`], [`crate::MAX_HELD_BYTES`]) until regions take some.
+    #[error("port {0}: its node holds as many messages as it may; try again later")]
+    Full(String),
     /// The peer answered with something this crate does not speak.
     #[error("malformed answer: {0}")]
     Malformed(String),

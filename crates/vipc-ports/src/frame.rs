@@ -61,6 +61,8 @@ pub mod status {
     pub const GONE: u8 = 6;
     /// Not a request this server understands.
     pub const NOT_A_REQUEST: u8 = 7;
+    /// The port keeper holds as many messages as it may; try again later.
+    pub const FULL: u8 = 8;
 }
 
 /// A decoded request header.

@@ -44,7 +44,7 @@ pub mod vars;
 pub use activate::{activate, Activation, Activator};
 pub use error::{Error, Result};
 pub use netport::{Gathered, NetPort};
-pub use port::{Checkpoint, Port, PortRef, Ports};
+pub use port::{Checkpoint, Port, PortRef, Ports, MAX_HELD, MAX_HELD_BYTES};
 pub use region::Region;
 /// Used by `#[interface]`: `Vec<u8>` arguments and results travel as one
 /// byte string (the same bytes on the wire as serde's default sequence of

@@ -22,7 +22,7 @@
 
 use crate::codec::{decode, encode, fingerprint};
 use crate::frame::{answer, kind, read_answer, status, Request, ANSWER_INLINE};
-use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept};
+use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept, MAX_ARGUMENTS};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -87,6 +87,12 @@ struct Taker {
     ports: Vec<u64>,
     room: u32,
 }
+
+/// Most messages a node's port keeper holds (sent, not yet taken by a
+/// region); a send beyond it fails with [`Error::Full`].
+pub const MAX_HELD: usize = 4096;
+/// Most bytes of messages a node's port keeper holds.
+pub const MAX_HELD_BYTES: usize = 256 << 20;
 
 /// The keeper's state; only its thread touches it, except `ports`.
 struct Keeper {
@@ -250,6 +256,7 @@ impl<T: Serialize, R: DeserializeOwned> PortRef<'_, T, R> {
             Failure::Vipc(e) => e,
             Failure::Status(status::NO_SUCH, _) => Error::NotFound(format!("{} (with these types)", self.name)),
             Failure::Status(status::PANICKED, _) => Error::HandlerPanicked { interface: "port", method: 0 },
+            Failure::Status(status::FULL, _) => Error::Full(self.name.clone()),
             Failure::Status(st, _) => status_error(st, &self.name),
         })
     }
@@ -291,6 +298,10 @@ impl Keeper {
                     return self.answer(from, status::NO_SUCH);
                 };
                 let Ok(payload) = payload(self) else { return self.answer(from, status::BAD_ARGUMENTS) };
+                let bytes: usize = self.held.values().map(|h| h.payload.len()).sum();
+                if self.held.len() >= MAX_HELD || bytes + payload.len() > MAX_HELD_BYTES {
+                    return self.answer(from, status::FULL);
+                }
                 let id = self.next;
                 self.next += 1;
                 let early = matches!(cp, Checkpoint::Immediate | Checkpoint::OnReceipt);
@@ -427,7 +438,8 @@ pub(crate) fn take(p: &Process, keeper: Pid, ports: &[u64], buf: &mut Vec<u8>) -
                     payload: buf[..n.min(buf.len())].to_vec(),
                 })
             }
-            status::MORE => buf.resize(n.next_power_of_two(), 0),
+            status::MORE if n <= MAX_ARGUMENTS => buf.resize(n.next_power_of_two(), 0),
+            status::MORE => return Err(Error::Malformed(format!("port take: a {n}-byte message"))),
             st => return Err(status_error(st, "port take")),
         }
     }

@@ -26,8 +26,8 @@ const REPLY_SEGMENT_MAX: usize = 1024;
 const MIN_RESULT_SEGMENT: usize = 4096;
 /// Results an answerer keeps for a FETCH, the oldest dropped first.
 const KEPT_MAX: usize = 64;
-/// The most bytes of arguments a server reads for one call (the caller's
-/// claim allocates that much on the server).
+/// The most bytes of arguments a server reads, or of a result a caller
+/// fetches, for one call (the other side's claim allocates that much).
 pub const MAX_ARGUMENTS: usize = 256 << 20;
 
 /// Why a call failed: the IPC, or the answerer said so (status, its 24 trailing bytes).
@@ -179,6 +179,10 @@ impl Caller {
 
 /// Fetches the `n`-byte result `to` kept after answering MORE into `buf[..n]`.
 pub(crate) fn fetch(p: &Process, to: Pid, n: usize, buf: &mut Vec<u8>) -> std::result::Result<(), Failure> {
+    // The answerer's word: a claim of 4 GiB must not make the caller allocate it.
+    if n > MAX_ARGUMENTS {
+        return Err(Error::Malformed(format!("a {n}-byte result (the most is {MAX_ARGUMENTS})")).into());
+    }
     let req = Request { kind: kind::FETCH, flags: 0, method: 0, fingerprint: 0, len: 0 };
     let mut msg = req.encode(&[]);
     buf.resize(n, 0);
@@ -316,4 +320,21 @@ pub(crate) fn read_bulk(p: &Process, req: &Request, info: ReceiveInfo, rbuf: &[u
         p.move_from(info.from, have as u32, &mut bulk[have..])?;
     }
     Ok(bulk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_claimed_over_max_arguments_is_refused_before_anything_is_allocated_or_sent() {
+        let node = vipc::Node::start(vipc::NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+        let p = node.attach().unwrap();
+        let before = node.stats().ipc_packets();
+        let mut buf = Vec::new();
+        let r = fetch(&p, Pid::new(1, 99), MAX_ARGUMENTS + 1, &mut buf);
+        assert!(matches!(r, Err(Failure::Vipc(Error::Malformed(_)))));
+        assert!(buf.is_empty(), "nothing allocated");
+        assert_eq!(node.stats().ipc_packets(), before, "nothing sent");
+    }
 }

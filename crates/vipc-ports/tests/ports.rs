@@ -286,3 +286,26 @@ fn a_late_answer_to_an_abandoned_send_does_not_end_the_next_one() {
         returned - started
     );
 }
+
+#[test]
+fn a_keeper_holds_at_most_max_held_messages_then_senders_hear_it_is_full() {
+    let (a, b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let port = ports.open::<u8, ()>("full").unwrap();
+    let far = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = far.connect::<u8, ()>(&me, "full").unwrap();
+    for i in 0..vipc_ports::MAX_HELD {
+        to.send(&me, &(i as u8), Checkpoint::OnReceipt).unwrap();
+    }
+    match to.send(&me, &0, Checkpoint::OnReceipt) {
+        Err(Error::Full(name)) => assert_eq!(name, "full"),
+        other => panic!("expected Full, got {other:?}"),
+    }
+    // A region takes one: there is room for one more.
+    let server = a.attach().unwrap();
+    let mut r = Region::new(&server, &ports).on(&port, |_| ());
+    r.serve_one().unwrap();
+    to.send(&me, &1, Checkpoint::OnReceipt).unwrap();
+    assert!(matches!(to.send(&me, &2, Checkpoint::OnReceipt), Err(Error::Full(_))));
+}
