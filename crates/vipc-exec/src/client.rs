@@ -22,7 +22,7 @@ pub struct HostLoad {
 pub fn query_loads(p: &Process, deadline: Duration) -> Result<Vec<HostLoad>> {
     let mut m: Message = [0; 32];
     m[0] = OP_LOAD;
-    let until = Instant::now() + deadline;
+    let until = vipc::deadline_after(Instant::now(), deadline);
     let first = match p.send_group(&mut m, TEAM_SERVER_GROUP, ReplyMode::Many, SendOptions { idempotent: true }) {
         Ok(who) => who,
         Err(vipc::Error::Protocol(vipc::ProtocolError::Timeout(_))) => return Err(ExecError::NoTeamServer),

@@ -96,7 +96,45 @@ impl NodeConfig {
             ..NodeConfig::default()
         }
     }
+
+    /// Why this configuration cannot run, if it cannot: a host id out of
+    /// range, a zero or over-an-hour protocol time, a zero I-Am-Here period,
+    /// or a `poll_spin` over a second (it keeps a core busy that long).
+    pub fn check(&self) -> Result<(), String> {
+        if let HostIdConfig::Fixed(h) = self.host_id {
+            if h == 0 || h > vipc_wire::MAX_HOST_ID {
+                return Err(format!("logical host {h} is outside 1..={}", vipc_wire::MAX_HOST_ID));
+            }
+        }
+        let e = &self.engine;
+        let times = [
+            ("retransmit", Some(e.retransmit)),
+            ("timeout", Some(e.timeout)),
+            ("alive_period", e.alive_period),
+            ("host_alloc_wait", Some(e.host_alloc_wait)),
+            ("getpid_timeout", Some(e.getpid_timeout)),
+            ("rmem_timeout", Some(e.rmem_timeout)),
+            ("conflict_grace", Some(self.conflict_grace)),
+        ];
+        for (name, t) in times {
+            match t {
+                Some(t) if t > MAX_PROTOCOL_TIME => return Err(format!("{name} {t:?} is over an hour")),
+                Some(t) if t.is_zero() && matches!(name, "retransmit" | "timeout" | "alive_period") => {
+                    return Err(format!("{name} must not be zero"))
+                }
+                _ => {}
+            }
+        }
+        match self.poll_spin {
+            Some(d) if d > Duration::from_secs(1) => Err(format!("poll_spin {d:?} is over a second")),
+            _ => Ok(()),
+        }
+    }
 }
+
+/// The longest protocol time a node accepts: longer ones are mistakes (and
+/// would overflow the engine's clock arithmetic near `Duration::MAX`).
+const MAX_PROTOCOL_TIME: Duration = Duration::from_secs(3600);
 
 /// The broadcast channel: an IP multicast group and/or a list of static peers.
 /// A broadcast is sent to the group (if enabled) and to every peer.

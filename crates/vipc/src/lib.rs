@@ -80,4 +80,4 @@ pub use vipc_engine::{
     ProtectionGroup, Refusal, Reliable, ReplyMode, Scope, SegmentName, SegmentOptions, SendOptions, Stats, CAS_CELL,
 };
 pub use vipc_wire::PacketType;
-pub use within::within;
+pub use within::{deadline_after, within};

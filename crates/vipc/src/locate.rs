@@ -85,7 +85,7 @@ fn answered_pid(m: &Message) -> Option<Pid> {
 pub fn locate(p: &Process, name: &str, limit: Duration) -> Result<Option<Pid>> {
     let query = locate_query(name)?;
     let expected = p.alive_hosts()?.hosts().count() + 1;
-    let deadline = Instant::now() + limit;
+    let deadline = crate::within::deadline_after(Instant::now(), limit);
     let mut answered = BTreeSet::new();
     while answered.len() < expected && Instant::now() < deadline {
         let mut m = query;

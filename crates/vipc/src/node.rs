@@ -104,11 +104,7 @@ impl Node {
     /// complaint from a node already holding the id. Unless disabled, it then
     /// creates the kernel server as process 1.
     pub fn start(config: NodeConfig) -> Result<Node> {
-        if let HostIdConfig::Fixed(h) = config.host_id {
-            if h == 0 || h > vipc_wire::MAX_HOST_ID {
-                return Err(Error::Config(format!("logical host {h} is outside 1..={}", vipc_wire::MAX_HOST_ID)));
-            }
-        }
+        config.check().map_err(Error::Config)?;
         let Sockets { unicast, multicast, local, targets, peers, groups, own, recv_buffer } = net::open(&config)?;
         let mut ecfg = config.engine.clone();
         ecfg.host_id = config.host_id;
@@ -164,8 +160,8 @@ impl Node {
         let mut handle = Handle { shared: shared.clone(), host: 0, threads: Mutex::new(threads) };
 
         // Wait for the logical host id.
-        let wait = ecfg.host_alloc_wait * 20 + Duration::from_secs(2);
-        let deadline = Instant::now() + wait;
+        let wait = ecfg.host_alloc_wait.saturating_mul(20).saturating_add(Duration::from_secs(2));
+        let deadline = crate::within::deadline_after(Instant::now(), wait);
         let fixed = matches!(config.host_id, HostIdConfig::Fixed(_));
         let host = {
             let mut st = shared.lock();
@@ -189,7 +185,7 @@ impl Node {
             }
         };
         if fixed {
-            let deadline = Instant::now() + config.conflict_grace;
+            let deadline = crate::within::deadline_after(Instant::now(), config.conflict_grace);
             let mut st = shared.lock();
             loop {
                 if let Some((host, addr)) = st.conflict {

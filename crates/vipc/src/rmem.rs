@@ -196,10 +196,13 @@ impl ExportedSegment {
 
     /// Blocks until the control or data channel holds a record (true) or
     /// `timeout` passes (false): the one place the exporter's thread runs
-    /// because of remote operations, and only if it asks to.
+    /// because of remote operations, and only if it asks to. A deadline of
+    /// [`crate::within`] that ends first fails the wait with its error.
     pub fn wait_record(&self, timeout: Duration) -> Result<bool> {
         let (shared, id) = (&self.seg.shared, self.seg.id);
-        let deadline = Instant::now() + timeout;
+        let left = crate::within::cap(timeout)?;
+        let cut = left < timeout;
+        let deadline = crate::within::deadline_after(Instant::now(), left);
         let mut st = shared.lock();
         let entry = st.record_waiters.entry(id).or_insert_with(|| (Arc::new(Condvar::new()), 0));
         entry.1 += 1;
@@ -213,8 +216,11 @@ impl ExportedSegment {
                 Err(e) => break Err(e.into()),
             };
             let now = Instant::now();
-            if control || data || now >= deadline {
-                break Ok(control || data);
+            if control || data {
+                break Ok(true);
+            }
+            if now >= deadline {
+                break if cut { Err(vipc_engine::Error::Deadline.into()) } else { Ok(false) };
             }
             // Unlike an operation's waiter, this one does not read the socket
             // itself: a server waiting here for long would become the node's
@@ -398,11 +404,11 @@ impl PendingOp {
     pub fn wait(mut self, timeout: Duration) -> Result<MemOutcome> {
         let within = crate::within::remaining()?;
         let start = Instant::now();
-        let deadline = start + within.map_or(timeout, |left| left.min(timeout));
+        let deadline = crate::within::deadline_after(start, within.map_or(timeout, |left| left.min(timeout)));
         let shared = self.shared.clone();
         // With the node's `poll_spin`, the waiter first spins on the socket
         // (002's processor-synchronous wait), then blocks.
-        let spin_until = shared.poll_spin.map(|d| start + d);
+        let spin_until = shared.poll_spin.map(|d| crate::within::deadline_after(start, d));
         let mut st = shared.lock();
         loop {
             let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };

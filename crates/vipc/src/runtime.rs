@@ -1118,7 +1118,7 @@ impl Shared {
         (lead, mlead): (bool, bool),
         mut lend: Lend<'_>,
     ) -> Result<Completion> {
-        let spin_until = self.poll_spin.map(|d| Instant::now() + d);
+        let spin_until = self.poll_spin.map(|d| crate::within::deadline_after(Instant::now(), d));
         // Made at the first spin: a blocking wait reads no clock for it.
         let mut spinner = None;
         let mut work = VecDeque::new();

@@ -52,6 +52,12 @@ pub fn within<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// `now + d`, or a century from now if that overflows: a limit of
+/// `Duration::MAX` means "no limit" to every wait, never a panic.
+pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// Runs `f` with no deadline: for calls that cannot block.
 pub(crate) fn unbounded<T>(f: impl FnOnce() -> T) -> T {
     let outer = DEADLINE.replace(None);

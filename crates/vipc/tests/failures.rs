@@ -200,4 +200,36 @@ fn configuration_errors_are_clear() {
     let v6 = NodeConfig { listen: "[::1]:0".parse().unwrap(), ..NodeConfig::default() };
     let e = Node::start(v6).unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
+    // Times that would never end, end at once, or overflow the clock.
+    let base = || NodeConfig::fixed(6, "127.0.0.1:0".parse().unwrap(), vec![]);
+    let mut bad = Vec::new();
+    for (what, tweak) in [
+        ("timeout", (|c: &mut NodeConfig| c.engine.timeout = Duration::MAX) as fn(&mut NodeConfig)),
+        ("retransmit", |c| c.engine.retransmit = Duration::ZERO),
+        ("alive_period", |c| c.engine.alive_period = Some(Duration::ZERO)),
+        ("conflict_grace", |c| c.conflict_grace = Duration::MAX),
+        ("poll_spin", |c| c.poll_spin = Some(Duration::MAX)),
+    ] {
+        let mut c = base();
+        tweak(&mut c);
+        match Node::start(c) {
+            Err(Error::Config(m)) if m.contains(what) => {}
+            other => bad.push(format!("{what}: {other:?}")),
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}
+
+#[test]
+fn a_wait_of_duration_max_is_no_limit_not_a_panic() {
+    let nodes = cluster(1);
+    let p = nodes[0].attach().unwrap();
+    let opts = vipc::SegmentOptions { access: vipc::Access::READ_WRITE, ..Default::default() };
+    let seg = nodes[0].export_segment(4096, opts).unwrap();
+    // Nothing arrives: the caller's `within` bounds it, and the inner MAX does not overflow.
+    let t = std::time::Instant::now();
+    let r = vipc::within(Duration::from_millis(30), || seg.wait_record(Duration::MAX));
+    assert!(r.as_ref().is_err_and(|e| e.is_deadline()), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(vipc::locate::locate(&p, "nobody-here", Duration::MAX).unwrap().is_none());
 }
