@@ -114,6 +114,12 @@ fn rand_token() -> u32 {
     (h.finish() as u32) | 1
 }
 
+/// Whether a reply or move failed because the client gave up its Send (a
+/// deadline): it is alive and its end stays open, unlike a client that is gone.
+fn gave_up(e: &vipc::Error) -> bool {
+    matches!(e, vipc::Error::Protocol(vipc::ProtocolError::NotAwaitingReply(_)))
+}
+
 /// Wakes the server every `tick` so that it expires dead ends.
 fn ticker(p: &Process, server: Pid, tick: Duration, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
@@ -211,13 +217,13 @@ impl Server {
         }
     }
 
-    /// Replies; a failed reply means the client is gone.
+    /// Replies; false if the client is gone (one that gave up its Send is not).
     fn answer(&mut self, p: &Process, to: Pid, m: Message) -> bool {
         match p.reply(&m, to) {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!("pipe server: reply to {to} failed: {e}");
-                false
+                gave_up(&e)
             }
         }
     }
@@ -365,20 +371,20 @@ impl Server {
                 // The rest of a segment larger than one packet is read with MoveFrom, after the appended part.
                 let rest = w.len - w.inline.len();
                 self.scratch.resize(rest, 0);
-                let ok = rest == 0
-                    || match p.move_from(w.from, w.inline.len() as u32, &mut self.scratch) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            tracing::debug!("pipe server: MoveFrom {} failed: {e}", w.from);
-                            false
-                        }
-                    };
-                if ok {
-                    self.st.buf.extend(w.inline.iter());
-                    self.st.buf.extend(self.scratch.iter());
-                }
-                if !ok || !self.answer(p, w.from, reply_msg(&w.msg, proto::OK, w.len as u32)) {
-                    self.close_end(p, w.end);
+                let moved =
+                    if rest == 0 { Ok(()) } else { p.move_from(w.from, w.inline.len() as u32, &mut self.scratch) };
+                // Written only once the writer has its answer: one that gave
+                // up meanwhile was told its write failed, and it did.
+                match moved.and_then(|()| p.reply(&reply_msg(&w.msg, proto::OK, w.len as u32), w.from)) {
+                    Ok(()) => {
+                        self.st.buf.extend(w.inline.iter());
+                        self.st.buf.extend(self.scratch.iter());
+                    }
+                    Err(e) if gave_up(&e) => {}
+                    Err(e) => {
+                        tracing::debug!("pipe server: writing from {} failed: {e}", w.from);
+                        self.close_end(p, w.end);
+                    }
                 }
             }
             while let Some(r) = self.readers.front() {
@@ -399,6 +405,8 @@ impl Server {
                         Ok(()) => {
                             self.st.buf.drain(..n);
                         }
+                        // The reader gave up: the bytes stay for the next read.
+                        Err(e) if gave_up(&e) => {}
                         Err(e) => {
                             tracing::debug!("pipe server: reading to {from} failed: {e}");
                             self.close_end(p, end);

@@ -396,3 +396,21 @@ fn requests_beyond_what_the_server_holds_are_answered_eagain() {
     got.sort();
     assert_eq!(got, vec![proto::OK, proto::EOF, proto::EOF]);
 }
+
+#[test]
+fn a_reader_that_gives_up_a_read_keeps_its_end_and_loses_no_bytes() {
+    let nodes = cluster(2, 0x1c1);
+    let _s = PipeServer::start(&nodes[0], "patient", small(100)).unwrap();
+    let mut r = PipeReader::open(&nodes[1], "patient").unwrap();
+    let mut buf = [0u8; 16];
+    assert!(vipc::within(Duration::from_millis(100), || r.read(&mut buf)).is_err(), "nothing to read yet");
+    // The write wakes the read the reader gave up: its answer fails, the bytes stay.
+    let mut w = PipeWriter::open(&nodes[1], "patient").unwrap();
+    w.write_all(b"abc").unwrap();
+    wait_until("the stale read answered", 5, || stat(&nodes[1].attach().unwrap(), "patient").unwrap().held_reads == 0);
+    let got = within(5, move || {
+        let n = r.read(&mut buf).unwrap();
+        buf[..n].to_vec()
+    });
+    assert_eq!(got, b"abc");
+}
