@@ -63,6 +63,8 @@ pub const STATUS_NO_SEGMENT: u8 = 2;
 pub const STATUS_STALE: u8 = 3;
 /// Reply status: no host in that row.
 pub const STATUS_NO_ROW: u8 = 4;
+/// Status: the operation is for processes of the node itself (RESET_HOSTS).
+pub const STATUS_LOCAL_ONLY: u8 = 5;
 /// Bytes per row of [`OP_HOSTS`]'s segment.
 pub const HOST_ROW_LEN: usize = 8;
 
@@ -169,6 +171,12 @@ pub fn kernel_server(p: Process) {
                     Err(Error::Protocol(vipc_engine::Error::StaleTable { .. })) => STATUS_STALE,
                     Err(_) => STATUS_NO_ROW,
                 };
+                p.reply(&reply, info.from)
+            }
+            // Only from this node: a reset makes every host answer the
+            // node's HELLO, and must not be any remote sender's to repeat.
+            OP_RESET_HOSTS if info.from.host() != p.pid().host() => {
+                reply[0] = STATUS_LOCAL_ONLY;
                 p.reply(&reply, info.from)
             }
             OP_RESET_HOSTS => {

@@ -5,7 +5,9 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant};
-use vipc::services::{self, kernel_pid, OP_HOST_AT, OP_RESET_HOSTS, STATUS_NO_ROW, STATUS_OK, STATUS_STALE};
+use vipc::services::{
+    self, kernel_pid, OP_HOST_AT, OP_RESET_HOSTS, STATUS_LOCAL_ONLY, STATUS_NO_ROW, STATUS_OK, STATUS_STALE,
+};
 use vipc::{HostId, Node};
 
 fn sorted_hosts(n: &Node) -> Vec<HostId> {
@@ -67,10 +69,15 @@ fn the_kernel_server_reads_rows_and_resets_the_table() {
     assert_eq!(host_at(remote.seq, 0), (STATUS_OK, first));
     assert_eq!(host_at(remote.seq, 7).0, STATUS_NO_ROW);
     assert_eq!(host_at(remote.seq.wrapping_sub(1), 0).0, STATUS_STALE);
-    // RESET: node 2 forgets both hosts and has them back within moments.
+    // RESET: refused from another node; from its own, node 2 forgets both
+    // hosts and has them back within moments.
     let mut m = [0u8; 32];
     m[0] = OP_RESET_HOSTS;
     me.send(&mut m, kernel_pid(2)).unwrap();
+    assert_eq!(m[0], STATUS_LOCAL_ONLY);
+    let mut m = [0u8; 32];
+    m[0] = OP_RESET_HOSTS;
+    nodes[1].attach().unwrap().send(&mut m, kernel_pid(2)).unwrap();
     assert_eq!(m[0], STATUS_OK);
     wait_until(Duration::from_secs(5), || sorted_hosts(&nodes[1]) == [1, 3]).expect("relearned");
     assert!(nodes[1].stats().hosts_up >= 4, "both hosts came up again after the reset");
