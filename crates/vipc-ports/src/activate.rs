@@ -94,6 +94,7 @@ pub fn activate<A: Serialize, R: DeserializeOwned>(
         Failure::Status(status::NO_SUCH, _) => {
             Error::NotFound(format!("process kind {name} (with these types) on host {host}"))
         }
+        Failure::Status(status::FULL, _) => Error::Full(format!("the activator of host {host}")),
         Failure::Status(st, _) => status_error(st, name),
     })?;
     let pid: u32 = decode(&bytes)?;
@@ -173,10 +174,11 @@ impl Serving {
                     return self.answer(from, status::BAD_ARGUMENTS);
                 };
                 let me = self.p.pid();
-                let (pid, _) = self.node.spawn(move |p| {
+                let spawned = self.node.spawn(move |p| {
                     let outcome = body(&p, &args);
                     report(&p, me, outcome);
-                })?;
+                });
+                let Ok((pid, _)) = spawned else { return self.answer(from, status::FULL) };
                 self.remember(pid);
                 send_result(&self.p, Grant::of(&info), &encode(&pid.0)?, &mut self.kept)
             }
@@ -184,6 +186,8 @@ impl Serving {
                 let pid = Pid(req.fingerprint as u32);
                 match self.outcomes.get_mut(&pid) {
                     None => self.answer(from, status::NO_SUCH),
+                    // The result goes to one asker: a second is refused, not left waiting.
+                    Some(None) if self.waiting.contains_key(&pid) => self.answer(from, status::NO_SUCH),
                     Some(None) => {
                         self.waiting.insert(pid, Grant::of(&info));
                         Ok(())
@@ -217,14 +221,19 @@ impl Serving {
         }
     }
 
+    /// Records a started process, forgetting the oldest beyond
+    /// [`RESULTS_MAX`] (whoever waits for its result is told so).
     fn remember(&mut self, pid: Pid) {
-        if self.started.len() == RESULTS_MAX {
-            if let Some(old) = self.started.pop_front() {
-                self.outcomes.remove(&old);
-            }
-        }
         self.started.push_back(pid);
         self.outcomes.insert(pid, None);
+        if self.started.len() > RESULTS_MAX {
+            if let Some(old) = self.started.pop_front() {
+                self.outcomes.remove(&old);
+                if let Some(g) = self.waiting.remove(&old) {
+                    let _ = self.answer(g.to, status::NO_SUCH);
+                }
+            }
+        }
     }
 
     fn deliver(&mut self, g: Grant, outcome: Outcome) -> Result<()> {

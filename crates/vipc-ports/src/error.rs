@@ -41,9 +41,10 @@ pub enum Error {
         /// The method's index.
         method: u16,
     },
-    /// The port's keeper holds as many messages as it may
-    /// ([`crate::MAX_HELD`], [`crate::MAX_HELD_BYTES`]) until regions take some.
-    #[error("port {0}: its node holds as many messages as it may; try again later")]
+    /// The receiver holds as much as it may: a port's keeper as many
+    /// messages ([`crate::MAX_HELD`], [`crate::MAX_HELD_BYTES`]) until
+    /// regions take some, an activator as many processes as its node may run.
+    #[error("{0} holds as much as it may; try again later")]
     Full(String),
     /// The peer answered with something this crate does not speak.
     #[error("malformed answer: {0}")]

@@ -256,7 +256,7 @@ impl<T: Serialize, R: DeserializeOwned> PortRef<'_, T, R> {
             Failure::Vipc(e) => e,
             Failure::Status(status::NO_SUCH, _) => Error::NotFound(format!("{} (with these types)", self.name)),
             Failure::Status(status::PANICKED, _) => Error::HandlerPanicked { interface: "port", method: 0 },
-            Failure::Status(status::FULL, _) => Error::Full(self.name.clone()),
+            Failure::Status(status::FULL, _) => Error::Full(format!("port {}", self.name)),
             Failure::Status(st, _) => status_error(st, &self.name),
         })
     }

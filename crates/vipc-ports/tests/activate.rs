@@ -79,3 +79,37 @@ fn unknown_kinds_hosts_and_types_are_typed_errors_and_waits_are_bounded() {
     assert!(e.is_deadline(), "{e}");
     assert_eq!(r.result(&me).unwrap(), 300, "asking again after giving up works");
 }
+
+#[test]
+fn a_full_node_and_a_second_asker_are_answered_not_left_waiting() {
+    // Room for the kernel server, the activator, and one activated process.
+    let a = Node::start(NodeConfig {
+        engine: vipc::EngineConfig { max_processes: 3, ..Default::default() },
+        ..NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])
+    })
+    .unwrap();
+    let b = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![a.local_addr()])).unwrap();
+    let act = Activator::start(&a).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = Mutex::new(rx);
+    act.register("hold", move |_: &Process, x: u8| {
+        let _ = rx.lock().unwrap().recv_timeout(Duration::from_secs(20));
+        x
+    });
+    let me = b.attach().unwrap();
+    let first = activate::<u8, u8>(&me, 1, "hold", &7).unwrap();
+    let full = vipc::within(Duration::from_secs(5), || activate::<u8, u8>(&me, 1, "hold", &8));
+    assert!(matches!(full, Err(Error::Full(_))), "{full:?}");
+    // One asker waits for the result; a second is refused at once.
+    let asker = b.attach().unwrap();
+    let waiting = std::thread::scope(|s| {
+        let t = s.spawn(|| first.result(&asker));
+        std::thread::sleep(Duration::from_millis(100));
+        let second = b.attach().unwrap();
+        let r = vipc::within(Duration::from_secs(5), || first.result(&second));
+        assert!(matches!(r, Err(Error::NotFound(_))), "{r:?}");
+        tx.send(()).unwrap();
+        t.join().unwrap()
+    });
+    assert_eq!(waiting.unwrap(), 7);
+}

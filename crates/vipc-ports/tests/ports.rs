@@ -299,7 +299,7 @@ fn a_keeper_holds_at_most_max_held_messages_then_senders_hear_it_is_full() {
         to.send(&me, &(i as u8), Checkpoint::OnReceipt).unwrap();
     }
     match to.send(&me, &0, Checkpoint::OnReceipt) {
-        Err(Error::Full(name)) => assert_eq!(name, "full"),
+        Err(Error::Full(name)) => assert_eq!(name, "port full"),
         other => panic!("expected Full, got {other:?}"),
     }
     // A region takes one: there is room for one more.
