@@ -57,7 +57,7 @@ pub struct ExitStatus {
 impl ExitStatus {
     /// The status a shell would give: the code, or 128 + the signal.
     pub fn shell_code(&self) -> i32 {
-        self.signal.map(|s| 128 + s).unwrap_or(self.code)
+        self.signal.map(|s| s.saturating_add(128)).unwrap_or(self.code)
     }
 }
 
@@ -94,19 +94,23 @@ where
     }
     let (sink_pid, sink) = node.spawn(move |s| {
         let mut buf = vec![0u8; CHUNK];
+        let me = s.pid().host();
         loop {
             let mut m: Message = [0; 32];
             let Ok(info) = s.receive_with_segment(&mut m, &mut buf) else { return };
+            // Output comes from the team server's host, the end from this node.
             match m[0] {
-                OP_OUTPUT => {
+                OP_OUTPUT if info.from.host() == team.host() => {
                     let n = (le32(&m, 4) as usize).min(info.segment_size as usize).min(buf.len());
+                    // Answered either way: the worker's sender waits for it.
                     if info.len < n && s.move_from(info.from, 0, &mut buf[..n]).is_err() {
+                        let _ = s.reply(&[STATUS_BAD_REQUEST; 32], info.from);
                         continue;
                     }
                     output(m[1], &buf[..n]);
                     let _ = s.reply(&[0; 32], info.from);
                 }
-                OP_DONE => {
+                OP_DONE if info.from.host() == me => {
                     let _ = s.reply(&[0; 32], info.from);
                     return;
                 }
@@ -150,6 +154,12 @@ impl Job {
     /// The host the command runs on.
     pub fn host(&self) -> HostId {
         self.team.host()
+    }
+
+    /// The job's id at its team server: the pid that sent the Exec (what a
+    /// Signal names; only processes of this node may signal it).
+    pub fn id(&self) -> Pid {
+        self.client
     }
 
     /// Sends signal `sig` to the command's process group.

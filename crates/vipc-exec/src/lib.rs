@@ -26,7 +26,9 @@
 //! - **Signal** — Send to the team server: byte 0 = [`OP_SIGNAL`], bytes 4..8
 //!   the pid that sent the Exec, 8..12 the signal number. The team server
 //!   signals the command's process group; reply byte 0 = 0, or
-//!   [`STATUS_NO_JOB`].
+//!   [`STATUS_NO_JOB`] (also to a Signal from another node than the one
+//!   that sent the Exec). The sink takes Output only from the team server's
+//!   host and answers every one, also one whose bytes it could not fetch.
 //!
 //! **Security**: a team server runs any command, as the node's user, for
 //! anyone who can reach the node. Run it (`vipc node --team`) only in a

@@ -75,8 +75,10 @@ fn team_server(node: &Node, p: &Process, jobs: &Jobs) {
             },
             OP_SIGNAL => {
                 let (job, sig) = (Pid(le32(&m, 4)), le32(&m, 8) as i32);
-                reply[0] = match (lock(jobs).get(&job), Signal::try_from(sig)) {
-                    (Some(&os), Ok(s)) => {
+                // Only from the node whose process started the job.
+                let os = lock(jobs).get(&job).copied().filter(|_| info.from.host() == job.host());
+                reply[0] = match (os, Signal::try_from(sig)) {
+                    (Some(os), Ok(s)) => {
                         let _ = killpg(OsPid::from_raw(os as i32), s);
                         0
                     }
@@ -105,11 +107,15 @@ fn exec_request(p: &Process, m: &Message, info: &vipc::ReceiveInfo, buf: &mut [u
     Ok(args)
 }
 
+/// How long a new worker waits for the Exec forwarded to it.
+const FORWARD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One job: receives the forwarded Exec, runs the command, pumps its output
 /// to the sink, and replies with how it ended.
 fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jobs: &Jobs) {
     let mut m: Message = [0; 32];
-    let Ok(from) = w.receive(&mut m) else { return };
+    // The Exec forwarded to it; if the forward failed, none comes.
+    let Ok(from) = vipc::within(FORWARD_WAIT, || w.receive_specific(&mut m, client)) else { return };
     debug_assert_eq!(from, client);
     let mut reply: Message = [0; 32];
     let child = Command::new(&args[0])

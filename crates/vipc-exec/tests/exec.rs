@@ -84,6 +84,14 @@ fn the_least_loaded_host_is_picked_and_a_signal_reaches_the_command() {
     assert_eq!(loads.len(), 2, "{loads:?}");
     assert_eq!(least_loaded(&loads), Some(ta), "b runs a job: a is less loaded ({loads:?})");
 
+    // Another node may not signal it.
+    let mut m = [0u8; 32];
+    m[0] = vipc_exec::OP_SIGNAL;
+    m[4..8].copy_from_slice(&busy.id().0.to_le_bytes());
+    m[8..12].copy_from_slice(&9u32.to_le_bytes());
+    b.attach().unwrap().send(&mut m, tb).unwrap();
+    assert_eq!(m[0], vipc_exec::STATUS_NO_JOB);
+    assert!(!busy.is_finished(), "still running");
     let t = Instant::now();
     assert!(busy.signal(2).unwrap(), "the job is known");
     let st = busy.wait().unwrap();
