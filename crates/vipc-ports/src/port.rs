@@ -316,6 +316,14 @@ impl Keeper {
                 let Ok(list) = payload(self).and_then(|b| decode::<Vec<u64>>(&b)) else {
                     return self.answer(from, status::BAD_ARGUMENTS);
                 };
+                // A take naming no port of this keeper would wait forever.
+                let known = {
+                    let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+                    list.iter().any(|k| ports.contains_key(k))
+                };
+                if !known {
+                    return self.answer(from, status::NO_SUCH);
+                }
                 let room = if info.access.write { info.segment_size } else { 0 };
                 self.takers.retain(|t| t.pid != from);
                 self.takers.push_back(Taker { pid: from, ports: list, room });
@@ -440,6 +448,9 @@ pub(crate) fn take(p: &Process, keeper: Pid, ports: &[u64], buf: &mut Vec<u8>) -
             }
             status::MORE if n <= MAX_ARGUMENTS => buf.resize(n.next_power_of_two(), 0),
             status::MORE => return Err(Error::Malformed(format!("port take: a {n}-byte message"))),
+            status::NO_SUCH => {
+                return Err(Error::NotFound("a port of the region opened with this node's Ports".into()))
+            }
             st => return Err(status_error(st, "port take")),
         }
     }

@@ -56,6 +56,9 @@ impl<'a> Region<'a> {
     /// by `within`), runs its branch and answers its sender if it waits for
     /// the result. Returns the index of the branch that ran (in `on` order).
     pub fn serve_one(&mut self) -> Result<usize> {
+        if self.branches.is_empty() {
+            return Err(crate::Error::NotFound("a port to serve: the region has no branch".into()));
+        }
         let keys: Vec<u64> = self.branches.iter().map(|(k, _)| *k).collect();
         let taken = take(self.process, self.keeper, &keys, &mut self.buf)?;
         let Some(i) = keys.iter().position(|k| *k == taken.port) else {

@@ -309,3 +309,15 @@ fn a_keeper_holds_at_most_max_held_messages_then_senders_hear_it_is_full() {
     to.send(&me, &1, Checkpoint::OnReceipt).unwrap();
     assert!(matches!(to.send(&me, &2, Checkpoint::OnReceipt), Err(Error::Full(_))));
 }
+
+#[test]
+fn a_region_without_a_port_of_its_node_fails_instead_of_waiting_forever() {
+    let (a, b) = two_nodes();
+    let (here, there) = (Ports::start(&a).unwrap(), Ports::start(&b).unwrap());
+    let theirs = there.open::<u8, ()>("elsewhere").unwrap();
+    let server = a.attach().unwrap();
+    let r = within(Duration::from_secs(5), || Region::new(&server, &here).serve_one());
+    assert!(matches!(r, Err(Error::NotFound(_))), "no branch: {r:?}");
+    let r = within(Duration::from_secs(5), || Region::new(&server, &here).on(&theirs, |_| ()).serve_one());
+    assert!(matches!(r, Err(Error::NotFound(_))), "another node's port: {r:?}");
+}
