@@ -118,3 +118,23 @@ fn files_round_trip_through_every_operation() {
     let st = c.statfs().unwrap();
     assert!(st.blocks > 0 && st.bsize > 0 && st.namelen >= 255);
 }
+
+#[test]
+fn settings_a_server_cannot_run_with_are_refused() {
+    let (node, _, _) = pair(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |workers| vipc_fs::ExportConfig {
+        name: "cfg".into(),
+        dir: dir.path().to_path_buf(),
+        read_only: false,
+        workers,
+    };
+    let t = vipc_fs::Tuning::default;
+    for (what, c, tuning) in [
+        ("a sweep of zero", cfg(2), vipc_fs::Tuning { sweep: std::time::Duration::ZERO, ..t() }),
+        ("a million workers", cfg(1 << 20), t()),
+        ("no file per client", cfg(2), vipc_fs::Tuning { max_handles_per_client: 0, ..t() }),
+    ] {
+        assert!(vipc_fs::FileServer::start_tuned(&node, c, tuning).is_err(), "{what}");
+    }
+}

@@ -57,7 +57,15 @@ impl PipeServer {
         if name.is_empty() || name.len() > proto::MAX_NAME {
             return Err(PipeError::BadName(name.to_string()));
         }
-        if cfg.capacity == 0 || cfg.capacity > u32::MAX as usize / 2 || cfg.lease.is_zero() || cfg.tick.is_zero() {
+        // The lease travels in whole milliseconds (a client refuses 0).
+        let lease_ms = cfg.lease.as_millis();
+        if cfg.capacity == 0
+            || cfg.capacity > u32::MAX as usize / 2
+            || lease_ms == 0
+            || lease_ms > u128::from(u32::MAX)
+            || cfg.tick.is_zero()
+            || cfg.max_ends == 0
+        {
             return Err(PipeError::Protocol("invalid pipe configuration".into()));
         }
         let token = rand_token();

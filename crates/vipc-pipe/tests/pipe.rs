@@ -414,3 +414,15 @@ fn a_reader_that_gives_up_a_read_keeps_its_end_and_loses_no_bytes() {
     });
     assert_eq!(got, b"abc");
 }
+
+#[test]
+fn settings_a_pipe_cannot_run_with_are_refused() {
+    let nodes = cluster(1, 0x1d1);
+    for (what, cfg) in [
+        ("a lease under a millisecond", PipeConfig { lease: Duration::from_micros(500), ..small(10) }),
+        ("no ends", PipeConfig { max_ends: 0, ..small(10) }),
+        ("no room", small(0)),
+    ] {
+        assert!(PipeServer::start(&nodes[0], "bad-cfg", cfg).is_err(), "{what}");
+    }
+}

@@ -88,6 +88,11 @@ struct Taker {
     room: u32,
 }
 
+/// Immediate sends queued on the sender's node for its courier; beyond, a
+/// send is counted undelivered at once (the courier may take T_t per send
+/// to an unreachable keeper).
+const COURIER_QUEUE: usize = 4096;
+
 /// Most messages a node's port keeper holds (sent, not yet taken by a
 /// region); a send beyond it fails with [`Error::Full`].
 pub const MAX_HELD: usize = 4096;
@@ -114,7 +119,7 @@ pub struct Ports {
     node: Node,
     keeper: Pid,
     ports: Arc<Mutex<HashMap<u64, String>>>,
-    courier: Mutex<mpsc::Sender<Courier>>,
+    courier: Mutex<mpsc::SyncSender<Courier>>,
     undelivered: Arc<AtomicU64>,
 }
 
@@ -152,7 +157,7 @@ impl Ports {
             .name(format!("vipc-ports-{keeper}"))
             .spawn(move || k.run())
             .map_err(vipc::Error::from)?;
-        let (tx, rx) = mpsc::channel::<Courier>();
+        let (tx, rx) = mpsc::sync_channel::<Courier>(COURIER_QUEUE);
         let undelivered = Arc::new(AtomicU64::new(0));
         let lost = undelivered.clone();
         let (_, _courier) = node.spawn(move |p| {
@@ -245,7 +250,15 @@ impl<T: Serialize, R: DeserializeOwned> PortRef<'_, T, R> {
         if checkpoint == Checkpoint::Immediate {
             let c = Courier { keeper: self.keeper, port: self.key, payload };
             let courier = self.ports.courier.lock().unwrap_or_else(|e| e.into_inner());
-            return courier.send(c).map_err(|_| Error::Vipc(vipc::Error::NodeStopped));
+            return match courier.try_send(c) {
+                Ok(()) => Ok(()),
+                // As many queued as the courier may hold: this one is undelivered, as promised.
+                Err(mpsc::TrySendError::Full(_)) => {
+                    self.ports.undelivered.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => Err(Error::Vipc(vipc::Error::NodeStopped)),
+            };
         }
         self.send_raw(process, &payload, checkpoint).map(drop)
     }

@@ -321,3 +321,20 @@ fn a_region_without_a_port_of_its_node_fails_instead_of_waiting_forever() {
     let r = within(Duration::from_secs(5), || Region::new(&server, &here).on(&theirs, |_| ()).serve_one());
     assert!(matches!(r, Err(Error::NotFound(_))), "another node's port: {r:?}");
 }
+
+#[test]
+fn immediate_sends_beyond_the_couriers_queue_are_counted_undelivered_at_once() {
+    let (a, b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let _port = ports.open::<u8, ()>("gone").unwrap();
+    let far = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = far.connect::<u8, ()>(&me, "gone").unwrap();
+    a.shutdown(); // every courier Send now takes T_t to fail
+    let t = Instant::now();
+    for _ in 0..4096 + 100 {
+        to.send(&me, &1, Checkpoint::Immediate).unwrap();
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "sends never wait for the courier");
+    assert!(far.undelivered() >= 99, "{} counted", far.undelivered());
+}

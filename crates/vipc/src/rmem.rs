@@ -93,6 +93,11 @@ impl Local {
     }
 
     fn to_vec(&self, offset: u32, len: usize) -> Result<Vec<u8>> {
+        // Checked before allocating: `len` may be anything the caller passed.
+        let (offset64, len64, size) = (u64::from(offset), len as u64, u64::from(self.size));
+        if offset64 + len64 > size {
+            return Err(vipc_engine::Error::OutOfSegment { offset: offset64, len: len64, size }.into());
+        }
         let mut v = vec![0; len];
         self.read(offset, &mut v)?;
         Ok(v)

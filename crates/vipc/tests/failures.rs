@@ -233,3 +233,15 @@ fn a_wait_of_duration_max_is_no_limit_not_a_panic() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(vipc::locate::locate(&p, "nobody-here", Duration::MAX).unwrap().is_none());
 }
+
+#[test]
+fn reading_past_a_local_segment_is_an_error_before_anything_is_allocated() {
+    let nodes = cluster(1);
+    let opts = vipc::SegmentOptions { access: vipc::Access::READ_WRITE, ..Default::default() };
+    let seg = nodes[0].export_segment(4096, opts).unwrap();
+    for (offset, len) in [(0, usize::MAX), (4000, 97), (u32::MAX, 1)] {
+        let e = seg.to_vec(offset, len).unwrap_err();
+        assert!(matches!(e, Error::Protocol(ProtocolError::OutOfSegment { .. })), "{offset}+{len}: {e}");
+    }
+    assert_eq!(seg.to_vec(4000, 96).unwrap().len(), 96);
+}

@@ -65,6 +65,11 @@ impl Default for Tuning {
     }
 }
 
+/// Most worker processes of one server.
+pub const MAX_WORKERS: usize = 1024;
+/// Shortest reaper sweep: a shorter one would ping clients without pause.
+pub const MIN_SWEEP: Duration = Duration::from_millis(50);
+
 /// The logical name a server of export `name` registers.
 pub fn service_name(export: &str) -> String {
     format!("fs:{export}")
@@ -103,6 +108,11 @@ impl FileServer {
         let name = service_name(&cfg.name);
         if name.len() > 32 || cfg.name.is_empty() {
             return Err(FsError::Protocol(format!("export name {:?} must be 1 to 29 bytes", cfg.name)));
+        }
+        if cfg.workers > MAX_WORKERS || tuning.sweep < MIN_SWEEP || tuning.max_handles_per_client == 0 {
+            return Err(FsError::Protocol(format!(
+                "workers must be at most {MAX_WORKERS}, the sweep at least {MIN_SWEEP:?}, and a client's files at least 1"
+            )));
         }
         let root = confine::Root::open(&cfg.dir)
             .map_err(|e| FsError::Protocol(format!("cannot export {}: {e}", cfg.dir.display())))?;
