@@ -23,7 +23,7 @@ mod server;
 pub use attr::{Attr, DirEntry, FileKind, SetAttr, SetTime, StatFs, Timestamp};
 pub use client::{FsClient, Handle};
 pub use error::{FsError, FsResult};
-pub use server::{service_name, ExportConfig, FileServer, Tuning};
+pub use server::{service_name, ExportConfig, FileServer, Tuning, MAX_WORKERS, MIN_SWEEP};
 
 /// Every parser of bytes another host wrote, on `data`, for the fuzz target
 /// `fs`: what a client reads from replies (attributes, file-system figures,

@@ -12,13 +12,15 @@ use crate::local::LocalTable;
 use crate::lock;
 use crate::message::{Answer, Request, ANSWER_SIZE, REQUEST_SIZE};
 use crate::peers::import_retrying;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vipc::{Access, ExportedSegment, MemOp, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
+use vipc::{
+    Access, ExportedSegment, HostId, MemOp, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions,
+};
 
 /// How often the sleeping thread looks at its stop flag (records of its
 /// request segment wake it besides).
@@ -26,6 +28,8 @@ const TICK: Duration = Duration::from_millis(50);
 /// Answer segments kept imported; past this the map is emptied (a bound on
 /// what garbage requests naming ever new segments can make it hold).
 const MAX_ANSWER_IMPORTS: usize = 256;
+/// How long an answer segment that did not import is not tried again.
+const FAILED_FOR: Duration = Duration::from_secs(5);
 
 /// What a clerk's serving thread has done, counted since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +87,7 @@ impl Serving {
             window: p.window,
             import_wait: p.import_wait,
             answers: HashMap::new(),
+            failed: HashMap::new(),
             counters: counters.clone(),
         };
         let flag = stop.clone();
@@ -139,6 +144,8 @@ struct Server {
     import_wait: Duration,
     /// Askers' answer segments, imported once.
     answers: HashMap<SegmentName, RemoteSegment>,
+    /// Answer segments that did not import (or not from their asker's host), and when.
+    failed: HashMap<SegmentName, Instant>,
     counters: Arc<Counters>,
 }
 
@@ -157,23 +164,25 @@ impl Server {
     /// Serves every slot the waiting records name, each once: copies of a
     /// request written again while this thread was busy need one answer.
     fn drain(&mut self) -> Result<(), vipc::Error> {
-        let mut touched = BTreeSet::new();
+        // Each slot with the host that last wrote it.
+        let mut touched = BTreeMap::new();
         while let Some(rec) = self.requests.poll_control()? {
             if rec.op == MemOp::Write {
-                touched.extend(slots_touched(rec.offset, rec.len, self.slots));
+                touched.extend(slots_touched(rec.offset, rec.len, self.slots).map(|slot| (slot, rec.from)));
             }
         }
-        for slot in touched {
-            self.serve_slot(slot)?;
+        for (slot, writer) in touched {
+            self.serve_slot(slot, writer)?;
         }
         Ok(())
     }
 
-    fn serve_slot(&mut self, slot: u32) -> Result<(), vipc::Error> {
+    fn serve_slot(&mut self, slot: u32, writer: HostId) -> Result<(), vipc::Error> {
         let bytes = self.requests.to_vec(slot * REQUEST_SIZE as u32, REQUEST_SIZE)?;
+        // A host asks in its own name only: its slot, written by itself.
         let req = match parse_slot(&bytes, slot, self.slots) {
-            Ok(r) => r,
-            Err(_) => {
+            Ok(r) if r.host == writer => r,
+            _ => {
                 bump(&self.counters.bad_requests);
                 return Ok(());
             }
@@ -192,14 +201,31 @@ impl Server {
     }
 
     /// The asker's answer segment, if it imports and holds the answer area.
+    /// The asker's answer segment — one of its own host's — if it imports
+    /// and holds the answer area. A name that failed to import is not tried
+    /// again for [`FAILED_FOR`]: each try holds this thread for `import_wait`.
     fn answer_segment(&mut self, req: &Request) -> Option<RemoteSegment> {
         if !self.answers.contains_key(&req.answer) {
+            let now = Instant::now();
+            if self.failed.get(&req.answer).is_some_and(|at| now < *at + FAILED_FOR) {
+                return None;
+            }
             if self.answers.len() >= MAX_ANSWER_IMPORTS {
                 self.answers.clear();
             }
-            let deadline = Instant::now() + self.import_wait;
-            let seg = import_retrying(&self.node, req.answer, Access::WRITE, deadline).ok()?;
-            self.answers.insert(req.answer, seg);
+            if self.failed.len() >= MAX_ANSWER_IMPORTS {
+                self.failed.clear();
+            }
+            let imported = import_retrying(&self.node, req.answer, Access::WRITE, now + self.import_wait);
+            match imported {
+                Ok(seg) if seg.host() == req.host => {
+                    self.answers.insert(req.answer, seg);
+                }
+                _ => {
+                    self.failed.insert(req.answer, now);
+                    return None;
+                }
+            }
         }
         let seg = self.answers.get(&req.answer)?;
         let fits = u64::from(req.answer_at) + ANSWER_SIZE as u64 <= u64::from(seg.size());

@@ -136,14 +136,15 @@ fn garbage_in_a_request_slot_is_counted_and_ignored() {
     // (where, bytes, slots it spoils): written one at a time, since the
     // server reads a slot once for all the writes it finds waiting.
     let garbage: Vec<(u32, Vec<u8>, u64)> = vec![
-        (at(h1), noise, 1),                                         // fails its check word
-        (at(h1), vec![0; REQUEST_SIZE], 1),                         // an empty slot
-        (at(h1), resealed(&good, |b| b[10] = 0).to_vec(), 1),       // name length 0
-        (at(h1), resealed(&good, |b| b[10] = 200).to_vec(), 1),     // name length past 80
-        (at(h1), resealed(&good, |b| b[32] = 0xc3).to_vec(), 1),    // not UTF-8
-        (at(h1), resealed(&good, |b| b[4..8].fill(0)).to_vec(), 1), // sequence number 0
-        (at(h2), good.encode().to_vec(), 1),                        // host 1's request in host 2's slot
-        (at(h1) + REQUEST_SIZE as u32 - 8, vec![0xff; 16], 2),      // across two slots
+        (at(h1), noise, 1),                                                  // fails its check word
+        (at(h1), vec![0; REQUEST_SIZE], 1),                                  // an empty slot
+        (at(h1), resealed(&good, |b| b[10] = 0).to_vec(), 1),                // name length 0
+        (at(h1), resealed(&good, |b| b[10] = 200).to_vec(), 1),              // name length past 80
+        (at(h1), resealed(&good, |b| b[32] = 0xc3).to_vec(), 1),             // not UTF-8
+        (at(h1), resealed(&good, |b| b[4..8].fill(0)).to_vec(), 1),          // sequence number 0
+        (at(h2), good.encode().to_vec(), 1),                                 // host 1's request in host 2's slot
+        (at(h2), Request { host: h2, ..good.clone() }.encode().to_vec(), 1), // host 2's, but written by host 1
+        (at(h1) + REQUEST_SIZE as u32 - 8, vec![0xff; 16], 2),               // across two slots
     ];
     let mut expected = 0;
     for (offset, bytes, spoils) in &garbage {
