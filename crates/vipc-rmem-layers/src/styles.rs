@@ -122,7 +122,11 @@ impl CacheServer {
         let reply = match self.replies.get(&name) {
             Some(r) => r,
             None => {
-                let r = import_retrying(&self.node, name, Access::WRITE, RTO * 5)?;
+                // A reply segment that does not import ends this request, not the server.
+                let Ok(r) = import_retrying(&self.node, name, Access::WRITE, RTO * 5) else { return Ok(false) };
+                if self.replies.len() >= MAX_REPLY_IMPORTS {
+                    self.replies.clear();
+                }
                 self.replies.entry(name).or_insert(r)
             }
         };
@@ -134,10 +138,14 @@ impl CacheServer {
         put32(&mut self.buf, 0, seq);
         put32(&mut self.buf, 4, len as u32);
         put32(&mut self.buf, 8, word);
-        reply.write(0, &self.buf, notify_last)?;
-        Ok(true)
+        // A write the client's node refuses (its segment gone) fails this answer only.
+        Ok(reply.write(0, &self.buf, notify_last).is_ok())
     }
 }
+
+/// Most clients' reply segments a [`CacheServer`] keeps imported (beyond,
+/// it forgets them all and imports each again when next needed).
+const MAX_REPLY_IMPORTS: usize = 256;
 
 /// A clerk of a [`CacheServer`] on another node.
 pub struct CacheClient {

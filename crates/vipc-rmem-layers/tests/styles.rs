@@ -104,3 +104,27 @@ fn a_hybrid_request_to_a_server_that_never_serves_times_out() {
     assert!(matches!(client.read_hybrid(0, 10, true, Duration::from_millis(200)), Err(Error::Timeout)));
     assert!(t.elapsed() < Duration::from_secs(2), "bounded: {:?}", t.elapsed());
 }
+
+#[test]
+fn a_request_naming_a_reply_segment_nobody_exports_does_not_stop_the_server() {
+    let nodes = cluster(2, 27, clean());
+    let mut server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    server.fill(0, &pattern(PARAMS.block, 0)).unwrap();
+    let (_, requests) = server.names();
+    let slot = nodes[1].import_segment(requests, vipc::Access::WRITE, WAIT).unwrap();
+    // {seq 1, block 0, 100 bytes, no notify} and a reply segment name nobody exports.
+    let mut req = [0u8; 32];
+    req[0] = 1;
+    req[8] = 100;
+    req[16..32].fill(0xab);
+    slot.write(0, &req, true).unwrap();
+    assert_eq!(server.serve_for(Duration::from_secs(2)).unwrap(), 0, "not answered, and no error");
+    // It still serves a real client.
+    let names = server.names();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve(server, stop.clone());
+    let mut client = CacheClient::connect(&nodes[1], names, PARAMS, 1, WAIT).unwrap();
+    assert_eq!(client.read_hybrid(0, 100, false, WAIT).unwrap(), pattern(100, 0));
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}

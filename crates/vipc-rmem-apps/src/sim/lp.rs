@@ -36,9 +36,10 @@ impl Lp {
         Lp { kind, pins: (0..pins).map(|_| Pin::default()).collect(), out: false, sent: 0, lvt: 0 }
     }
 
-    /// Takes a message for `pin`.
+    /// Takes a message for `pin`; one for a pin it does not have (a peer's
+    /// mistake, or bytes from another host) is dropped.
     pub(crate) fn deliver(&mut self, pin: usize, (time, change): Msg) {
-        let p = &mut self.pins[pin];
+        let Some(p) = self.pins.get_mut(pin) else { return };
         p.clock = p.clock.max(time);
         if let Some(v) = change {
             p.changes.push_back((time, v));
@@ -78,10 +79,10 @@ impl Lp {
                 }
             }
             let v = self.kind.eval(self.pins[0].value, self.pins[1].value);
-            self.send(t + d, v, out);
+            self.send(t.saturating_add(d), v, out);
         }
         self.lvt = safe;
-        if safe + d >= end {
+        if safe.saturating_add(d) >= end {
             self.close(end, out);
         } else if safe + d > self.sent {
             self.sent = safe + d;
@@ -105,5 +106,22 @@ impl Lp {
             self.sent = end;
             out.push((end, None));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_for_a_pin_it_lacks_or_at_the_end_of_time_is_harmless() {
+        let mut input = Lp::new(Kind::Input, 0);
+        input.deliver(0, (5, Some(true)));
+        input.deliver(usize::MAX, (5, None));
+        let mut and = Lp::new(Kind::And, 2);
+        and.deliver(0, (u64::MAX, Some(true)));
+        and.deliver(1, (u64::MAX, Some(true)));
+        let mut out = Vec::new();
+        assert!(and.step(0, &[], u64::MAX, &mut out), "it moves to the end of time without overflowing");
     }
 }
