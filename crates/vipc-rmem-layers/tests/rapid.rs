@@ -200,3 +200,17 @@ fn a_server_gone_is_a_typed_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     assert_eq!(client.stats().probes, 10);
 }
+
+#[test]
+fn a_server_header_with_impossible_sizes_is_refused_before_anything_is_sized_by_it() {
+    let nodes = cluster(2, 97, clean());
+    let opts = vipc::SegmentOptions { access: vipc::Access::READ_WRITE, ..Default::default() };
+    let fake = nodes[0].export_segment(4096, opts).unwrap();
+    // "VRPD", then u32::MAX stacks of 16 MiB arguments and results.
+    let mut head = [0xffu8; 16];
+    head[..4].copy_from_slice(&0x4450_5256u32.to_le_bytes());
+    fake.write(0, &head).unwrap();
+    let r = RapidClient::bind(&nodes[1], fake.name(), WAIT);
+    assert!(matches!(r, Err(Error::Layout(_))), "{:?}", r.err());
+    assert!(RapidServer::export(&nodes[0], RapidParams { slots: 1 << 20, max_args: 1 << 24, max_result: 0 }).is_err());
+}

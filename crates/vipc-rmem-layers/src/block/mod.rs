@@ -97,6 +97,9 @@ impl BlockParams {
 
 /// `VBLK`: the receiver's header starts with it.
 const MAGIC: u32 = 0x4b4c_4256;
+/// Largest packet (one remote write) of a block transfer: a receiver offers
+/// none larger, and a sender refuses a receiver's header that says otherwise.
+const MAX_PACKET: usize = 1 << 24;
 /// The receiver's header: layout, status, registration.
 const HEADER: usize = 64;
 /// Each slot's tag: block, index, block length, check word.

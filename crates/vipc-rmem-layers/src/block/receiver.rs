@@ -62,7 +62,11 @@ impl BlockReceiver {
     /// Exports a segment for blocks of up to `params.max_block` bytes,
     /// writable by any host, notifying only packets that ask.
     pub fn export(node: &Node, params: BlockParams) -> Result<BlockReceiver> {
-        if params.packet == 0 || !(1..=64).contains(&params.unit) || params.max_block > u32::MAX as usize / 2 {
+        if params.packet == 0
+            || params.packet > super::MAX_PACKET
+            || !(1..=64).contains(&params.unit)
+            || params.max_block > u32::MAX as usize / 2
+        {
             return Err(Error::Layout(format!("bad block parameters {params:?}")));
         }
         let size = params.slot(params.slots());

@@ -94,6 +94,9 @@ impl BlockSender {
             BlockParams { packet: packet as usize, unit: unit as usize, max_block: slots as usize * packet as usize };
         if get32(&head, 0) != MAGIC
             || packet == 0
+            || packet as usize > super::MAX_PACKET
+            || slots == 0
+            || params.max_block > u32::MAX as usize / 2
             || !(1..=64).contains(&unit)
             || remote.size() as usize != params.slot(slots as usize)
         {
@@ -183,6 +186,10 @@ impl BlockSender {
         let units = have.len();
         let (mut lo, mut next, mut silent) = (0, 0, 0);
         while lo < units {
+            // Bitmasks that never complete the block must not keep it going.
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
             while next < units && next < lo + self.window {
                 self.write_unit(data, block, next, 0, false)?;
                 next += 1;

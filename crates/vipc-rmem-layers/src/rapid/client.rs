@@ -71,7 +71,7 @@ impl RapidClient {
             max_args: get32(&head, 8) as usize,
             max_result: get32(&head, 12) as usize,
         };
-        if get32(&head, 0) != MAGIC || seg.size() as usize != params.size() {
+        if get32(&head, 0) != MAGIC || !params.valid() || seg.size() as usize != params.size() {
             return Err(Error::Layout(format!("{head:02x?}")));
         }
         let nonce = nonzero_random();
@@ -207,6 +207,10 @@ impl Drop for RapidClient {
 fn claim(seg: &RemoteSegment, anon: &AnonSegment, slots: usize, nonce: u32, deadline: Instant) -> Result<usize> {
     for i in 0..slots {
         loop {
+            // Every stack taken by others still ends at the deadline.
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
             let op = seg.cas(RapidParams::claim(i) as u32, 0, 1, nonce, (anon, 0))?;
             match op.wait(RTO * 5) {
                 Ok(MemOutcome::Cas(a)) if a.nonce == nonce => return Ok(i),

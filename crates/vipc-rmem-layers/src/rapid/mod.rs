@@ -92,6 +92,20 @@ impl RapidParams {
     fn size(&self) -> usize {
         self.stack(self.slots)
     }
+
+    /// Whether a server may use these parameters: at least one stack,
+    /// arguments and results of at most 16 MiB, and a segment of at most
+    /// 4 GiB − 1. A client checks what it reads from a server's header the
+    /// same way before it computes anything from it.
+    fn valid(&self) -> bool {
+        let limit = 1u64 << 24;
+        if self.slots == 0 || self.max_args as u64 > limit || self.max_result as u64 > limit {
+            return false;
+        }
+        let stack = (ARGS_AT as u64 + self.max_args as u64).next_multiple_of(8);
+        let size = (HEADER as u64 + 8 * self.slots as u64).next_multiple_of(8) + self.slots as u64 * stack;
+        size <= u64::from(u32::MAX)
+    }
 }
 
 /// `VRPD`: the server's header starts with it.

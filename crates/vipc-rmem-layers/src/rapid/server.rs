@@ -54,7 +54,7 @@ impl RapidServer {
     /// Exports the claim cells and `params.slots` argument stacks, writable
     /// by any host, notifying only requests that ask.
     pub fn export(node: &Node, params: RapidParams) -> Result<RapidServer> {
-        if params.slots == 0 || params.max_args > 1 << 24 || params.max_result > 1 << 24 {
+        if !params.valid() {
             return Err(Error::Layout(format!("bad parameters {params:?}")));
         }
         let opts = SegmentOptions {
