@@ -19,7 +19,7 @@ use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vipc::{within, HostId, Message, Node, Pid, Process, Reliable, SendOptions};
 
 /// First well-known group number of network ports; names hash into the next 16,384.
@@ -90,6 +90,7 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
             )));
         }
         let req = Request { kind: kind::CALL, flags: 0, method: 0, fingerprint: self.key, len: args.len() as u32 };
+        let deadline = vipc::deadline_after(Instant::now(), limit);
         let outcome = within(limit, || {
             p.send_reliable(&req.encode(&args), self.group, Reliable::AllReply, SendOptions::default())
         })?;
@@ -100,24 +101,39 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
         while let Some(a) = p.get_reply(Duration::ZERO)? {
             answers.push(a);
         }
-        let mut results = BTreeMap::new();
+        let (mut results, mut unusable) = (BTreeMap::new(), Vec::new());
         let mut buf = Vec::new();
         for (from, m) in answers {
             let (st, n, inline) = read_answer(&m);
             let n = n as usize;
             let bytes = match st {
                 status::OK if n <= ANSWER_INLINE => &inline[..n],
-                status::MORE => match fetch(p, from, n, &mut buf) {
-                    Ok(()) => &buf[..n],
-                    Err(Failure::Vipc(e)) => return Err(e),
-                    Err(Failure::Status(..)) => continue,
-                },
+                // Fetched within what is left of `limit`.
+                status::MORE => {
+                    match within(deadline.saturating_duration_since(Instant::now()), || fetch(p, from, n, &mut buf)) {
+                        Ok(()) => &buf[..n],
+                        Err(Failure::Vipc(e @ Error::Vipc(vipc::Error::NodeStopped))) => return Err(e),
+                        Err(_) => {
+                            unusable.push(from.host());
+                            continue;
+                        }
+                    }
+                }
                 // Another port's importer that shares the group, or a failed handler.
                 _ => continue,
             };
-            results.entry(from.host()).or_insert(decode(bytes)?);
+            // One importer's bad answer costs its own result only.
+            match decode(bytes) {
+                Ok(r) => {
+                    results.entry(from.host()).or_insert(r);
+                }
+                Err(_) => unusable.push(from.host()),
+            }
         }
-        let missing = if outcome.met { Vec::new() } else { p.reliable_missing()? };
+        let mut missing = if outcome.met { Vec::new() } else { p.reliable_missing()? };
+        missing.extend(unusable.into_iter().filter(|h| !results.contains_key(h)));
+        missing.sort_unstable();
+        missing.dedup();
         Ok(Gathered { results, missing })
     }
 }

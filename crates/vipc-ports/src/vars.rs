@@ -103,7 +103,9 @@ impl Variables {
     /// value as JSON) and sets it to `value`.
     pub fn export<T: Serialize>(&self, name: &str, capacity: usize, value: &T) -> Result<Variable<T>> {
         let opts = SegmentOptions { access: Access::READ, notify: Notify::Never, protection: ProtectionGroup::Any };
-        let seg = self.node.export_segment(HEADER + capacity, opts)?;
+        let size =
+            capacity.checked_add(HEADER).ok_or_else(|| Error::Encode(format!("a variable of {capacity} bytes")))?;
+        let seg = self.node.export_segment(size, opts)?;
         let mut v = Variable { seg, version: 0, _type: PhantomData };
         v.set(value)?;
         self.names.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), v.seg.name());
@@ -272,7 +274,11 @@ impl<'p> RemoteVars<'p> {
             }
             let (version, range) = match &k.dir {
                 Some(d) => match d.parts.get(path) {
-                    Some(&(start, len)) => (d.version, (d.doc + start, len)),
+                    Some(&(start, len)) => {
+                        let at =
+                            d.doc.checked_add(start).ok_or_else(|| Error::Malformed("a part past 4 GiB".into()))?;
+                        (d.version, (at, len))
+                    }
                     None => return Err(Error::NotFound(format!("{var}{path}"))),
                 },
                 None => {
@@ -313,8 +319,9 @@ fn read_directory(k: &Known) -> Result<Option<Directory>> {
     let head = read(k, 0, HEADER as u32)?;
     let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let dir_len = word(8);
+    let total = dir_len.checked_add(HEADER as u32).ok_or_else(|| Error::Malformed("a 4 GiB directory".into()))?;
     // Version and directory in one read: one atomic snapshot.
-    let all = read(k, 0, HEADER as u32 + dir_len)?;
+    let all = read(k, 0, total)?;
     parse_directory(&all, dir_len)
 }
 
@@ -331,7 +338,7 @@ fn parse_directory(all: &[u8], dir_len: u32) -> Result<Option<Directory>> {
         return Ok(None);
     }
     let entries: Vec<(String, u32, u32)> = decode(&all[HEADER..])?;
-    let doc = HEADER as u32 + dir_len;
+    let doc = dir_len.checked_add(HEADER as u32).ok_or_else(|| Error::Malformed("a 4 GiB directory".into()))?;
     let doc_len = u32::from_le_bytes(all[12..16].try_into().expect("4 bytes"));
     if entries.iter().any(|(_, s, l)| s.checked_add(*l).is_none_or(|end| end > doc_len)) {
         return Err(Error::Malformed("a directory entry outside the value".into()));

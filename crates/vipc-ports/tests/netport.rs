@@ -86,3 +86,33 @@ fn nodes_without_importers_are_not_missing_and_large_messages_are_refused() {
     let g = other.call_all(&me, &"abc".to_string(), Duration::from_millis(200)).unwrap();
     assert!(g.results.is_empty(), "other types, other port: {g:?}");
 }
+
+#[test]
+fn an_importer_answering_garbage_is_named_missing_and_the_others_results_are_kept() {
+    let nodes = cluster(3);
+    let port = NetPort::<u64, u64>::new("garbled");
+    for n in &nodes[..2] {
+        let host = n.host_id();
+        port.import(n, move |_| u64::from(host)).unwrap();
+    }
+    // On host 3, a member of the port's group that answers every call "OK"
+    // with three bytes that are no u64 (an unfinished varint).
+    let group = vipc_ports::netport::port_group("garbled");
+    let (_liar, _t) = nodes[2]
+        .spawn(move |p| {
+            p.join_group(group).unwrap();
+            let mut m = [0u8; 32];
+            while let Ok(from) = p.receive(&mut m) {
+                let mut a = [0u8; 32];
+                a[4] = 3;
+                a[8..11].fill(0xff);
+                let _ = p.reply(&a, from);
+            }
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let g = port.call_all(&me, &0, Duration::from_secs(5)).unwrap();
+    assert_eq!(g.results.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(g.missing, vec![3]);
+}

@@ -55,6 +55,7 @@ fn whole_and_qualified_reads_decode_as_the_readers_types_and_see_updates() {
     assert!(matches!(rv.read::<u64>("nothing", ""), Err(Error::NotFound(_))));
     assert!(matches!(rv.read::<u64>("grid", ".rows[0][0].label"), Err(Error::Decode(_))));
     assert!(matches!(vars.export("tiny", 4, &grid(1)), Err(Error::Encode(_))));
+    assert!(matches!(vars.export("huge", usize::MAX, &1u8), Err(Error::Encode(_))), "no overflow");
 }
 
 #[test]
