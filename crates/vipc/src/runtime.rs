@@ -1061,11 +1061,8 @@ impl Shared {
             return Err(Error::NodeStopped);
         }
         let now = self.now();
-        let (signal, hot, mhot) = match st.slots.get_mut(&pid) {
+        let (signal, hot, mhot) = match st.slots.get(&pid) {
             Some(slot) => {
-                *slot.signal.done() = None;
-                slot.work.clear();
-                slot.signal.ready.store(false, Ordering::Relaxed);
                 let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
                 (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast))
             }
@@ -1073,6 +1070,17 @@ impl Shared {
         };
         let left = crate::within::remaining()?;
         let mut r = f(&mut st.engine, now);
+        // Only a call the engine took owns the slot: one refused (Busy: the
+        // process already waits, in another thread) must not wipe the
+        // completion that call may have just been given. The new call's own
+        // completions are still in the engine's events, drained below.
+        if r.is_ok() {
+            if let Some(slot) = st.slots.get_mut(&pid) {
+                *slot.signal.done() = None;
+                slot.work.clear();
+                slot.signal.ready.store(false, Ordering::Relaxed);
+            }
+        }
         if let (Ok(()), Some(left)) = (&r, left) {
             // The limit must not pass before the caller's deadline. It is
             // checked against the coarse clock, which never runs ahead of the
