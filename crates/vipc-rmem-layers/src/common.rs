@@ -60,6 +60,41 @@ pub fn import_retrying(node: &Node, name: SegmentName, access: Access, timeout: 
     }
 }
 
+/// Segment names that did not import lately: a serving loop tries a name a
+/// peer gave it at most once per [`Self::PAUSE`], since each try holds the
+/// loop (and broadcasts) for up to its import wait.
+#[derive(Debug, Default)]
+pub(crate) struct FailedImports(std::collections::HashMap<SegmentName, Instant>);
+
+impl FailedImports {
+    /// How long a name that failed is not tried again.
+    pub(crate) const PAUSE: Duration = Duration::from_secs(1);
+    /// Most names remembered (then all are forgotten).
+    const MAX: usize = 1024;
+
+    /// [`import_retrying`] unless `name` failed within [`Self::PAUSE`].
+    pub(crate) fn import(
+        &mut self,
+        node: &Node,
+        name: SegmentName,
+        access: Access,
+        wait: Duration,
+    ) -> Option<RemoteSegment> {
+        let now = Instant::now();
+        if self.0.get(&name).is_some_and(|at| now < *at + Self::PAUSE) {
+            return None;
+        }
+        let r = import_retrying(node, name, access, wait).ok();
+        if r.is_none() {
+            if self.0.len() >= Self::MAX {
+                self.0.clear();
+            }
+            self.0.insert(name, now);
+        }
+        r
+    }
+}
+
 /// A lost datagram rather than a refusal.
 fn retryable(e: &vipc::Error) -> bool {
     matches!(e, vipc::Error::StillPending)
@@ -117,5 +152,23 @@ pub(crate) fn nonzero_random() -> u32 {
         if v != 0 {
             return v;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_that_failed_to_import_is_not_tried_again_for_a_pause() {
+        let node = Node::start(vipc::NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+        let mut failed = FailedImports::default();
+        let wait = Duration::from_millis(300);
+        let t = Instant::now();
+        assert!(failed.import(&node, [7; 16], Access::READ, wait).is_none());
+        assert!(t.elapsed() >= wait, "the first try waits");
+        let t = Instant::now();
+        assert!(failed.import(&node, [7; 16], Access::READ, wait).is_none());
+        assert!(t.elapsed() < wait / 3, "the second does not: {:?}", t.elapsed());
     }
 }

@@ -23,7 +23,7 @@
 //! is unacknowledged by design (003: the source pushes, no notification).
 
 use crate::check::check;
-use crate::common::{get32, import_retrying, put32, Error, Result};
+use crate::common::{get32, import_retrying, put32, Error, FailedImports, Result};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use vipc::{
@@ -61,6 +61,8 @@ pub struct CacheServer {
     replies: HashMap<SegmentName, RemoteSegment>,
     /// The block being answered (reused).
     buf: Vec<u8>,
+    /// Reply segments that did not import lately.
+    failed: FailedImports,
 }
 
 impl std::fmt::Debug for CacheServer {
@@ -78,7 +80,8 @@ impl CacheServer {
         let open = |notify| SegmentOptions { access: Access::READ_WRITE, notify, protection: ProtectionGroup::Any };
         let cache = node.export_segment(size, open(Notify::Never))?;
         let requests = node.export_segment(params.slots * REQUEST, open(Notify::Conditional))?;
-        Ok(CacheServer { node: node.clone(), cache, requests, params, replies: HashMap::new(), buf: Vec::new() })
+        let (replies, failed) = (HashMap::new(), FailedImports::default());
+        Ok(CacheServer { node: node.clone(), cache, requests, params, replies, buf: Vec::new(), failed })
     }
 
     /// The names a client needs: the cache's and the request area's.
@@ -123,7 +126,7 @@ impl CacheServer {
             Some(r) => r,
             None => {
                 // A reply segment that does not import ends this request, not the server.
-                let Ok(r) = import_retrying(&self.node, name, Access::WRITE, RTO * 5) else { return Ok(false) };
+                let Some(r) = self.failed.import(&self.node, name, Access::WRITE, RTO * 5) else { return Ok(false) };
                 if self.replies.len() >= MAX_REPLY_IMPORTS {
                     self.replies.clear();
                 }

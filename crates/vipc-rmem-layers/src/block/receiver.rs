@@ -5,7 +5,7 @@
 use super::{
     full_mask, packets, Ack, BlockParams, Tag, ACK_SLOT, ACK_SLOTS, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG,
 };
-use crate::common::{get32, import_retrying, put32, Error, Result};
+use crate::common::{get32, put32, Error, FailedImports, Result};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use vipc::{Access, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
@@ -36,6 +36,8 @@ pub struct BlockReceiver {
     progress: Option<Progress>,
     /// A packet's bytes until they are checked (the first of a block).
     scratch: Vec<u8>,
+    /// Acknowledgement segments that did not import lately.
+    failed: FailedImports,
 }
 
 impl std::fmt::Debug for BlockReceiver {
@@ -100,6 +102,7 @@ impl BlockReceiver {
             refused: 0,
             progress: None,
             scratch,
+            failed: FailedImports::default(),
         })
     }
 
@@ -143,7 +146,7 @@ impl BlockReceiver {
         let mut first = true;
         loop {
             let (notified, reg) = self.drain()?;
-            if (reg || first || self.sender.is_none()) && self.register()? {
+            if (reg || first || self.sender.is_none()) && self.register(deadline)? {
                 *p = Progress::new(self.done.wrapping_add(1), &self.params); // another sender: start afresh
             }
             first = false;
@@ -209,9 +212,10 @@ impl BlockReceiver {
     }
 
     /// Reads the registration; true if a new sender registered. Imports its
-    /// acknowledgement segment; a failed import (lost, or a bad name) is
-    /// tried again next time: meanwhile the sender reads the status word.
-    fn register(&mut self) -> Result<bool> {
+    /// acknowledgement segment (waiting no later than `deadline`); a failed
+    /// import (lost, or a bad name) is tried again after a pause: meanwhile
+    /// the sender reads the status word.
+    fn register(&mut self, deadline: Instant) -> Result<bool> {
         let reg = self.seg.to_vec(H_REG as u32, REG_LEN)?;
         let id = get32(&reg, 16);
         let new = id != self.reg;
@@ -220,7 +224,8 @@ impl BlockReceiver {
         }
         if id != 0 && self.sender.is_none() {
             let name: SegmentName = reg[..16].try_into().unwrap_or_default();
-            self.sender = import_retrying(&self.node, name, Access::WRITE, IMPORT_WAIT).ok();
+            let wait = IMPORT_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+            self.sender = self.failed.import(&self.node, name, Access::WRITE, wait);
         }
         Ok(new)
     }

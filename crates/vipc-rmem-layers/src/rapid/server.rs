@@ -2,7 +2,7 @@
 //! with its stack write-protected, and writes the result into the caller's segment.
 
 use super::{newer, result_check, Call, RapidParams, ARGS_AT, HEADER, MAGIC, RESULT_AT, RESULT_TOO_LARGE};
-use crate::common::{import_retrying, put32, Error, Result};
+use crate::common::{put32, Error, FailedImports, Result};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use vipc::{Access, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions};
@@ -42,6 +42,8 @@ pub struct RapidServer {
     slots: Vec<Slot>,
     spin: Duration,
     stats: ServerStats,
+    /// Callers' result segments that did not import lately.
+    failed: FailedImports,
 }
 
 impl std::fmt::Debug for RapidServer {
@@ -71,7 +73,8 @@ impl RapidServer {
         seg.write(0, &head)?;
         let slots = (0..params.slots).map(|_| Slot::default()).collect();
         let spin = Duration::from_micros(100);
-        Ok(RapidServer { node: node.clone(), seg, params, slots, spin, stats: ServerStats::default() })
+        let (stats, failed) = (ServerStats::default(), FailedImports::default());
+        Ok(RapidServer { node: node.clone(), seg, params, slots, spin, stats, failed })
     }
 
     /// The segment's name: what clients bind to.
@@ -237,7 +240,7 @@ impl RapidServer {
     fn reply(&mut self, i: usize, to: SegmentName) -> Result<()> {
         let slot = &mut self.slots[i];
         if slot.client.as_ref().is_none_or(|(name, _)| *name != to) {
-            slot.client = import_retrying(&self.node, to, Access::WRITE, IMPORT_WAIT).ok().map(|seg| (to, seg));
+            slot.client = self.failed.import(&self.node, to, Access::WRITE, IMPORT_WAIT).map(|seg| (to, seg));
         }
         if let Some((_, seg)) = &slot.client {
             if seg.write(0, &slot.reply, true).is_err() {
