@@ -13,6 +13,10 @@ const ATTEMPTS: usize = 5;
 /// adjusts node k's configuration before it starts. Ports are picked free
 /// and picked again if one is taken before its node binds it.
 pub fn loopback_cluster(n: usize, first: u16, tweak: impl Fn(usize, &mut NodeConfig)) -> Result<Vec<Node>> {
+    // Every host id from `first` on must exist (Node::start checks the range).
+    if u16::try_from(n).ok().and_then(|n| first.checked_add(n.saturating_sub(1))).is_none() {
+        return Err(Error::Config(format!("{n} hosts from {first} run past the last host id")));
+    }
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let addrs = free_loopback_addrs(n)?;
@@ -53,5 +57,12 @@ mod tests {
         ports.sort_unstable();
         ports.dedup();
         assert_eq!(ports.len(), 3);
+    }
+
+    #[test]
+    fn hosts_past_the_last_id_are_a_config_error() {
+        for (n, first) in [(2, u16::MAX), (70_000, 1)] {
+            assert!(matches!(loopback_cluster(n, first, |_, _| {}), Err(Error::Config(_))), "{n} from {first}");
+        }
     }
 }
