@@ -123,6 +123,9 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
         let n = r.u16().ok_or_else(|| bad("short entry"))? as usize;
         let name = r.bytes(n).ok_or_else(|| bad("short entry name"))?;
         let name = String::from_utf8(name.to_vec()).map_err(|_| bad("entry name not UTF-8"))?;
+        if !valid_entry_name(&name) {
+            return Err(bad("an entry name no directory holds"));
+        }
         let attr = Attr::decode(&mut r).ok_or_else(|| bad("invalid entry attributes"))?;
         out.push(DirEntry { name, attr });
     }
@@ -132,6 +135,20 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
 /// Most entries [`FsClient::readdir`] lists of one directory (4 Mi, ~0.5 GiB
 /// of entries; ext4 directories stay far below it).
 pub const MAX_LISTING: usize = 1 << 22;
+
+/// A link target as a kernel would take it: 1 to 4095 bytes of UTF-8, no NUL.
+pub(crate) fn link_target(b: &[u8]) -> FsResult<String> {
+    if b.is_empty() || b.len() >= READLINK_MAX || b.contains(&0) {
+        return Err(bad("a link target no file system holds"));
+    }
+    String::from_utf8(b.to_vec()).map_err(|_| bad("link target not UTF-8"))
+}
+
+/// A name a directory entry can have: 1 to 255 bytes, no `/` or NUL, not
+/// `.` or `..` (a kernel fails a whole listing over one that is not).
+fn valid_entry_name(name: &str) -> bool {
+    (1..=255).contains(&name.len()) && !name.contains(['/', '\0']) && name != "." && name != ".."
+}
 
 /// The segment of a path request: the path, then `extra`, in a buffer of at
 /// least `reply` bytes (the reply segment is written at its start).
@@ -528,8 +545,7 @@ impl FsClient {
     pub fn readlink(&self, path: &str) -> FsResult<String> {
         let (rep, seg) = self.path_call(Req::new(OP_READLINK), path, &[], READLINK_MAX)?;
         let n = rep.count() as usize;
-        let b = seg.get(..n).ok_or_else(|| bad("readlink length beyond the segment"))?;
-        String::from_utf8(b.to_vec()).map_err(|_| bad("link target not UTF-8"))
+        link_target(seg.get(..n).ok_or_else(|| bad("readlink length beyond the segment"))?)
     }
 
     /// Usage of the export's file system.
@@ -605,6 +621,20 @@ mod tests {
             assert!(parse_listing(&whole[..cut], &mut Vec::new()).is_err(), "cut at {cut}");
         }
         assert!(parse_listing(&listing(&[b"\xff"]), &mut Vec::new()).is_err(), "a name not UTF-8");
+        let long = [b'x'; 256];
+        for bad in [&b""[..], b"a/b", b"a\0b", b".", b"..", &long] {
+            assert!(parse_listing(&listing(&[b"ok", bad]), &mut Vec::new()).is_err(), "{bad:?}");
+        }
+        parse_listing(&listing(&[&long[..255], b"...", b".x"]), &mut Vec::new()).unwrap();
+    }
+
+    #[test]
+    fn a_link_target_is_what_a_kernel_takes() {
+        assert_eq!(link_target(b"../x").unwrap(), "../x");
+        assert!(link_target(&[b'a'; 4095]).is_ok());
+        for bad in [&b""[..], b"a\0b", b"\xff", &[b'a'; 4096]] {
+            assert!(link_target(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

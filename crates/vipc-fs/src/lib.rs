@@ -37,6 +37,7 @@ pub fn fuzz_parsers(data: &[u8]) {
     let _ = StatFs::decode(&mut Reader::new(data));
     let _ = SetAttr::decode(&mut Reader::new(data));
     let _ = client::parse_listing(data, &mut Vec::new());
+    let _ = client::link_target(data);
     let mut msg = [0u8; 32];
     let n = data.len().min(32);
     msg[..n].copy_from_slice(&data[..n]);
