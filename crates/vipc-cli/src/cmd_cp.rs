@@ -23,6 +23,9 @@ use vipc_fs::{FileKind, FsClient, Handle};
 const CHUNK: usize = vipc_fs::proto::DEFAULT_UNIT;
 /// Chunks read at once (the server reads one while another travels).
 const READERS: usize = 2;
+/// How many chunks past the written prefix a reader may read (the chunks
+/// held until the one before them is written).
+const AHEAD: usize = 4;
 /// Copies at least this large show a progress bar (on a terminal).
 const BAR_MIN: u64 = 16 << 20;
 
@@ -97,16 +100,36 @@ impl End<'_> {
     }
 }
 
-/// Kind and size of `spec`, or `None` if it does not exist.
-fn stat(spec: &Spec, clients: &HashMap<String, FsClient>) -> CliResult<Option<(FileKind, u64)>> {
+/// What a copy needs to know of an existing end.
+#[derive(Clone, Debug, PartialEq)]
+struct Found {
+    kind: FileKind,
+    size: u64,
+    /// The file's identity: (device, inode) here, (export, inode) remotely.
+    id: (String, u64),
+}
+
+/// What `spec` is, or `None` if it does not exist.
+fn stat(spec: &Spec, clients: &HashMap<String, FsClient>) -> CliResult<Option<Found>> {
+    use std::os::unix::fs::MetadataExt;
     match spec {
         Spec::Local(p) => match std::fs::metadata(p) {
-            Ok(m) => Ok(Some((if m.is_dir() { FileKind::Dir } else { FileKind::File }, m.len()))),
+            Ok(m) => {
+                let t = m.file_type();
+                let kind = if t.is_dir() {
+                    FileKind::Dir
+                } else if t.is_file() {
+                    FileKind::File
+                } else {
+                    FileKind::Other // a device, FIFO or socket has no size to copy
+                };
+                Ok(Some(Found { kind, size: m.len(), id: (m.dev().to_string(), m.ino()) }))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(CliError(format!("{}: {e}", p.display()))),
         },
         Spec::Remote { export, path } => match clients[export].lookup(path) {
-            Ok(a) => Ok(Some((a.kind, a.size))),
+            Ok(a) => Ok(Some(Found { kind: a.kind, size: a.size, id: (format!("{export}:"), a.ino) })),
             Err(e) if e.errno() == libc::ENOENT => Ok(None),
             Err(e) => Err(fs_error(&spec.show(), e)),
         },
@@ -180,16 +203,20 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
             }
         }
     }
-    let (kind, size) = stat(&src, &clients)?.ok_or_else(|| CliError(format!("{}: no such file", src.show())))?;
-    if kind != FileKind::File {
+    let source = stat(&src, &clients)?.ok_or_else(|| CliError(format!("{}: no such file", src.show())))?;
+    if source.kind != FileKind::File {
         return Err(CliError(format!("{}: not a regular file", src.show())));
     }
+    let size = source.size;
     let mut existing = stat(&dst, &clients)?;
-    if matches!(existing, Some((FileKind::Dir, _))) {
+    if existing.as_ref().is_some_and(|f| f.kind == FileKind::Dir) {
         dst = into_dir(&dst, &src);
         existing = stat(&dst, &clients)?;
     }
-    let start = match (resume, existing) {
+    if existing.as_ref().is_some_and(|f| f.id == source.id) {
+        return Err(CliError(format!("{} and {} are the same file", src.show(), dst.show())));
+    }
+    let start = match (resume, existing.map(|f| (f.kind, f.size))) {
         (true, Some((FileKind::File, have))) if have <= size => have,
         (true, Some((FileKind::File, have))) => {
             return Err(CliError(format!(
@@ -199,6 +226,8 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
             )))
         }
         (_, Some((FileKind::Dir, _))) => return Err(CliError(format!("{}: is a directory", dst.show()))),
+        // Resuming goes on from the destination's size: only a regular file has one to trust.
+        (true, Some(_)) => return Err(CliError(format!("cannot resume: {} is not a regular file", dst.show()))),
         _ => 0,
     };
     let from = open_src(&src, &clients)?;
@@ -254,10 +283,15 @@ fn preallocate(f: &File, start: u64, size: u64) {
 
 /// Reads `from` with [`READERS`] threads (each takes the next chunk) and
 /// writes `to` on this one, from `start` to `size`; returns the bytes copied.
-/// Chunks may arrive out of order: both ends are written at offsets.
+/// Chunks may arrive out of order, but are written in order: a copy cut
+/// short at any moment leaves a destination whose size is what it holds,
+/// which `--resume` goes on from (written out of order, a later chunk
+/// could land before an earlier one, and the hole would be kept).
 fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) -> CliResult<u64> {
     let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Chunk)>>(READERS);
     let next = AtomicU64::new(start);
+    // Written up to here: readers stay within AHEAD chunks of it.
+    let written = AtomicU64::new(start);
     let stop = AtomicBool::new(false);
     // Chunk buffers go round (reader → writer → reader): fresh 4 MiB
     // buffers would cost page faults on every chunk.
@@ -265,12 +299,19 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
     std::thread::scope(|s| {
         for _ in 0..READERS {
             let tx = tx.clone();
-            let (next, stop, pool) = (&next, &stop, &pool);
+            let (next, written, stop, pool) = (&next, &written, &stop, &pool);
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let off = next.fetch_add(CHUNK as u64, Ordering::Relaxed);
                     if off >= size {
                         return;
+                    }
+                    // A chunk far ahead of the writer waits (memory stays bounded).
+                    while off >= written.load(Ordering::Relaxed) + (AHEAD * CHUNK) as u64 {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(1));
                     }
                     let mut buf = pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(Chunk::new);
                     buf.set_len(CHUNK.min((size - off) as usize));
@@ -289,24 +330,29 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
             });
         }
         drop(tx);
-        let mut done = 0u64;
-        let mut result = Ok(());
+        let (mut at, mut result) = (start, Ok(()));
+        let mut early = std::collections::BTreeMap::new();
         for r in rx {
-            match r.and_then(|(off, buf)| to.write_at(off, buf.bytes()).map(|()| buf)) {
-                Ok(buf) => {
-                    done += buf.len as u64;
+            let r = r.and_then(|(off, buf)| {
+                early.insert(off, buf);
+                // Every chunk that now continues the written prefix.
+                while let Some(buf) = early.remove(&at) {
+                    to.write_at(at, buf.bytes())?;
+                    at += buf.len as u64;
+                    written.store(at, Ordering::Relaxed);
                     bar.inc(buf.len as u64);
                     pool.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
                 }
-                Err(e) => {
-                    stop.store(true, Ordering::Relaxed);
-                    if result.is_ok() {
-                        result = Err(e);
-                    }
+                Ok(())
+            });
+            if let Err(e) = r {
+                stop.store(true, Ordering::Relaxed);
+                if result.is_ok() {
+                    result = Err(e);
                 }
             }
         }
-        result.map(|()| done)
+        result.map(|()| at - start)
     })
 }
 

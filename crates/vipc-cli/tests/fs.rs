@@ -92,6 +92,12 @@ fn cp_cat_and_ls_work_against_an_exporting_node() {
     assert_one_line_error(&run(&["cp", "/etc/hostname", "/tmp/x", "--group", &g]), "both SRC and DST are local");
     assert_one_line_error(&run(&["cp", "--resume", "data:hello.txt", "data:big", "--group", &g]), "cannot resume");
     assert_one_line_error(&run(&["cat", "/etc/passwd", "--group", &g]), "not a remote file");
+    // A file onto itself (here through its directory) would be emptied; a device has no size to copy;
+    // a resume onto a link trusts no size.
+    assert_one_line_error(&run(&["cp", "data:sub/copy", "data:sub", "--group", &g]), "are the same file");
+    assert!(std::fs::read(data.path().join("sub/copy")).unwrap() == big, "left whole");
+    assert_one_line_error(&run(&["cp", "/dev/null", "data:null", "--group", &g]), "not a regular file");
+    assert_one_line_error(&run(&["cp", "--resume", "data:big", "data:link", "--group", &g]), "not a regular file");
     assert_one_line_error(&run(&["ls", "nosuch:", "--group", &g]), "no file server exports \"nosuch\"");
 }
 
