@@ -115,17 +115,29 @@ impl VipcFs {
         lock(&self.table).invalidate(parent.0);
     }
 
-    /// Fresh attributes of `ino`: by path, or through an open handle once the name is gone.
+    /// Fresh attributes of `ino`: through the open handle the kernel names,
+    /// else by path — unless the name now stands for another file (renamed
+    /// over by another client): then the node loses that name and is asked
+    /// through any handle still open on it, or is stale.
     fn fetch_attr(&self, ino: u64, fh: Option<FileHandle>) -> Result<Attr, Errno> {
+        let named = fh.and_then(|fh| lock(&self.files).get(&fh.0).map(|f| f.handle));
         let (path, handle) = {
             let t = lock(&self.table);
-            let h = fh.and_then(|fh| lock(&self.files).get(&fh.0).map(|f| f.handle)).or_else(|| t.any_handle(ino));
-            (t.path(ino), h)
+            (t.path(ino), named.or_else(|| t.any_handle(ino)))
         };
-        let r = match (path, handle) {
-            (Some(p), _) => self.client.lookup(&p),
-            (None, Some(h)) => self.client.fstat(h),
-            (None, None) => return Err(Errno::ENOENT),
+        let r = match (named, path, handle) {
+            (Some(h), _, _) | (None, None, Some(h)) => self.client.fstat(h),
+            (None, Some(p), _) => match self.client.lookup(&p) {
+                Ok(a) if !lock(&self.table).same_file(ino, &a) => {
+                    lock(&self.table).detach(&p);
+                    match handle {
+                        Some(h) => self.client.fstat(h),
+                        None => return Err(Errno::ESTALE),
+                    }
+                }
+                r => r,
+            },
+            (None, None, None) => return Err(Errno::ENOENT),
         };
         let attr = r.map_err(|e| errno(&e))?;
         lock(&self.table).set_attr(ino, &attr, Instant::now());

@@ -95,6 +95,12 @@ impl InodeTable {
         self.nodes.get(&ino).map(|n| n.kind)
     }
 
+    /// Whether `attr` (looked up by node `ino`'s path) is still of the file
+    /// the node stands for: the same server inode and kind (always, for the root).
+    pub fn same_file(&self, ino: u64, attr: &Attr) -> bool {
+        ino == ROOT || self.nodes.get(&ino).is_some_and(|n| n.server_ino == attr.ino && n.kind == attr.kind)
+    }
+
     /// The node id for `path` if the kernel holds one.
     pub fn ino_of(&self, path: &str) -> Option<u64> {
         self.paths.get(path).copied()

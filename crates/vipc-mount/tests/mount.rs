@@ -188,3 +188,22 @@ fn settled_packets(node: &vipc::Node) -> u64 {
         last = now;
     }
 }
+
+#[test]
+fn an_open_file_renamed_over_elsewhere_keeps_its_own_size_and_bytes() {
+    require_fuse!();
+    let ttl = Duration::from_millis(100);
+    let s = Served::start(MountOptions { attr_ttl: ttl, entry_ttl: ttl, ..MountOptions::default() });
+    let old: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(s.export_dir().join("a"), &old).unwrap();
+    let f = File::open(s.root().join("a")).unwrap();
+    // Another client puts a short file in its place.
+    fs::write(s.export_dir().join("new"), b"short").unwrap();
+    fs::rename(s.export_dir().join("new"), s.export_dir().join("a")).unwrap();
+    std::thread::sleep(ttl * 3);
+    assert_eq!(f.metadata().unwrap().len(), 100_000, "the open file's size, not the new name's");
+    let mut buf = vec![0u8; 100_000];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == old, "the open file's bytes");
+    assert_eq!(fs::read(s.root().join("a")).unwrap(), b"short", "the name is the new file's");
+}
