@@ -9,7 +9,9 @@ use vipc_exec::{least_loaded, query_loads, ExecError};
 
 /// Runs `argv` on host `on` (or the least loaded host whose team server
 /// answers within `deadline`), copying its output here; returns its exit
-/// status as a shell would (128 + signal). SIGINT and SIGTERM are passed on.
+/// status as a shell would (128 + signal). SIGINT and SIGTERM are passed on
+/// as SIGINT, a second one as SIGKILL; output that cannot be written here
+/// kills the command and fails the call.
 pub fn run(argv: &[String], on: Option<u16>, deadline: Duration, listen: Duration, args: &NodeArgs) -> CliResult<i32> {
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
@@ -25,25 +27,42 @@ pub fn run(argv: &[String], on: Option<u16>, deadline: Duration, listen: Duratio
         None => least_loaded(&loads).ok_or(ExecError::NoTeamServer),
     }
     .map_err(exec_error)?;
-    let job = vipc_exec::start(&node, team, argv, |fd, bytes| {
-        let _ = if fd == 2 {
+    // Output that cannot be written here (a closed pipe, a full disk) ends the command.
+    let (lost_tx, lost) = std::sync::mpsc::channel::<std::io::Error>();
+    let job = vipc_exec::start(&node, team, argv, move |fd, bytes| {
+        let r = if fd == 2 {
             std::io::stderr().write_all(bytes)
         } else {
             let mut o = std::io::stdout();
             o.write_all(bytes).and_then(|()| o.flush())
         };
+        if let Err(e) = r {
+            let _ = lost_tx.send(e);
+        }
     })
     .map_err(exec_error)?;
+    let (mut interrupts, mut failed) = (0, None);
     while !job.is_finished() {
         if rx.recv_timeout(Duration::from_millis(50)).is_ok() {
-            // Ctrl-C (or SIGTERM): the remote command gets SIGINT.
-            let _ = job.signal(vipc_exec::SIGINT);
+            // Ctrl-C (or SIGTERM): the remote command gets SIGINT; a second time, SIGKILL.
+            interrupts += 1;
+            let _ = job.signal(if interrupts == 1 { vipc_exec::SIGINT } else { SIGKILL });
+        }
+        if let (None, Ok(e)) = (&failed, lost.try_recv()) {
+            let _ = job.signal(SIGKILL);
+            failed = Some(CliError(format!("exec: cannot write the command's output: {e}")));
         }
     }
-    let status = job.wait().map_err(exec_error)?;
+    let status = job.wait().map_err(exec_error);
     node.shutdown();
-    Ok(status.shell_code())
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(status?.shell_code()),
+    }
 }
+
+/// The signal that ends a command which ignores SIGINT.
+const SIGKILL: i32 = 9;
 
 fn exec_error(e: ExecError) -> CliError {
     match e {

@@ -24,21 +24,32 @@ fn mode_string(a: &Attr) -> String {
     s
 }
 
+/// `s` as the terminal should show it: control characters (a newline, an
+/// escape sequence in a name from another host) escaped, as `ls` does.
+fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    } else {
+        s.into()
+    }
+}
+
 /// One `-l` line.
 fn long_line(c: &FsClient, dir: &str, name: &str, a: &Attr) -> String {
     let mut line = format!(
-        "{} {:>3} {:>5} {:>5} {:>12} {:>11} {name}",
+        "{} {:>3} {:>5} {:>5} {:>12} {:>11} {}",
         mode_string(a),
         a.nlink,
         a.uid,
         a.gid,
         a.size,
-        a.mtime.secs
+        a.mtime.secs,
+        shown(name)
     );
     if a.kind == FileKind::Symlink {
         let p = if dir.is_empty() { name.to_string() } else { format!("{}/{name}", dir.trim_end_matches('/')) };
         if let Ok(t) = c.readlink(&p) {
-            line.push_str(&format!(" -> {t}"));
+            line.push_str(&format!(" -> {}", shown(&t)));
         }
     }
     line
@@ -57,7 +68,7 @@ pub fn run(spec: &str, long: bool, args: &NodeArgs) -> CliResult<()> {
             if long {
                 say!("{}", long_line(&c, &path, &e.name, &e.attr));
             } else {
-                say!("{}", e.name);
+                say!("{}", shown(&e.name));
             }
         }
     } else {
@@ -66,7 +77,7 @@ pub fn run(spec: &str, long: bool, args: &NodeArgs) -> CliResult<()> {
         if long {
             say!("{}", long_line(&c, dir, &name, &attr));
         } else {
-            say!("{name}");
+            say!("{}", shown(&name));
         }
     }
     drop(c);
@@ -98,5 +109,11 @@ mod tests {
         };
         assert_eq!(mode_string(&a), "drwxr-x---");
         assert_eq!(mode_string(&Attr { kind: FileKind::File, perm: 0o644, ..a }), "-rw-r--r--");
+    }
+
+    #[test]
+    fn control_characters_in_names_are_escaped() {
+        assert_eq!(shown("plain é"), "plain é");
+        assert_eq!(shown("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
     }
 }

@@ -113,19 +113,22 @@ pub fn run(args: &MountArgs) -> CliResult<()> {
     };
     say!("vipc mount: {export} mounted on {} (host {:04x})", mountpoint.display(), node.host_id());
     let _ = std::io::stdout().flush();
-    // Until a signal, or until somebody unmounts it from outside.
+    // Until a signal, or until somebody unmounts it from outside (or the session fails).
+    let mut failed = None;
     loop {
         if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
             break;
         }
-        if mounted.wait(Duration::ZERO) {
-            say!("vipc mount: {} was unmounted", mountpoint.display());
-            break;
+        match mounted.wait(Duration::ZERO) {
+            None => continue,
+            Some(Ok(())) => say!("vipc mount: {} was unmounted", mountpoint.display()),
+            Some(Err(e)) => failed = Some(CliError(format!("the mount of {} failed: {e}", mountpoint.display()))),
         }
+        break;
     }
     let r = mounted.unmount().map_err(mount_error);
     node.shutdown();
-    r
+    failed.map_or(r, Err)
 }
 
 fn mount_error(e: MountError) -> CliError {

@@ -236,7 +236,11 @@ fn main() -> ExitCode {
         Cmd::Exec { on, deadline_ms, listen_ms, command, node } => {
             let ms = std::time::Duration::from_millis;
             match cmd_exec::run(command, *on, ms(*deadline_ms), ms(*listen_ms), node) {
-                Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+                // A status no process can exit with is the team server's error, not a success.
+                Ok(code) => match u8::try_from(code) {
+                    Ok(c) => return ExitCode::from(c),
+                    Err(_) => Err(error::CliError(format!("the team server reported exit status {code}"))),
+                },
                 Err(e) => Err(e),
             }
         }

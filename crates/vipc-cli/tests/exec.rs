@@ -59,4 +59,21 @@ fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(130), "128 + SIGINT");
+
+    // Output nobody reads any more (`vipc exec yes | head -1`) ends the command and fails the call.
+    let mut client = Guard(exec(&["--group", &g, "--", "yes"]).spawn().unwrap());
+    let mut line = String::new();
+    let mut out = BufReader::new(client.0.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "y\n");
+    drop(out);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = client.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "vipc exec went on with nobody reading");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
 }

@@ -202,18 +202,13 @@ impl Mounted {
         self.read_ahead_used.load(Ordering::Relaxed)
     }
 
-    /// Waits up to `timeout` for the session to end by itself (somebody ran `umount` or `fusermount3 -u`);
-    /// true if it did.
-    pub fn wait(&self, timeout: Duration) -> bool {
+    /// Waits up to `timeout` for the session to end by itself (somebody ran `umount` or `fusermount3 -u`,
+    /// or the session failed): `None` while it runs, else how it ended.
+    pub fn wait(&self, timeout: Duration) -> Option<Result<(), String>> {
         match self.ended.recv_timeout(timeout) {
-            Ok(r) => {
-                if let Err(e) = r {
-                    tracing::warn!("fuse session ended with an error: {e}");
-                }
-                true
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => false,
-            Err(mpsc::RecvTimeoutError::Disconnected) => true,
+            Ok(r) => Some(r.map_err(|e| e.to_string())),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Ok(())),
         }
     }
 
@@ -235,7 +230,7 @@ impl Mounted {
         };
         // After a plain unmount the session ends at once; after a lazy one it lasts while the mount is
         // busy, and then this process's exit ends it.
-        if self.wait(Duration::from_secs(2)) {
+        if self.wait(Duration::from_secs(2)).is_some() {
             if let Some(t) = self.thread.take() {
                 let _ = t.join();
             }
