@@ -136,6 +136,10 @@ pub(crate) fn parse_listing(batch: &[u8], out: &mut Vec<DirEntry>) -> FsResult<(
 /// of entries; ext4 directories stay far below it).
 pub const MAX_LISTING: usize = 1 << 22;
 
+/// Most bytes of entries [`FsClient::readdir`] takes for one directory
+/// (256 MiB: some 2.5 million entries of usual names).
+pub const MAX_LISTING_BYTES: usize = 256 << 20;
+
 /// A link target as a kernel would take it: 1 to 4095 bytes of UTF-8, no NUL.
 pub(crate) fn link_target(b: &[u8]) -> FsResult<String> {
     if b.is_empty() || b.len() >= READLINK_MAX || b.contains(&0) {
@@ -327,7 +331,7 @@ impl FsClient {
     /// The entries of directory `path` with their attributes, without "." and "..".
     pub fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
         let mut out = Vec::new();
-        let mut cookie = 0u64;
+        let (mut cookie, mut bytes) = (0u64, 0usize);
         loop {
             let mut req = Req::new(OP_READDIR);
             req.set_offset(cookie);
@@ -342,8 +346,9 @@ impl FsClient {
             if rep.next() <= cookie || out.len() == had {
                 return Err(bad("readdir made no progress"));
             }
-            if out.len() > MAX_LISTING {
-                return Err(bad("a directory of more than MAX_LISTING entries"));
+            bytes += rep.count() as usize;
+            if out.len() > MAX_LISTING || bytes > MAX_LISTING_BYTES {
+                return Err(bad("a directory listing larger than MAX_LISTING entries or MAX_LISTING_BYTES"));
             }
             cookie = rep.next();
         }
