@@ -97,7 +97,7 @@ impl Req {
     pub fn set_a(&mut self, v: u32) {
         self.0[4..8].copy_from_slice(&v.to_le_bytes());
     }
-    /// Bytes 8–15: the handle (or the owner pid in OPEN).
+    /// Bytes 8–15: the handle (READ, WRITE, FSTAT, FSYNC, CLOSE).
     pub fn handle(&self) -> u64 {
         u64::from_le_bytes(self.0[8..16].try_into().expect("8 bytes"))
     }

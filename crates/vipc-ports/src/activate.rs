@@ -15,7 +15,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use vipc::{HostId, Message, Node, Pid, Process, ReceiveInfo, Scope, SegmentRef, SendOptions};
 
-/// Results the activator keeps for processes nobody asked about yet, oldest dropped first.
+/// Processes the activator remembers (the last ones it started, claimed or
+/// not): the result of an older one is dropped.
 const RESULTS_MAX: usize = 4096;
 
 /// The registered name of host `host`'s activator.
