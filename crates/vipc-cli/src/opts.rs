@@ -43,7 +43,7 @@ fn vipc_max_host() -> u32 {
 /// Flags that configure the node a command runs.
 #[derive(Args, Debug, Default, Clone)]
 pub struct NodeArgs {
-    /// Address of the node's UDP socket [default: an ephemeral port on the --interface address, else on 127.0.0.1].
+    /// Address of the node's UDP socket [default: an ephemeral port on the --interface address, else on 127.0.0.1; with an IPv6 static peer, on [::1] if that peer is a loopback address, else on [::]].
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub listen: Option<SocketAddr>,
     /// Fixed logical host id (decimal or 0x hex) [default: allocated on the broadcast channel].
