@@ -33,6 +33,9 @@ pub struct Listing {
 const QUEUE: usize = 1024;
 /// Most listings kept ready; beyond it, new ones are dropped.
 const KEPT: usize = 4096;
+/// Most entries of all listings kept ready together (each listing alone
+/// may hold millions: a huge directory must not fill memory with copies).
+const KEPT_ENTRIES: usize = 1 << 20;
 /// Subdirectories read ahead of the one the walk opens.
 pub const WINDOW: usize = 16;
 /// Most directories whose subdirectories are remembered (the oldest are forgotten all at once).
@@ -89,7 +92,9 @@ impl DirAhead {
                 let mut ready = lock(&shared.ready);
                 if let Some(entries) = got {
                     // Checked under the lock `changed` clears under: a change after the fetch began wins.
-                    if shared.epoch.load(Ordering::SeqCst) == epoch && ready.len() < KEPT {
+                    let held: usize = ready.values().map(|l| l.entries.len()).sum();
+                    let room = ready.len() < KEPT && held + entries.len() <= KEPT_ENTRIES;
+                    if shared.epoch.load(Ordering::SeqCst) == epoch && room {
                         ready.insert(path.clone(), Arc::new(Listing { entries, at }));
                     }
                 }
@@ -227,6 +232,27 @@ mod tests {
         assert_eq!(l.entries[0].name, "d/e");
         assert!(a.take("d/e", Duration::from_secs(5)).is_none(), "handed out twice");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn listings_kept_ready_hold_at_most_kept_entries_together() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let big = (0..KEPT_ENTRIES / 2 + 1).map(|i| entry(&i.to_string())).collect::<Vec<_>>();
+        let fetch: Arc<Fetch> = Arc::new(move |_: &str| {
+            c.fetch_add(1, Ordering::SeqCst);
+            Some(big.clone())
+        });
+        let a = DirAhead::new(1, fetch);
+        for d in ["a", "b", "c"] {
+            a.request(d);
+        }
+        let t = Instant::now();
+        while calls.load(Ordering::SeqCst) < 3 || !lock(&a.shared.pending).is_empty() {
+            assert!(t.elapsed() < Duration::from_secs(10), "read-ahead never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(a.ready_count(), 1, "a second half-budget listing would pass the bound");
     }
 
     #[test]
