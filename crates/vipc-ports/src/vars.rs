@@ -216,7 +216,9 @@ fn json<S: Serialize + ?Sized>(out: &mut Vec<u8>, x: &S) -> Result<()> {
 
 /// What a reader knows of one variable.
 struct Known {
+    node: Node,
     remote: RemoteSegment,
+    /// Where reads land: as large as the largest read so far.
     into: AnonSegment,
     /// The directory, if read.
     dir: Option<Directory>,
@@ -260,8 +262,9 @@ impl<'p> RemoteVars<'p> {
             let seg: Option<SegmentName> = self.names.call(0, &var.to_string())?;
             let seg = seg.ok_or_else(|| Error::NotFound(format!("variable {var}")))?;
             let remote = self.node.import_segment(seg, Access::READ, READ_TIMEOUT)?;
-            let into = self.node.anonymous_segment(remote.size() as usize)?;
-            known.insert(var.to_string(), Known { remote, into, dir: None });
+            // Sized by what is read, not by the size the exporter declares.
+            let into = self.node.anonymous_segment((remote.size() as usize).min(ONE_READ))?;
+            known.insert(var.to_string(), Known { node: self.node.clone(), remote, into, dir: None });
         }
         let k = known.get_mut(var).expect("inserted above");
         let give_up = Instant::now() + READ_TIMEOUT;
@@ -315,7 +318,7 @@ impl<'p> RemoteVars<'p> {
 }
 
 /// The directory as of a stable version, or `None` if the owner is inside its monitor.
-fn read_directory(k: &Known) -> Result<Option<Directory>> {
+fn read_directory(k: &mut Known) -> Result<Option<Directory>> {
     let head = read(k, 0, HEADER as u32)?;
     let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let dir_len = word(8);
@@ -368,7 +371,10 @@ pub fn fuzz_parsers(data: &[u8]) {
 }
 
 /// One remote read of `len` bytes at `offset`.
-fn read(k: &Known, offset: u32, len: u32) -> Result<Vec<u8>> {
+fn read(k: &mut Known, offset: u32, len: u32) -> Result<Vec<u8>> {
+    if len > k.into.size() {
+        k.into = k.node.anonymous_segment(len as usize)?;
+    }
     let op: PendingOp = k.remote.read(offset, len, (&k.into, 0), false)?;
     op.wait(READ_TIMEOUT)?;
     Ok(k.into.to_vec(0, len as usize)?)

@@ -105,3 +105,18 @@ fn readers_racing_an_updating_owner_only_ever_see_whole_values() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(owner.join().unwrap() > 10, "the owner kept updating");
 }
+
+#[test]
+fn a_reader_holds_what_it_reads_not_what_the_exporter_declares() {
+    let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+    // The reader's node may hold 1 MiB of segments; the variable is declared at 16 MiB.
+    let mut small = NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![a.local_addr()]);
+    small.engine.rmem_max_bytes = 1 << 20;
+    let b = Node::start(small).unwrap();
+    let vars = Variables::start(&a).unwrap();
+    let _v = vars.export("roomy", 16 << 20, &grid(3)).unwrap();
+    let me = b.attach().unwrap();
+    let rv = RemoteVars::connect(&b, &me, 1).unwrap();
+    assert_eq!(rv.read::<Grid>("roomy", "").unwrap(), grid(3));
+    assert_eq!(rv.read::<u64>("roomy", ".generation").unwrap(), 3);
+}
