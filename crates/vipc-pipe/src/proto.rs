@@ -48,6 +48,9 @@ pub const ENOSYS: u8 = 38;
 pub const EMSGSIZE: u8 = 90;
 /// Status: another protocol version.
 pub const EPROTO: u8 = 71;
+/// Status: the server stopped while this read or write waited (a read
+/// gets EOF instead if no writer was open).
+pub const ESHUTDOWN: u8 = 108;
 /// Status: the server holds too many ends.
 pub const EMFILE: u8 = 24;
 /// Status: the server holds too many waiting reads and writes (as many as

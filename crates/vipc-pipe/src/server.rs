@@ -91,7 +91,8 @@ impl PipeServer {
         &self.name
     }
 
-    /// Stops the server: held readers get EOF, held writers EPIPE, the name is removed.
+    /// Stops the server: held readers get EOF if no writer is open, else
+    /// ESHUTDOWN (their stream is cut), held writers ESHUTDOWN; the name is removed.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -439,11 +440,13 @@ impl Server {
 
     /// Answers everything held before the server goes away.
     fn stop(&mut self, p: &Process) {
+        // A reader whose stream is cut (a writer is still open) must not take it for its end.
+        let read_status = if self.st.counts().1 > 0 { proto::ESHUTDOWN } else { proto::EOF };
         for r in std::mem::take(&mut self.readers) {
-            self.answer(p, r.from, reply_msg(&r.msg, proto::EOF, 0));
+            self.answer(p, r.from, reply_msg(&r.msg, read_status, 0));
         }
         for w in std::mem::take(&mut self.writers) {
-            self.answer(p, w.from, reply_msg(&w.msg, proto::EPIPE, 0));
+            self.answer(p, w.from, reply_msg(&w.msg, proto::ESHUTDOWN, 0));
         }
     }
 }

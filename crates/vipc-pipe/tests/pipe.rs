@@ -314,20 +314,36 @@ fn bad_requests_are_refused_and_the_server_goes_on() {
     assert_eq!((st.buffered, st.readers, st.writers, st.capacity), (2, 1, 2, 1000));
 }
 
-#[test]
-fn stopping_the_server_releases_held_readers_and_removes_the_name() {
-    let nodes = cluster(2, 0x191);
-    let s = PipeServer::start(&nodes[0], "stop", small(100)).unwrap();
-    let mut r = PipeReader::open(&nodes[1], "stop").unwrap();
+/// Stops the server of pipe `name` while a read waits, with a writer open
+/// or not: the nodes, and what the read got (bytes, or its errno).
+fn read_held_at_stop(first: u16, name: &str, writer: bool) -> (Vec<Node>, Result<usize, Option<i32>>) {
+    let nodes = cluster(2, first);
+    let s = PipeServer::start(&nodes[0], name, small(100)).unwrap();
+    let w = writer.then(|| PipeWriter::open(&nodes[1], name).unwrap());
+    let mut r = PipeReader::open(&nodes[1], name).unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(r.read(&mut [0u8; 10]).map_err(|e| e.to_string()));
+        let _ = tx.send(r.read(&mut [0u8; 10]).map_err(|e| e.raw_os_error()));
     });
     let p = nodes[0].attach().unwrap();
-    wait_until("the read to be held", 10, || stat(&p, "stop").unwrap().held_reads == 1);
+    wait_until("the read to be held", 10, || stat(&p, name).unwrap().held_reads == 1);
     s.stop();
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Ok(0), "EOF");
+    let got = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    drop(w);
+    (nodes, got)
+}
+
+#[test]
+fn stopping_the_server_releases_held_readers_and_removes_the_name() {
+    let (nodes, got) = read_held_at_stop(0x191, "stop", false);
+    assert_eq!(got, Ok(0), "EOF: no writer was open");
     assert!(matches!(PipeReader::open(&nodes[0], "stop"), Err(PipeError::NotFound(_))));
+}
+
+#[test]
+fn a_read_cut_by_the_servers_stop_while_a_writer_is_open_is_an_error_not_eof() {
+    let (_nodes, got) = read_held_at_stop(0x1e1, "cut", true);
+    assert_eq!(got, Err(Some(i32::from(proto::ESHUTDOWN))));
 }
 
 #[test]
