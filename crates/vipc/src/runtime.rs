@@ -1061,25 +1061,23 @@ impl Shared {
             return Err(Error::NodeStopped);
         }
         let now = self.now();
-        let (signal, hot, mhot) = match st.slots.get(&pid) {
-            Some(slot) => {
-                let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
-                (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast))
-            }
-            None => return Err(vipc_engine::Error::NotLocalProcess(pid).into()),
+        // One lookup of the slot, held across the engine call (disjoint fields).
+        let state = &mut *st;
+        let Some(slot) = state.slots.get_mut(&pid) else {
+            return Err(vipc_engine::Error::NotLocalProcess(pid).into());
         };
+        let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
+        let (signal, hot, mhot) = (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast));
         let left = crate::within::remaining()?;
-        let mut r = f(&mut st.engine, now);
+        let mut r = f(&mut state.engine, now);
         // Only a call the engine took owns the slot: one refused (Busy: the
         // process already waits, in another thread) must not wipe the
         // completion that call may have just been given. The new call's own
         // completions are still in the engine's events, drained below.
         if r.is_ok() {
-            if let Some(slot) = st.slots.get_mut(&pid) {
-                *slot.signal.done() = None;
-                slot.work.clear();
-                slot.signal.ready.store(false, Ordering::Relaxed);
-            }
+            *slot.signal.done() = None;
+            slot.work.clear();
+            slot.signal.ready.store(false, Ordering::Relaxed);
         }
         if let (Ok(()), Some(left)) = (&r, left) {
             // The limit must not pass before the caller's deadline. It is
