@@ -61,37 +61,47 @@ pub fn import_retrying(node: &Node, name: SegmentName, access: Access, timeout: 
 }
 
 /// Segment names that did not import lately: a serving loop tries a name a
-/// peer gave it at most once per [`Self::PAUSE`], since each try holds the
-/// loop (and broadcasts) for up to its import wait.
-#[derive(Debug, Default)]
-pub(crate) struct FailedImports(std::collections::HashMap<SegmentName, Instant>);
+/// peer gave it at most once per pause (1 s by default), since each try
+/// holds the loop (and broadcasts) for up to its import wait.
+#[derive(Debug)]
+pub struct FailedImports {
+    pause: Duration,
+    at: std::collections::HashMap<SegmentName, Instant>,
+}
+
+impl Default for FailedImports {
+    fn default() -> FailedImports {
+        FailedImports::new(Duration::from_secs(1))
+    }
+}
 
 impl FailedImports {
-    /// How long a name that failed is not tried again.
-    pub(crate) const PAUSE: Duration = Duration::from_secs(1);
     /// Most names remembered (then all are forgotten).
     const MAX: usize = 1024;
 
-    /// [`import_retrying`] unless `name` failed within [`Self::PAUSE`].
-    pub(crate) fn import(
-        &mut self,
-        node: &Node,
-        name: SegmentName,
-        access: Access,
-        wait: Duration,
-    ) -> Option<RemoteSegment> {
-        let now = Instant::now();
-        if self.0.get(&name).is_some_and(|at| now < *at + Self::PAUSE) {
+    /// Names that fail are not tried again for `pause`.
+    pub fn new(pause: Duration) -> FailedImports {
+        FailedImports { pause, at: std::collections::HashMap::new() }
+    }
+
+    /// [`import_retrying`] unless `name` failed within the pause.
+    pub fn import(&mut self, node: &Node, name: SegmentName, access: Access, wait: Duration) -> Option<RemoteSegment> {
+        if self.at.get(&name).is_some_and(|at| at.elapsed() < self.pause) {
             return None;
         }
         let r = import_retrying(node, name, access, wait).ok();
         if r.is_none() {
-            if self.0.len() >= Self::MAX {
-                self.0.clear();
-            }
-            self.0.insert(name, now);
+            self.failed(name);
         }
         r
+    }
+
+    /// Counts `name` as failed now (it imported, but is of no use).
+    pub fn failed(&mut self, name: SegmentName) {
+        if self.at.len() >= Self::MAX {
+            self.at.clear();
+        }
+        self.at.insert(name, Instant::now());
     }
 }
 

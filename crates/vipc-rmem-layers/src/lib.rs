@@ -32,4 +32,4 @@ mod common;
 pub mod rapid;
 pub mod styles;
 
-pub use common::{import_retrying, Error, Result};
+pub use common::{import_retrying, Error, FailedImports, Result};

@@ -11,16 +11,16 @@ use crate::layout::well_known_requests;
 use crate::local::LocalTable;
 use crate::lock;
 use crate::message::{Answer, Request, ANSWER_SIZE, REQUEST_SIZE};
-use crate::peers::import_retrying;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vipc::{
     Access, ExportedSegment, HostId, MemOp, Node, Notify, ProtectionGroup, RemoteSegment, SegmentName, SegmentOptions,
 };
+use vipc_rmem_layers::FailedImports;
 
 /// How often the sleeping thread looks at its stop flag (records of its
 /// request segment wake it besides).
@@ -87,7 +87,7 @@ impl Serving {
             window: p.window,
             import_wait: p.import_wait,
             answers: HashMap::new(),
-            failed: HashMap::new(),
+            failed: FailedImports::new(FAILED_FOR),
             counters: counters.clone(),
         };
         let flag = stop.clone();
@@ -144,8 +144,8 @@ struct Server {
     import_wait: Duration,
     /// Askers' answer segments, imported once.
     answers: HashMap<SegmentName, RemoteSegment>,
-    /// Answer segments that did not import (or not from their asker's host), and when.
-    failed: HashMap<SegmentName, Instant>,
+    /// Answer segments that did not import (or not from their asker's host).
+    failed: FailedImports,
     counters: Arc<Counters>,
 }
 
@@ -200,32 +200,20 @@ impl Server {
         Ok(())
     }
 
-    /// The asker's answer segment, if it imports and holds the answer area.
     /// The asker's answer segment — one of its own host's — if it imports
     /// and holds the answer area. A name that failed to import is not tried
     /// again for [`FAILED_FOR`]: each try holds this thread for `import_wait`.
     fn answer_segment(&mut self, req: &Request) -> Option<RemoteSegment> {
         if !self.answers.contains_key(&req.answer) {
-            let now = Instant::now();
-            if self.failed.get(&req.answer).is_some_and(|at| now < *at + FAILED_FOR) {
+            let seg = self.failed.import(&self.node, req.answer, Access::WRITE, self.import_wait)?;
+            if seg.host() != req.host {
+                self.failed.failed(req.answer);
                 return None;
             }
             if self.answers.len() >= MAX_ANSWER_IMPORTS {
                 self.answers.clear();
             }
-            if self.failed.len() >= MAX_ANSWER_IMPORTS {
-                self.failed.clear();
-            }
-            let imported = import_retrying(&self.node, req.answer, Access::WRITE, now + self.import_wait);
-            match imported {
-                Ok(seg) if seg.host() == req.host => {
-                    self.answers.insert(req.answer, seg);
-                }
-                _ => {
-                    self.failed.insert(req.answer, now);
-                    return None;
-                }
-            }
+            self.answers.insert(req.answer, seg);
         }
         let seg = self.answers.get(&req.answer)?;
         let fits = u64::from(req.answer_at) + ANSWER_SIZE as u64 <= u64::from(seg.size());
