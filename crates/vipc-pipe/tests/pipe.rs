@@ -346,16 +346,23 @@ fn a_read_cut_by_the_servers_stop_while_a_writer_is_open_is_an_error_not_eof() {
     assert_eq!(got, Err(Some(i32::from(proto::ESHUTDOWN))));
 }
 
+/// Opens an end of pipe `name` in `mode` by the protocol itself (no
+/// heartbeat process, unlike the client library): the server and the end id.
+fn open_raw(p: &vipc::Process, name: &str, mode: u32) -> (vipc::Pid, u32) {
+    let server = vipc_pipe::lookup(p, name).unwrap();
+    let mut open = proto::request(proto::OP_OPEN, 0, mode);
+    p.send(&mut open, server).unwrap();
+    assert_eq!(open[0], proto::OK);
+    (server, proto::get(&open, 4))
+}
+
 #[test]
 fn a_request_given_up_by_its_sender_is_forgotten_by_the_server() {
     let nodes = cluster(2, 0x1a1);
     let cfg = PipeConfig { lease: Duration::from_secs(60), ..small(10) };
     let _s = PipeServer::start(&nodes[0], "given-up", cfg).unwrap();
     let p = nodes[1].attach().unwrap();
-    let server = vipc_pipe::lookup(&p, "given-up").unwrap();
-    let mut open = proto::request(proto::OP_OPEN, 0, proto::MODE_WRITE);
-    p.send(&mut open, server).unwrap();
-    let end = proto::get(&open, 4);
+    let (server, end) = open_raw(&p, "given-up", proto::MODE_WRITE);
     let write = |data: &[u8]| {
         let mut m = proto::request(proto::OP_WRITE, end, 0);
         p.send_with(&mut m, server, Some(SegmentRef::Read(data)), SendOptions::default()).map(|_| m[0])
@@ -376,10 +383,7 @@ fn requests_beyond_what_the_server_holds_are_answered_eagain() {
     let cfg = PipeConfig { max_ends: 3, lease: Duration::from_secs(60), ..small(100) };
     let s = PipeServer::start(&nodes[0], "crowded", cfg).unwrap();
     let p = nodes[1].attach().unwrap();
-    let server = vipc_pipe::lookup(&p, "crowded").unwrap();
-    let mut open = proto::request(proto::OP_OPEN, 0, proto::MODE_READ);
-    p.send(&mut open, server).unwrap();
-    let end = proto::get(&open, 4);
+    let (server, end) = open_raw(&p, "crowded", proto::MODE_READ);
     // Three readers of the empty pipe wait (one end, three processes); a fourth is refused.
     let read = move |node: &Node| {
         let q = node.attach().unwrap();

@@ -36,14 +36,19 @@ fn a_call_reaches_every_importer_and_gathers_results_by_node() {
     }
 }
 
+/// Importers of `port` on `nodes` that answer with their host id.
+fn hosts_answer(port: &NetPort<u64, u16>, nodes: &[Node]) {
+    for n in nodes {
+        let host = n.host_id();
+        port.import(n, move |_| host).unwrap();
+    }
+}
+
 #[test]
 fn a_slow_importer_is_named_missing_and_the_others_results_are_kept() {
     let nodes = cluster(3);
     let port = NetPort::<u64, u16>::new("slowpoke");
-    for n in &nodes[..2] {
-        let host = n.host_id();
-        port.import(n, move |_| host).unwrap();
-    }
+    hosts_answer(&port, &nodes[..2]);
     port.import(&nodes[2], |ms| {
         std::thread::sleep(Duration::from_millis(ms));
         3
@@ -90,13 +95,10 @@ fn nodes_without_importers_are_not_missing_and_large_messages_are_refused() {
 #[test]
 fn an_importer_answering_garbage_is_named_missing_and_the_others_results_are_kept() {
     let nodes = cluster(3);
-    let port = NetPort::<u64, u64>::new("garbled");
-    for n in &nodes[..2] {
-        let host = n.host_id();
-        port.import(n, move |_| u64::from(host)).unwrap();
-    }
+    let port = NetPort::<u64, u16>::new("garbled");
+    hosts_answer(&port, &nodes[..2]);
     // On host 3, a member of the port's group that answers every call "OK"
-    // with three bytes that are no u64 (an unfinished varint).
+    // with three bytes that are no u16 (an unfinished varint).
     let group = vipc_ports::netport::port_group("garbled");
     let (_liar, _t) = nodes[2]
         .spawn(move |p| {

@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use vipc::{Node, NodeConfig};
-use vipc_ports::{within, Checkpoint, Error, Ports, Region};
+use vipc::{Node, NodeConfig, Process};
+use vipc_ports::{within, Checkpoint, Error, Port, Ports, Region};
 
 fn two_nodes() -> (Node, Node) {
     let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
@@ -287,13 +287,28 @@ fn a_late_answer_to_an_abandoned_send_does_not_end_the_next_one() {
     );
 }
 
-#[test]
-fn a_keeper_holds_at_most_max_held_messages_then_senders_hear_it_is_full() {
+/// Port `name` of `u8` messages opened on node `a`, and on node `b` its own
+/// Ports (for Immediate sends) and a process to send from.
+struct Across {
+    a: Node,
+    _b: Node,
+    ports: Ports,
+    port: Port<u8, ()>,
+    far: Ports,
+    me: Process,
+}
+
+fn across(name: &str) -> Across {
     let (a, b) = two_nodes();
     let ports = Ports::start(&a).unwrap();
-    let port = ports.open::<u8, ()>("full").unwrap();
-    let far = Ports::start(&b).unwrap();
-    let me = b.attach().unwrap();
+    let port = ports.open::<u8, ()>(name).unwrap();
+    let (far, me) = (Ports::start(&b).unwrap(), b.attach().unwrap());
+    Across { a, _b: b, ports, port, far, me }
+}
+
+#[test]
+fn a_keeper_holds_at_most_max_held_messages_then_senders_hear_it_is_full() {
+    let Across { a, _b, ports, port, far, me } = across("full");
     let to = far.connect::<u8, ()>(&me, "full").unwrap();
     for i in 0..vipc_ports::MAX_HELD {
         to.send(&me, &(i as u8), Checkpoint::OnReceipt).unwrap();
@@ -324,11 +339,8 @@ fn a_region_without_a_port_of_its_node_fails_instead_of_waiting_forever() {
 
 #[test]
 fn immediate_sends_beyond_the_couriers_queue_are_counted_undelivered_at_once() {
-    let (a, b) = two_nodes();
-    let ports = Ports::start(&a).unwrap();
-    let _port = ports.open::<u8, ()>("gone").unwrap();
-    let far = Ports::start(&b).unwrap();
-    let me = b.attach().unwrap();
+    // Everything bound: the port stays open until the node goes.
+    let Across { a, _b, ports: _ports, port: _port, far, me } = across("gone");
     let to = far.connect::<u8, ()>(&me, "gone").unwrap();
     a.shutdown(); // every courier Send now takes T_t to fail
     let t = Instant::now();

@@ -107,21 +107,20 @@ impl NodeConfig {
             }
         }
         let e = &self.engine;
+        // (name, value if set, whether zero is refused)
         let times = [
-            ("retransmit", Some(e.retransmit)),
-            ("timeout", Some(e.timeout)),
-            ("alive_period", e.alive_period),
-            ("host_alloc_wait", Some(e.host_alloc_wait)),
-            ("getpid_timeout", Some(e.getpid_timeout)),
-            ("rmem_timeout", Some(e.rmem_timeout)),
-            ("conflict_grace", Some(self.conflict_grace)),
+            ("retransmit", Some(e.retransmit), true),
+            ("timeout", Some(e.timeout), true),
+            ("alive_period", e.alive_period, true),
+            ("host_alloc_wait", Some(e.host_alloc_wait), false),
+            ("getpid_timeout", Some(e.getpid_timeout), false),
+            ("rmem_timeout", Some(e.rmem_timeout), false),
+            ("conflict_grace", Some(self.conflict_grace), false),
         ];
-        for (name, t) in times {
+        for (name, t, nonzero) in times {
             match t {
                 Some(t) if t > MAX_PROTOCOL_TIME => return Err(format!("{name} {t:?} is over an hour")),
-                Some(t) if t.is_zero() && matches!(name, "retransmit" | "timeout" | "alive_period") => {
-                    return Err(format!("{name} must not be zero"))
-                }
+                Some(t) if t.is_zero() && nonzero => return Err(format!("{name} must not be zero")),
                 _ => {}
             }
         }
