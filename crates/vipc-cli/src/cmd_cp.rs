@@ -3,6 +3,8 @@
 //! local path. Long copies show a progress bar; `--resume` continues a
 //! partial copy from the size the destination already has. A local
 //! destination's blocks are reserved before the copy, its size untouched.
+//! A source that grows during the copy is copied to its end, as by cp(1);
+//! one that shrinks is an error.
 
 use crate::error::{CliError, CliResult};
 use crate::fsremote::{connect, fs_error, Spec};
@@ -248,7 +250,8 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     if let End::Local(f) = &to {
         preallocate(f, start, size);
     }
-    let copied = pump(&from, &to, start, size, &bar)?;
+    let mut copied = pump(&from, &to, start, size, &bar)?;
+    copied += copy_growth(&from, &to, start + copied, &bar)?;
     bar.finish_and_clear();
     to.finish()?;
     if let End::Remote(c, h, _) = from {
@@ -356,6 +359,26 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
     })
 }
 
+/// Copies what the source gained past `at` while it was copied, reading on
+/// until it ends, as cp(1) does: a file still being written is copied as
+/// far as it goes, not cut at the size it had when the copy began.
+/// Returns the bytes copied.
+fn copy_growth(from: &End<'_>, to: &End<'_>, mut at: u64, bar: &ProgressBar) -> CliResult<u64> {
+    let begin = at;
+    let mut buf = Chunk::new();
+    buf.set_len(CHUNK);
+    loop {
+        let n = from.read_at(at, buf.bytes_mut())?;
+        if n == 0 {
+            return Ok(at - begin);
+        }
+        to.write_at(at, &buf.bytes()[..n])?;
+        at += n as u64;
+        bar.inc_length(n as u64);
+        bar.inc(n as u64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
@@ -370,6 +393,24 @@ mod tests {
             c.bytes_mut().fill(7);
             assert!(c.bytes().iter().all(|&b| b == 7));
         }
+    }
+
+    #[test]
+    fn a_source_that_grew_during_the_copy_is_copied_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+        let data: Vec<u8> = (0..(2 * super::CHUNK + 12_345)).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&src, &data).unwrap();
+        let from = super::End::Local(std::fs::File::open(&src).unwrap());
+        let to = super::End::Local(std::fs::File::create(&dst).unwrap());
+        let bar = indicatif::ProgressBar::hidden();
+        // The size the copy began with: a chunk and a bit; the rest came later.
+        let first = super::pump(&from, &to, 0, super::CHUNK as u64 + 10, &bar).unwrap();
+        assert_eq!(first, super::CHUNK as u64 + 10);
+        let rest = super::copy_growth(&from, &to, first, &bar).unwrap();
+        assert_eq!(first + rest, data.len() as u64);
+        assert!(std::fs::read(&dst).unwrap() == data, "the copy differs from the source");
+        assert_eq!(super::copy_growth(&from, &to, data.len() as u64, &bar).unwrap(), 0, "nothing more at the end");
     }
 
     #[test]
