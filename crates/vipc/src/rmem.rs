@@ -202,7 +202,7 @@ impl ExportedSegment {
     /// Blocks until the control or data channel holds a record (true) or
     /// `timeout` passes (false): the one place the exporter's thread runs
     /// because of remote operations, and only if it asks to. A deadline of
-    /// [`crate::within`] that ends first fails the wait with its error.
+    /// [`crate::within()`] that ends first fails the wait with its error.
     pub fn wait_record(&self, timeout: Duration) -> Result<bool> {
         let (shared, id) = (&self.seg.shared, self.seg.id);
         let left = crate::within::cap(timeout)?;

@@ -263,7 +263,7 @@ impl Service {
     }
 
     /// Serves every request that needs no bulk transfer, and READ (whose data
-    /// land in `io`). WRITE is served by [`Service::write`].
+    /// land in `io`). WRITE is served by [`Service::begin_write`] and [`Service::finish_write`].
     pub fn serve(&self, i: &Input<'_>, io: &mut Vec<u8>) -> Result<Answer, Errno> {
         let req = i.req;
         let need_reply = |n: usize| if i.writable && i.seg_size >= n { Ok(()) } else { Err(libc::EINVAL) };

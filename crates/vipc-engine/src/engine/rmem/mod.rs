@@ -36,9 +36,9 @@ pub(crate) struct Rmem {
     /// left stale a few µs later, had the timer thread pop tens of thousands
     /// a second under the node's lock.
     pub deadlines: VecDeque<(Time, u32)>,
-    /// The segment whose memory the runtime holds ([`Engine::mem_lend`]).
+    /// The segment whose memory the runtime holds ([`crate::Engine::mem_lend`]).
     pub lent: Option<SegmentId>,
-    /// Set while [`Engine::handle_datagram_lent`] feeds a datagram.
+    /// Set while [`crate::Engine::handle_datagram_lent`] feeds a datagram.
     pub feeding_lent: bool,
     /// Where the data of the datagram being fed belong in the lent memory.
     pub placement: Option<(usize, std::ops::Range<usize>)>,

@@ -1,0 +1,94 @@
+//! The node's background threads: the timers and the network reader of last resort.
+
+use super::*;
+
+/// The timer thread runs at most once per this interval: deadlines are met
+/// at most this late (T_r is 20 ms), and the stale entries of the engine's
+/// timer heap — one per exchange — cost one wake-up per interval instead of
+/// one per exchange.
+pub(super) const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// The timer thread: runs the engine's timers and releases held-back datagrams when due.
+pub(crate) fn timer_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
+    loop {
+        if st.stopped {
+            return;
+        }
+        let now = shared.now();
+        let engine_next = st.engine.poll_timeout();
+        let next = earliest(engine_next, st.faults.as_ref().and_then(Faults::next_release));
+        match next {
+            Some(t) if t <= now && now >= st.timer_floor => {
+                st.timer_floor = now + TIMER_SLACK;
+                if engine_next.is_some_and(|e| e <= now) {
+                    st.engine.handle_timeout(now);
+                }
+                let State { faults, outq, .. } = &mut *st;
+                if let Some(f) = faults {
+                    f.release(now, outq);
+                }
+                st.timer_deadline = None;
+                shared.drain(&mut st, Origin::Timer, now);
+                st = shared.flush_locked(st);
+            }
+            Some(t) => {
+                let t = t.max(st.timer_floor);
+                st.timer_deadline = Some(t);
+                st = shared.timer_cv.wait_timeout(st, t - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            None => {
+                st.timer_deadline = None;
+                st = shared.timer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+/// The background network thread: reads the unicast socket while no
+/// process does — when the token has been free for [`GRACE`] — and hands the
+/// token to a process that asks for it after each datagram.
+pub(crate) fn net_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
+    let (mut seen_gen, mut seen_release) = (u64::MAX, u64::MAX);
+    loop {
+        if st.stopped {
+            return;
+        }
+        match st.reader {
+            Reader::None => {
+                if st.releases != seen_release {
+                    // Freed since we last looked: leave it a GRACE to a process.
+                    seen_release = st.releases;
+                    st = shared.bg_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
+                    continue;
+                }
+                st.reader = Reader::Background;
+                st.kicked = false;
+                loop {
+                    st = shared.read_one(st, None);
+                    if st.stopped {
+                        return;
+                    }
+                    if shared.has_lead_waiter(&mut st) || st.op_waiters > 0 {
+                        st.reader = Reader::None;
+                        st.releases += 1;
+                        shared.promote(&mut st);
+                        break;
+                    }
+                }
+            }
+            Reader::Process(_) | Reader::Background | Reader::Op => {
+                if st.reader_gen == seen_gen {
+                    // The same process has held the token for a whole GRACE: sleep until it lets go.
+                    st.bg_parked = true;
+                    st = shared.bg_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st.bg_parked = false;
+                } else {
+                    seen_gen = st.reader_gen;
+                    st = shared.bg_cv.wait_timeout(st, GRACE).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+}
