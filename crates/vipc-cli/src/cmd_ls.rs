@@ -4,7 +4,7 @@ use crate::error::CliResult;
 use crate::fsremote::{connect, fs_error, remote};
 use crate::opts::NodeArgs;
 use vipc::Node;
-use vipc_fs::{Attr, FileKind, FsClient};
+use vipc_fs::{Attr, FileKind, FsClient, Timestamp};
 
 /// `drwxr-x---` for an attribute set.
 fn mode_string(a: &Attr) -> String {
@@ -34,16 +34,25 @@ fn shown(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A modification time as `ls -l --time-style=long-iso` shows it, in local
+/// time: `2026-11-27 13:20` (seconds since the epoch if out of range).
+fn when(t: &Timestamp) -> String {
+    match chrono::DateTime::from_timestamp(t.secs, 0) {
+        Some(d) => d.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M").to_string(),
+        None => t.secs.to_string(),
+    }
+}
+
 /// One `-l` line.
 fn long_line(c: &FsClient, dir: &str, name: &str, a: &Attr) -> String {
     let mut line = format!(
-        "{} {:>3} {:>5} {:>5} {:>12} {:>11} {}",
+        "{} {:>3} {:>5} {:>5} {:>12} {:>16} {}",
         mode_string(a),
         a.nlink,
         a.uid,
         a.gid,
         a.size,
-        a.mtime.secs,
+        when(&a.mtime),
         shown(name)
     );
     if a.kind == FileKind::Symlink {
@@ -88,7 +97,6 @@ pub fn run(spec: &str, long: bool, args: &NodeArgs) -> CliResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vipc_fs::Timestamp;
 
     #[test]
     fn modes_read_like_ls() {
@@ -109,6 +117,16 @@ mod tests {
         };
         assert_eq!(mode_string(&a), "drwxr-x---");
         assert_eq!(mode_string(&Attr { kind: FileKind::File, perm: 0o644, ..a }), "-rw-r--r--");
+    }
+
+    #[test]
+    fn times_read_as_dates() {
+        let t = |secs| Timestamp { secs, ..Timestamp::default() };
+        // Local time: the date may be a day either side of the UTC one.
+        let shown = when(&t(1_795_785_643)); // 2026-11-27 13:20:43 UTC
+        assert_eq!(shown.len(), "2026-11-27 13:20".len(), "{shown}");
+        assert!(shown.starts_with("2026-11-2"), "{shown}");
+        assert_eq!(when(&t(i64::MAX)), i64::MAX.to_string(), "out of range: the number itself");
     }
 
     #[test]
