@@ -15,14 +15,14 @@ pub fn run(target: Option<&str>, listen: Duration, args: &NodeArgs) -> CliResult
         None => {
             // Our HELLO makes every live host answer within 10 ms.
             std::thread::sleep(listen);
-            (format!("host {:04x} (this command)", node.host_id()), node.alive_hosts()?)
+            (format!("host {:#06x} (this command)", node.host_id()), node.alive_hosts()?)
         }
         Some(t) => {
             let target = Target::parse(t, true)?;
             let p = node.attach()?;
             let host = target.resolve(&p)?.host();
             let table = services::query_hosts(&p, host).map_err(|e| exchange_error(&target, e))?;
-            (format!("host {host:04x}"), table)
+            (format!("host {host:#06x}"), table)
         }
     };
     print_table(&whose, &table);
@@ -33,10 +33,10 @@ pub fn run(target: Option<&str>, listen: Duration, args: &NodeArgs) -> CliResult
 fn print_table(whose: &str, t: &AliveHosts) {
     let alive = t.hosts().count();
     say!("vipc hosts: {whose} hears {alive} host(s) (table sequence number {})", t.seq);
-    say!("{:>4}  {:>4}  address", "row", "host");
+    say!("{:>4}  {:>6}  address", "row", "host");
     for (row, h) in t.rows.iter().enumerate() {
         if let Some(h) = h {
-            say!("{row:>4}  {:04x}  {}", h.host, h.addr);
+            say!("{row:>4}  {:#06x}  {}", h.host, h.addr);
         }
     }
 }

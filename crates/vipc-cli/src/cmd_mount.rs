@@ -111,7 +111,7 @@ pub fn run(args: &MountArgs) -> CliResult<()> {
             return Err(mount_error(e));
         }
     };
-    say!("vipc mount: {export} mounted on {} (host {:04x})", mountpoint.display(), node.host_id());
+    say!("vipc mount: {export} mounted on {} (host {:#06x})", mountpoint.display(), node.host_id());
     let _ = std::io::stdout().flush();
     // Until a signal, or until somebody unmounts it from outside (or the session fails).
     let mut failed = None;

@@ -28,7 +28,7 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
         .into_iter()
         .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
         .collect::<CliResult<Vec<_>>>()?;
-    say!("vipc node: host {:04x} listening on {}", node.host_id(), node.local_addr());
+    say!("vipc node: host {:#06x} listening on {}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
     drop(servers);

@@ -102,7 +102,7 @@ fn serve(name: &str, capacity: usize, lease_ms: u64, args: &NodeArgs) -> CliResu
     .map_err(|e| CliError(format!("cannot install the signal handler: {e}")))?;
     let node = Node::start(args.build()?)?;
     let servers = start_servers(&node, &[name.to_string()], &cfg)?;
-    say!("vipc pipe: serving {name} (pipe:{name}) on host {:04x} listening on {}", node.host_id(), node.local_addr());
+    say!("vipc pipe: serving {name} (pipe:{name}) on host {:#06x} listening on {}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
     drop(servers);

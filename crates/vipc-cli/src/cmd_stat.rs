@@ -13,7 +13,7 @@ pub fn run(target: &str, args: &NodeArgs) -> CliResult<()> {
     let host = target.resolve(&p)?.host();
     let fields = services::query_stats(&p, host).map_err(|e| exchange_error(&target, e))?;
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    say!("vipc stat: host {host:04x} ({} counters)", fields.len());
+    say!("vipc stat: host {host:#06x} ({} counters)", fields.len());
     for (k, v) in &fields {
         say!("{k:<width$}  {v:>12}");
     }

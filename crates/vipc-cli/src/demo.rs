@@ -149,7 +149,7 @@ pub fn run() -> CliResult<()> {
     say!("vipc demo: 3 nodes on loopback");
     for n in &nodes {
         say!(
-            "  node host {:04x} at {} (kernel server {})",
+            "  node host {:#06x} at {} (kernel server {})",
             n.host_id(),
             n.local_addr(),
             services::kernel_pid(n.host_id())
@@ -335,7 +335,7 @@ pub fn run() -> CliResult<()> {
     for n in &nodes {
         let s = n.stats();
         say!(
-            "  host {:04x}: packets out {:>5} in {:>5}, local exchanges {}, remote exchanges {}, retransmissions {}, duplicates {}, timeouts {}, MAC failures {}",
+            "  host {:#06x}: packets out {:>5} in {:>5}, local exchanges {}, remote exchanges {}, retransmissions {}, duplicates {}, timeouts {}, MAC failures {}",
             n.host_id(),
             s.packets_out.iter().sum::<u64>(),
             s.packets_in.iter().sum::<u64>(),

@@ -60,7 +60,7 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Pid(p) => write!(f, "{p}"),
-            Target::Host(h) => write!(f, "host {h:04x}"),
+            Target::Host(h) => write!(f, "host {h:#06x}"),
             Target::Name(n) => f.write_str(n),
         }
     }
@@ -76,5 +76,23 @@ pub fn exchange_error(target: &Target, e: vipc::Error) -> CliError {
             CliError(format!("no process {p} on its node (target {target})"))
         }
         e => e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    /// A host as the commands print it (`host 0x2f89`) is read back as the
+    /// same host; unprefixed digits are decimal, so the prefix is what
+    /// keeps a printed `1234` from meaning host 1234 instead of 0x1234.
+    #[test]
+    fn a_printed_host_reads_back_as_itself() {
+        for h in [1u16, 0x000c, 0x1234, 0x2f89, 0x7fff] {
+            let shown = Target::Host(h).to_string();
+            let number = shown.strip_prefix("host ").expect("host prefix");
+            assert_eq!(Target::parse(number, true).unwrap(), Target::Host(h), "{shown}");
+        }
+        assert_eq!(Target::parse("1234", true).unwrap(), Target::Host(1234));
     }
 }

@@ -18,10 +18,10 @@ struct NodeProc {
 /// Starts `vipc node ARGS` and reads host and address from its "listening" line.
 fn start_node(args: &[&str]) -> NodeProc {
     let (guard, line) = start(&[&["node"], args].concat(), "vipc node: host ");
-    // "vipc node: host HHHH listening on ADDR"
+    // "vipc node: host 0xHHHH listening on ADDR"
     let words: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(words.len(), 7, "unexpected first line {line:?}");
-    let host = u16::from_str_radix(words[3], 16).unwrap();
+    let host = u16::from_str_radix(words[3].trim_start_matches("0x"), 16).unwrap();
     let addr = words[6].parse().unwrap();
     NodeProc { guard, host, addr }
 }
@@ -96,7 +96,7 @@ fn static_peers_without_multicast() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&["stat", "12", "--no-multicast", "--peer", &a, "--peer", &b]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("vipc stat: host 000c"), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("vipc stat: host 0x000c"), "{}", stdout(&o));
 
     // Errors: a name nobody registered, a process that does not exist, a second
     // node claiming host 11, a port already in use.
@@ -297,20 +297,20 @@ fn hosts_lists_live_nodes_and_forgets_one_killed_with_sigkill() {
     let o = run(&["hosts", "--no-multicast", "--peer", &s[0], "--peer", &s[1], "--peer", &s[2]]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    for h in ["0015", "0016", "0017"] {
+    for h in ["0x0015", "0x0016", "0x0017"] {
         assert!(out.contains(&format!("  {h}  127.0.0.1:")), "{h} missing from {out}");
     }
     // Host 21's view, through its kernel server.
     let out = hosts_of_21();
-    assert!(out.starts_with("vipc hosts: host 0015 hears"), "{out}");
-    assert!(out.contains("  0016  ") && out.contains("  0017  "), "{out}");
+    assert!(out.starts_with("vipc hosts: host 0x0015 hears"), "{out}");
+    assert!(out.contains("  0x0016  ") && out.contains("  0x0017  "), "{out}");
     // SIGKILL host 23: host 21 forgets it.
     n3.guard.0.kill().unwrap();
     let killed = Instant::now();
     loop {
         let out = hosts_of_21();
-        if !out.contains("  0017  ") {
-            assert!(out.contains("  0016  "), "the live host stays: {out}");
+        if !out.contains("  0x0017  ") {
+            assert!(out.contains("  0x0016  "), "the live host stays: {out}");
             break;
         }
         assert!(killed.elapsed() < Duration::from_secs(10), "host 23 never declared down: {out}");

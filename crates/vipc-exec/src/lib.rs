@@ -76,10 +76,10 @@ pub enum ExecError {
     #[error("no team server answered (is a node running with --team?)")]
     NoTeamServer,
     /// The named host has no team server.
-    #[error("host {0:04x} has no team server")]
+    #[error("host {0:#06x} has no team server")]
     NoTeamServerOn(u16),
     /// The command could not be started there.
-    #[error("cannot run {cmd:?} on host {host:04x}: {err}")]
+    #[error("cannot run {cmd:?} on host {host:#06x}: {err}")]
     Spawn {
         /// The command.
         cmd: String,
