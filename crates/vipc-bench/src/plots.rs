@@ -55,8 +55,10 @@ fn canvas(path: &Path) -> Result<DrawingArea<BitMapBackend<'_>, Shift>> {
     Ok(root)
 }
 
+/// The `i`th series' colour: 16 distinct ones (the latency plot has 12
+/// series; with 10 colours two pairs of its lines looked alike).
 fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 10] = [
+    const C: [RGBColor; 16] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -67,6 +69,12 @@ fn color(i: usize) -> RGBColor {
         RGBColor(127, 127, 127),
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
+        RGBColor(0, 128, 128),
+        RGBColor(128, 128, 0),
+        RGBColor(255, 0, 255),
     ];
     C[i % C.len()]
 }
@@ -269,5 +277,12 @@ mod tests {
         assert_eq!(p.last(), Some(&(1000.0, 1.0)));
         assert_eq!(p[0], (1.0, 0.001));
         assert!(cdf_points(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn the_latency_plots_series_have_colours_of_their_own() {
+        let colours: std::collections::HashSet<(u8, u8, u8)> =
+            (0..16).map(color).map(|RGBColor(r, g, b)| (r, g, b)).collect();
+        assert_eq!(colours.len(), 16);
     }
 }
