@@ -112,6 +112,22 @@ fn draw_plots(dir: &Path, results: &Results) -> Vec<std::result::Result<(String,
     out
 }
 
+/// "Suite `ipc`", or "Suites `ipc`, `rmem`": those the records come from, in order.
+fn suites_measured(results: &Results) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for r in &results.records {
+        if !names.contains(&r.suite.as_str()) {
+            names.push(&r.suite);
+        }
+    }
+    let list = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    match names.len() {
+        0 => "No suite".to_string(),
+        1 => format!("Suite {list}"),
+        _ => format!("Suites {list}"),
+    }
+}
+
 /// The report's text.
 pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String), String>]) -> String {
     let v = View { records: &results.records };
@@ -119,11 +135,12 @@ pub fn markdown(results: &Results, plots: &[std::result::Result<(String, String)
     let _ = writeln!(s, "# vipc bench report\n");
     let _ = writeln!(
         s,
-        "Suite `ipc`{}. Every figure was measured in the same run as its baseline, round-robin with it; \
+        "{}{}. Every figure was measured in the same run as its baseline, round-robin with it; \
          figures are medians of rounds (p99 where named). Times in µs unless stated; the papers' in ms. \
          1983 = Cheriton & Zwaenepoel (seed 001: 3 Mb Ethernet, 10 MHz 68000); \
          1985 = Zwaenepoel's thesis (seed 000: 10 Mb Ethernet, 10 MHz unless stated). \
          Ratios make the eras comparable: the machines differ by four orders of magnitude, the shapes need not.\n",
+        suites_measured(results),
         if results.quick { " (**--quick**: few iterations, figures are rough)" } else { "" }
     );
 
@@ -431,9 +448,20 @@ mod tests {
     }
 
     #[test]
+    fn the_report_names_the_suites_it_measured() {
+        let mut r = synthetic();
+        assert_eq!(suites_measured(&r), "Suite `ipc`");
+        r.records.push(Record::new("rmem", "rmem_cas", 12.0, "us", "udp_pingpong_32B", 11.0));
+        r.records.push(Record::new("ipc", "srr_local_32B", 10.0, "us", "condvar_roundtrip", 12.0));
+        assert_eq!(suites_measured(&r), "Suites `ipc`, `rmem`");
+        assert!(markdown(&r, &[]).contains("Suites `ipc`, `rmem` (**--quick**"));
+    }
+
+    #[test]
     fn markdown_has_every_section_and_the_papers_figures() {
         let md = markdown(&synthetic(), &[Ok(("x.png".into(), "X".into())), Err("no font".into())]);
         for needle in [
+            "Suite `ipc` (**--quick**",
             "## Bars",
             "| remote SRR / UDP ping-pong | 1.18 | ≤ 1.15 | **FAIL** |",
             "## 1. Network penalty",
