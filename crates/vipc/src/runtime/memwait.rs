@@ -23,9 +23,15 @@ impl Shared {
             if st.reader == Reader::Background && st.reader_blocked && !st.kicked {
                 st.kicked = true;
                 st.wake_reader = true;
+                // Sending the wake-up releases the lock: the background
+                // thread may read it and give the token up meanwhile, with
+                // nobody asleep yet to be told. Then the token is ours to
+                // take now; sleeping would leave the socket unread for its GRACE.
                 st = self.flush_locked(st);
             }
-            return (st, false);
+            if st.reader != Reader::None {
+                return (st, false);
+            }
         }
         st.reader = Reader::Op;
         st.reader_gen += 1;
