@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `penalty` | raw UDP round trip / 2, 64 B–1 KB single datagrams, 2–64 KB streamed |
 //! | `exchange` | Send–Receive–Reply 32 B local and remote (± `poll_spin`) against UDP, TCP, condvar, ZeroMQ, gRPC; packets per exchange |
+//! | `idle` | the remote exchange and the UDP ping-pong each after [`IDLE_GAP`] without traffic, and back to back |
 //! | `moves` | MoveTo / MoveFrom remote 1 KB–16 MiB against TCP bulk; 1 KB local |
 //! | `pages` | page read / write 512 B and 4 KB: appended segment against MoveTo/MoveFrom; packets |
 //! | `units` | 64 KB read by MoveTo transfer unit 1, 4, 16, 64 KB |
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use vipc::{Node, Pid, Process, SegmentRef, Stats};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["penalty", "exchange", "moves", "pages", "units", "saturation", "memory"];
+pub const ITEMS: &[&str] = &["penalty", "exchange", "idle", "moves", "pages", "units", "saturation", "memory"];
 
 /// How long a node with `poll_spin` busy-polls before sleeping.
 pub const SPIN: Duration = Duration::from_micros(200);
@@ -87,6 +88,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
     match item {
         "penalty" => penalty(ctx),
         "exchange" => exchange(ctx),
+        "idle" => idle(ctx),
         "moves" => moves(ctx),
         "pages" => pages(ctx),
         "units" => units(ctx),
@@ -323,6 +325,52 @@ fn exchange(ctx: &mut Ctx<'_>) -> Result<()> {
         ctx.out.note(format!("exchange: {} UDP ping(s) lost and sent again", ub.retries + us.retries + ux.retries));
     }
     drop((srv.peer, srv_s.peer, srv_x.peer));
+    Ok(())
+}
+
+/// How long items `ipc/idle` and `rmem/idle` leave the network idle before
+/// each timed operation: longer than the runtime's GRACE (2 ms), after
+/// which the node's background thread holds the socket and a process must
+/// take it back (the sleep is not timed).
+pub const IDLE_GAP: Duration = Duration::from_millis(3);
+
+/// Item `idle`: the remote exchange after the network has been idle for
+/// [`IDLE_GAP`], against the UDP ping-pong after the same gap, and against
+/// itself back to back (what intermittent request/response traffic pays).
+fn idle(ctx: &mut Ctx<'_>) -> Result<()> {
+    let (rounds, n, warm) = ctx.scale(5, 300, 20);
+    let cpus = placement(ctx, "idle");
+    let _home = crate::cpus::Pinned::to(cpus.home);
+    let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
+    let srv = spawn_server(ctx, None)?;
+    let rem = local(ctx, vec![srv.addr], None)?;
+    let ub = std::cell::RefCell::new(UdpClient::new(udp.parsed("addr")?, false)?);
+    let echo = || request(vserver::OP_ECHO, 0, 0);
+    let after_gap = |f: &mut dyn FnMut() -> Result<Duration>| {
+        std::thread::sleep(IDLE_GAP);
+        f()
+    };
+    let mut probes = vec![
+        Probe::micros("udp_pingpong_32B_idle", n, || {
+            after_gap(&mut || ub.borrow_mut().round_trip(32, PENALTY_PACKET, 0))
+        }),
+        Probe::micros("srr_remote_32B_idle", n, || after_gap(&mut || timed(&rem.client, srv.pid, echo(), None))),
+        Probe::micros("srr_remote_32B", n, || timed(&rem.client, srv.pid, echo(), None)),
+    ];
+    interleave(&mut probes, rounds, warm)?;
+    let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
+    let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
+    ctx.rec(
+        "srr_remote_32B_idle",
+        m("srr_remote_32B_idle")?,
+        "us",
+        "udp_pingpong_32B_idle",
+        m("udp_pingpong_32B_idle")?,
+    );
+    let (v, b) = (p99("srr_remote_32B_idle")?, p99("udp_pingpong_32B_idle")?);
+    ctx.rec("srr_remote_32B_idle_p99", v, "us", "udp_pingpong_32B_idle_p99", b);
+    ctx.rec("srr_remote_32B_idle_vs_busy", m("srr_remote_32B_idle")?, "us", "srr_remote_32B", m("srr_remote_32B")?);
+    drop(srv.peer);
     Ok(())
 }
 

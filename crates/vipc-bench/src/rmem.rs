@@ -9,6 +9,7 @@
 //! | item | what |
 //! |---|---|
 //! | `latency` | read 8 B – 64 KB and CAS-II, medians and p99, against UDP (a read answered in one datagram also against that datagram sent raw, header included); a ping-pong of notified writes (a write with notify wakes the owner's thread, which writes back with notify) against the UDP ping-pong |
+//! | `idle` | an 8-byte read after 3 ms without traffic, median and p99, against the UDP exchange after the same gap |
 //! | `write` | time to issue a write (no round trip) against a UDP `send_to`, with an untimed read every 256 writes so the queue drains (the network keeps up) |
 //! | `block` | 1 MiB read into an anonymous segment, and 1 MiB written then confirmed by a read of its last word, against TCP bulk, MB/s |
 //! | `block_transfer` | 1 MiB through the block layer of 003 §5.3.1 against TCP bulk and MoveTo, MB/s ([`crate::layers`]) |
@@ -32,7 +33,7 @@ use vipc::{Access, AnonSegment, Node, Notify, ProtectionGroup, RemoteSegment, Se
 
 /// The items of the suite, in the order they run.
 pub const ITEMS: &[&str] =
-    &["latency", "write", "block", "block_transfer", "rapid", "names", "file_styles", "ising", "chandy_misra"];
+    &["latency", "idle", "write", "block", "block_transfer", "rapid", "names", "file_styles", "ising", "chandy_misra"];
 
 /// Size of the exported segment and of the reader's anonymous one.
 const SEGMENT: usize = 2 << 20;
@@ -50,6 +51,7 @@ pub const SUITE: &str = "rmem";
 pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
     match item {
         "latency" => latency(ctx),
+        "idle" => idle(ctx),
         "write" => write(ctx),
         "block" => block(ctx),
         "block_transfer" => crate::layers::block_transfer(ctx),
@@ -282,6 +284,36 @@ fn latency(ctx: &mut Ctx<'_>) -> Result<()> {
             ctx.rec(&format!("{v}_vs_datagram"), m(&v)?, "us", &d, m(&d)?);
         }
     }
+    Ok(())
+}
+
+/// Item `idle`: an 8-byte remote read after the network has been idle for
+/// [`crate::ipc::IDLE_GAP`], against the UDP exchange with the same answer
+/// after the same gap (median and p99: a waiter that lost a race with the
+/// node's background thread once slept 2 ms here).
+fn idle(ctx: &mut Ctx<'_>) -> Result<()> {
+    let (rounds, n, warm) = ctx.scale(5, 300, 20);
+    let _home = crate::ipc::pin_home(ctx, "rmem/idle");
+    let r = reader(ctx)?;
+    let ub = RefCell::new(UdpClient::new(r.owner_udp, false)?);
+    let (r, ub) = (&r, &ub);
+    let gap = || std::thread::sleep(crate::ipc::IDLE_GAP);
+    let mut probes = vec![
+        Probe::micros("udp_answer_8B_idle", n, move || {
+            gap();
+            ub.borrow_mut().round_trip(32, 65_000, 8)
+        }),
+        Probe::micros("rmem_read_8B_idle", n, move || {
+            gap();
+            r.read(8)
+        }),
+    ];
+    interleave(&mut probes, rounds, warm)?;
+    let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
+    let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
+    ctx.rec("rmem_read_8B_idle", m("rmem_read_8B_idle")?, "us", "udp_answer_8B_idle", m("udp_answer_8B_idle")?);
+    let (v, b) = (p99("rmem_read_8B_idle")?, p99("udp_answer_8B_idle")?);
+    ctx.rec("rmem_read_8B_idle_p99", v, "us", "udp_answer_8B_idle_p99", b);
     Ok(())
 }
 

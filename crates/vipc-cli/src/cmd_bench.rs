@@ -11,10 +11,10 @@ use vipc_bench::{Options, PeerExe};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Suites or single items (default: every suite): `ipc` or `ipc/ITEM` with ITEM one of
-    /// penalty, exchange, moves, pages, units, saturation, memory; `files` (against sshfs and
+    /// penalty, exchange, idle, moves, pages, units, saturation, memory; `files` (against sshfs and
     /// the local file system) or `files/ITEM` with ITEM one of pages, sequential, tree, clients, pipe;
     /// `groups` (network namespaces, root) or `groups/ITEM` with ITEM one of sizes, soak, detect;
-    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, write, block, block_transfer, rapid,
+    /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, idle, write, block, block_transfer, rapid,
     /// names, file_styles, ising, chandy_misra; `typed` (typed ports) or `typed/ITEM` with ITEM one of calls,
     /// reads, bulk, multicast.
     pub suites: Vec<String>,
