@@ -344,32 +344,28 @@ fn idle(ctx: &mut Ctx<'_>) -> Result<()> {
     let udp = Peer::spawn(&ctx.exe, "udp-echo", &[])?;
     let srv = spawn_server(ctx, None)?;
     let rem = local(ctx, vec![srv.addr], None)?;
-    let ub = std::cell::RefCell::new(UdpClient::new(udp.parsed("addr")?, false)?);
+    let mut ub = UdpClient::new(udp.parsed("addr")?, false)?;
     let echo = || request(vserver::OP_ECHO, 0, 0);
-    let after_gap = |f: &mut dyn FnMut() -> Result<Duration>| {
-        std::thread::sleep(IDLE_GAP);
-        f()
-    };
+    let gap = || std::thread::sleep(IDLE_GAP);
     let mut probes = vec![
         Probe::micros("udp_pingpong_32B_idle", n, || {
-            after_gap(&mut || ub.borrow_mut().round_trip(32, PENALTY_PACKET, 0))
+            gap();
+            ub.round_trip(32, PENALTY_PACKET, 0)
         }),
-        Probe::micros("srr_remote_32B_idle", n, || after_gap(&mut || timed(&rem.client, srv.pid, echo(), None))),
+        Probe::micros("srr_remote_32B_idle", n, || {
+            gap();
+            timed(&rem.client, srv.pid, echo(), None)
+        }),
         Probe::micros("srr_remote_32B", n, || timed(&rem.client, srv.pid, echo(), None)),
     ];
     interleave(&mut probes, rounds, warm)?;
     let m = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.median()) };
     let p99 = |name: &str| -> Result<f64> { Ok(find(&probes, name)?.rounds.p99()) };
-    ctx.rec(
-        "srr_remote_32B_idle",
-        m("srr_remote_32B_idle")?,
-        "us",
-        "udp_pingpong_32B_idle",
-        m("udp_pingpong_32B_idle")?,
-    );
+    let (idle, udp_idle) = (m("srr_remote_32B_idle")?, m("udp_pingpong_32B_idle")?);
+    ctx.rec("srr_remote_32B_idle", idle, "us", "udp_pingpong_32B_idle", udp_idle);
     let (v, b) = (p99("srr_remote_32B_idle")?, p99("udp_pingpong_32B_idle")?);
     ctx.rec("srr_remote_32B_idle_p99", v, "us", "udp_pingpong_32B_idle_p99", b);
-    ctx.rec("srr_remote_32B_idle_vs_busy", m("srr_remote_32B_idle")?, "us", "srr_remote_32B", m("srr_remote_32B")?);
+    ctx.rec("srr_remote_32B_idle_vs_busy", idle, "us", "srr_remote_32B", m("srr_remote_32B")?);
     drop(srv.peer);
     Ok(())
 }
