@@ -7,17 +7,15 @@
 //! background threads ([`threads`]).
 
 use crate::faults::Faults;
-use crate::filemap::FileWindow;
 use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-use vipc_engine::{Completion, Destination, Engine, Event, HeaderFor, HostId, Lent, Pid, SegmentId, Stats, Time};
-use vipc_wire::HEADER_LEN;
+use std::time::Duration;
+use vipc_engine::{Completion, Destination, Engine, Event, HostId, Pid, SegmentId, Stats, Time};
 
 mod apart;
 mod clock;
@@ -32,9 +30,8 @@ use clock::{coarse_now, earliest, precise_now};
 pub(crate) use mcast::{multicast_loop, set_up as mcast_set_up};
 pub(crate) use outgoing::sender_loop;
 pub(crate) use slot::Lend;
-use slot::{current_cpu, signal_all, take_notify, Notify, Signal, Slot, Slots, Work, NO_CPU};
+use slot::{Notify, Signal, Slot, Slots, Work};
 pub(crate) use threads::{net_loop, timer_loop};
-use wait::{place, place_into};
 
 /// After a process gives the reader token up with no other process asking
 /// for it, the background network thread leaves it this long for a process

@@ -2,6 +2,7 @@
 //! and a precise one for limits that must not pass early.
 
 use super::*;
+use std::time::Instant;
 
 /// CLOCK_MONOTONIC_COARSE in nanoseconds: CLOCK_MONOTONIC read at the last
 /// tick ([`precise_now`] itself on a kernel without it, before 2.6.32), so

@@ -13,8 +13,12 @@
 //! is out, a call that reads that segment ends the receive and waits for it
 //! ([`Shared::call_on_segment`]).
 
+use super::wait::place_into;
 use super::*;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 use vipc_engine::{MemLoan, SegmentId};
+use vipc_wire::HEADER_LEN;
 
 /// Where the data of a datagram received in place are.
 enum Source {

@@ -223,7 +223,7 @@ impl Shared {
             let had = signal.done().is_some();
             if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Multicast(Some(pid))) {
                 drop(st);
-                super::place(lend, offset, &buf[range]);
+                super::wait::place(lend, offset, &buf[range]);
                 st = self.lock();
             }
             if !had && signal.done().is_some() {

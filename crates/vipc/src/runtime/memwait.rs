@@ -2,6 +2,8 @@
 //! itself when it can, one datagram at a time.
 
 use super::*;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 impl Shared {
     /// A thread waiting for a remote-memory operation reads the socket itself

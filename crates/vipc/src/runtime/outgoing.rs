@@ -1,7 +1,9 @@
 //! Sending what the engine produced: one thread at a time sends the queue,
 //! in order, with the lock released; deferred sends go to the sender thread.
 
+use super::slot::{signal_all, take_notify};
 use super::*;
+use vipc_engine::HeaderFor;
 
 impl Shared {
     /// Sends the queued datagrams (and the reader's wake-up), with the lock

@@ -2,6 +2,9 @@
 //! buffer it lends, and the work only its own thread may do on that buffer.
 
 use super::*;
+use crate::filemap::FileWindow;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use vipc_engine::Lent;
 
 /// Hashes the local pids that key the slots. They are ours, not chosen by
 /// peers, so one multiplication suffices (no need for a keyed hash).

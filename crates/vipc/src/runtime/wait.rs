@@ -2,7 +2,10 @@
 //! while it holds the reader token (leader/follower), spinning first with
 //! `poll_spin`.
 
+use super::slot::{current_cpu, NO_CPU};
 use super::*;
+use std::time::Instant;
+use vipc_wire::HEADER_LEN;
 
 impl Shared {
     /// Runs a blocking engine call for `pid` and waits for its completion.
