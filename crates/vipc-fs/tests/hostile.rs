@@ -111,3 +111,45 @@ fn an_owner_that_never_answers_its_ping_does_not_stop_the_reaper() {
     }
     assert_eq!(server.open_handles(), 1, "the silent owner keeps its file: it is not known to be dead");
 }
+
+/// A READ at an offset no file has, right after reads that filled the
+/// handle's read-ahead: EINVAL, and the server goes on serving. (The
+/// read-ahead's range check summed the offset and the count; at u64::MAX
+/// it wrapped, and the copy out of the read-ahead buffer panicked the
+/// thread serving the request — the export's receiver, for a read this small.)
+#[test]
+fn a_read_at_the_largest_offset_is_refused_and_the_server_goes_on() {
+    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN, OP_READ};
+    let s = setup(false);
+    std::fs::write(s.dir.path().join("f"), b"abcdef").unwrap();
+    let server = s.server.as_ref().unwrap().pid();
+    let p = s.client_node.attach().unwrap();
+    let mut seg = vec![0u8; MAX_PACKET_DATA];
+    let call = |req: Req, seg: &mut [u8]| {
+        let mut m = req.0;
+        p.send_with(&mut m, server, Some(SegmentRef::ReadWrite(seg)), SendOptions::default()).unwrap();
+        Rep(m)
+    };
+    let mut open = Req::new(OP_OPEN);
+    open.set_path_len(1);
+    open.set_count(libc::O_RDONLY as u32);
+    seg[0] = b'f';
+    let rep = call(open, &mut seg);
+    assert_eq!(rep.error(), 0);
+    let read = |offset: u64| {
+        let mut r = Req::new(OP_READ);
+        r.set_handle(rep.value());
+        r.set_offset(offset);
+        r.set_count(1);
+        r
+    };
+    for (offset, byte) in [(0, b'a'), (1, b'b')] {
+        let rep = call(read(offset), &mut seg);
+        assert_eq!((rep.error(), rep.count(), seg[0]), (0, 1, byte), "sequential read at {offset}");
+    }
+    for offset in [u64::MAX, i64::MAX as u64] {
+        assert_eq!(call(read(offset), &mut seg).error(), libc::EINVAL, "a read at {offset}");
+    }
+    let rep = call(read(2), &mut seg);
+    assert_eq!((rep.error(), rep.count(), seg[0]), (0, 1, b'c'), "the server still serves");
+}

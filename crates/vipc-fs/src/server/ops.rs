@@ -419,6 +419,11 @@ impl Service {
             return Err(libc::EBADF);
         }
         let off = req.offset();
+        // A file offset is an off_t: a read ending past i64::MAX is invalid
+        // (pread's answer), and no sum of offsets below can overflow.
+        if off.checked_add(n as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(libc::EINVAL);
+        }
         if n > MAX_PACKET_DATA {
             // Too large for the reply packet: sent by MoveTo from the page cache.
             let len = fstat(&f.file)?.size.saturating_sub(off).min(n as u64) as usize;
