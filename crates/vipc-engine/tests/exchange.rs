@@ -384,7 +384,7 @@ fn forward_within_a_node_and_across_nodes() {
 }
 
 #[test]
-fn a_forward_to_nobody_or_to_a_group_leaves_the_send_bound_for_its_receiver() {
+fn a_forward_to_nobody_to_a_group_or_to_the_sender_leaves_the_send_bound_for_its_receiver() {
     use std::cell::RefCell;
     use std::rc::Rc;
     let mut net = Net::new(2);
@@ -402,7 +402,7 @@ fn a_forward_to_nobody_or_to_a_group_leaves_the_send_bound_for_its_receiver() {
     let of = |t: PacketType| headers.borrow().iter().find(|h| h.ptype == t).copied().expect("seen");
     let (send, pending) = (of(PacketType::Send), of(PacketType::ReplyPending));
     let now = net.now;
-    for fwd in [Pid::NONE, Pid::new(0x8000 | 7, 1)] {
+    for fwd in [Pid::NONE, Pid::new(0x8000 | 7, 1), client] {
         // As if the server's node had forwarded the Send to `fwd`.
         let mut h = vipc_wire::Header::new(PacketType::Forward);
         (h.incarnation, h.seq, h.src, h.dst, h.fwd) = (pending.incarnation, send.seq, server, client, fwd);
@@ -410,7 +410,7 @@ fn a_forward_to_nobody_or_to_a_group_leaves_the_send_bound_for_its_receiver() {
         net.nodes[1].handle_datagram(now, addr(0), &bytes);
         net.settle();
     }
-    assert!(net.stats(1).stray >= 2, "both dropped");
+    assert!(net.stats(1).stray >= 3, "all three dropped");
     net.nodes[0].receive(now, server, None, 0).unwrap();
     net.settle();
     let r = net.take_received(0, server);

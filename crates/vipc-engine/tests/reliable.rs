@@ -398,3 +398,35 @@ fn the_callers_limit_ends_a_reliable_send_with_what_it_reached_and_names_the_mis
     let other = s.net.proc(0);
     assert_eq!(s.net.nodes[0].reliable_missing(other), None);
 }
+
+/// A host of the snapshot that acknowledges again with a member count near
+/// u32::MAX (only a hostile or broken node would): the receivers' sum
+/// saturates instead of overflowing (a panic in a debug build).
+#[test]
+fn an_ack_with_a_huge_member_count_saturates_the_sum() {
+    let mut s = setup();
+    let acks = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = acks.clone();
+    s.net.filter = Some(Box::new(move |from, _, bytes| {
+        if let Ok(p) = vipc_wire::parse(bytes, None) {
+            if from == 3 && p.header.ptype == PacketType::GroupAck {
+                seen.borrow_mut().push(p.header);
+            }
+        }
+        1
+    }));
+    send(&mut s, Reliable::AllReply);
+    let mut h = *acks.borrow().first().expect("node 3, without members, said ACK 0");
+    h.local_addr = u32::MAX;
+    let bytes = vipc_wire::to_vec(&h, &[], None);
+    let now = s.net.now;
+    s.net.nodes[0].handle_datagram(now, addr(3), &bytes);
+    s.net.settle();
+    for k in 0..4 {
+        reply(&mut s, k);
+    }
+    s.net.advance(Duration::from_secs(2));
+    let o = outcome(&mut s).expect("done");
+    assert_eq!(o.receivers, u32::MAX, "{o:?}");
+    assert!(!o.met, "the member count it claimed never replied: {o:?}");
+}

@@ -76,12 +76,11 @@ impl std::fmt::Debug for FsClient {
 fn owner_loop(p: Process) {
     loop {
         let mut m = [0u8; 32];
-        let from = match p.receive(&mut m) {
-            Ok(f) => f,
-            Err(_) => return,
-        };
+        let Ok(info) = p.receive_with_segment(&mut m, &mut []) else { return };
+        let from = info.from;
         let _ = p.reply(&Rep::errno(0).0, from);
-        if m[0] == OP_STOP && from.host() == p.pid().host() {
+        // Straight from a process of this node, not forwarded from elsewhere.
+        if m[0] == OP_STOP && from.host() == p.pid().host() && info.forwarder == from {
             return;
         }
     }

@@ -153,3 +153,32 @@ fn a_read_at_the_largest_offset_is_refused_and_the_server_goes_on() {
     let rep = call(read(2), &mut seg);
     assert_eq!((rep.error(), rep.count(), seg[0]), (0, 1, b'c'), "the server still serves");
 }
+
+/// A remote process that gets a message from a process of the server's node
+/// (as a client gets the reaper's ping) forwards it to the server as
+/// OP_STOP: the stop looks local by its sender, but it was forwarded, so it
+/// is refused and the server goes on serving.
+#[test]
+fn a_stop_forwarded_from_another_node_is_refused() {
+    use vipc_fs::proto::OP_STOP;
+    let s = setup(false);
+    std::fs::write(s.dir.path().join("f"), b"still here").unwrap();
+    let server = s.server.as_ref().unwrap().pid();
+    let (remote, _t) = s
+        .client_node
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let from = p.receive(&mut m).unwrap();
+            p.forward(&Req::new(OP_STOP).0, from, server).unwrap();
+        })
+        .unwrap();
+    let local = s.server_node.attach().unwrap();
+    let mut m = [0u8; 32];
+    local.send(&mut m, remote).unwrap();
+    assert_eq!(Rep(m).error(), libc::EPERM, "answered by the server, refused");
+    let c = vipc_fs::FsClient::connect(&s.client_node, &s.name).unwrap();
+    let (h, _) = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = [0u8; 10];
+    assert_eq!(c.read(h, 0, &mut buf).unwrap(), 10, "the server still serves");
+    assert_eq!(&buf, b"still here");
+}

@@ -468,9 +468,10 @@ impl Engine {
             ExchangeState::Remote { seq, .. } if seq == h.seq && ex.to.host() == h.src.host() => {}
             _ => return self.stray(),
         }
-        // Checked before the exchange changes: a Forward to nobody or to a
-        // group must leave the Send as it was (still bound for its receiver).
-        if h.fwd.is_none() || h.fwd.is_group() {
+        // Checked before the exchange changes: a Forward to nobody, to a
+        // group or to the sender itself (which would wait on itself for
+        // ever; `forward` refuses it) leaves the Send bound for its receiver.
+        if h.fwd.is_none() || h.fwd.is_group() || h.fwd == h.dst {
             return self.stray();
         }
         ex.to = h.fwd;

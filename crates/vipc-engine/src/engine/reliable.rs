@@ -308,9 +308,11 @@ impl Engine {
             return;
         }
         r.acked.insert(host, before.unwrap_or(0).max(count));
-        r.receivers += added;
+        // The count is the peer's word: saturating, so a count near
+        // u32::MAX cannot overflow the sums (a panic in a debug build).
+        r.receivers = r.receivers.saturating_add(added);
         if !r.mode.wants_replies() {
-            r.count += added;
+            r.count = r.count.saturating_add(added);
         }
         self.decide_reliable(sender);
     }

@@ -55,7 +55,7 @@ fn served_inline(req: &Req, info: &ReceiveInfo) -> bool {
 
 /// The receiver: forwards each request to an idle worker (the least loaded
 /// one if none is idle), or serves it itself (see [`served_inline`]).
-/// OP_STOP from a process of this node ends the server: the workers are
+/// OP_STOP from a process of this node (not forwarded) ends the server: the workers are
 /// told to stop, then the stopper gets its reply.
 pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, stop: Arc<AtomicBool>) {
     let me = p.pid();
@@ -82,7 +82,10 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
             continue;
         }
         if msg[0] == OP_STOP {
-            if from.host() != me.host() {
+            // Straight from a process of this node: a Forward would let a
+            // remote process pass one off as from the local process it got
+            // a message from (the reaper's ping of a client-named owner).
+            if from.host() != me.host() || info.forwarder != from {
                 let _ = p.reply(&Rep::errno(libc::EPERM).0, from);
                 continue;
             }
