@@ -504,3 +504,76 @@ fn a_lent_write_segment_goes_to_remote_processes_only() {
     let r = net.take_received(1, server);
     assert_eq!((r.segment_size, r.access, r.segment.len()), (5000, Access::WRITE, 0));
 }
+
+/// The first packet of `kind` node 0 sends, kept from node 1 (which gets
+/// no packet of a stream): a model for forged ones.
+fn first_packet_of(net: &mut Net, kind: PacketType) -> std::rc::Rc<std::cell::RefCell<Option<Vec<u8>>>> {
+    let kept: std::rc::Rc<std::cell::RefCell<Option<Vec<u8>>>> = Default::default();
+    let k = kept.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        let t = vipc_wire::parse(bytes, None).unwrap().header.ptype;
+        if from == 0 && t == kind && k.borrow().is_none() {
+            *k.borrow_mut() = Some(bytes.to_vec());
+        }
+        let stream = matches!(
+            t,
+            PacketType::MoveToData | PacketType::MoveFromData | PacketType::MoveFromRequest | PacketType::MoveToAck
+        );
+        usize::from(!stream)
+    }));
+    kept
+}
+
+/// A hostile mover: chunks smaller than any node sends (one flag per byte
+/// of the segment to keep), and fresh stream seqs, each opening a stream
+/// into (or out of) the same client's segment. Both are dropped as
+/// malformed: at most MAX_STREAMS_PER_PROCESS (4) streams per process.
+#[test]
+fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
+    let mut net = Net::new(2);
+    let (server, client) = exchange_with_segment(&mut net, 1 << 20, Access::READ_WRITE);
+    let data = first_packet_of(&mut net, PacketType::MoveToData);
+    let now = net.now;
+    net.nodes[0].move_to(now, server, client, 0, vec![5; 1 << 20]).unwrap();
+    net.settle();
+    let model = vipc_wire::parse(&data.borrow().clone().unwrap(), None).unwrap().header;
+    let feed = |net: &mut Net, h: &vipc_wire::Header, bytes: &[u8]| {
+        let now = net.now;
+        net.nodes[1].handle_datagram(now, addr(0), &vipc_wire::to_vec(h, bytes, None));
+    };
+    let mut tiny = model;
+    tiny.seq = 7_000;
+    tiny.message[..4].copy_from_slice(&1u32.to_be_bytes());
+    let malformed = net.stats(1).malformed;
+    feed(&mut net, &tiny, &[1]);
+    assert_eq!(net.stats(1).malformed, malformed + 1, "a 1-byte chunk of a 1 MiB transfer");
+    assert_eq!(net.stats(1).active_transfers, 0);
+    for i in 0..6 {
+        let mut h = model;
+        h.seq = 8_000 + i;
+        feed(
+            &mut net,
+            &h,
+            &vec![5; model.total_len.min(u32::from_be_bytes(model.message[..4].try_into().unwrap())) as usize],
+        );
+    }
+    assert_eq!(net.stats(1).active_transfers, 4, "four streams into the client's segment");
+    assert_eq!(net.stats(1).malformed, malformed + 3, "the fifth and sixth dropped");
+
+    // MoveFrom: the client's node would send out of the segment for each request.
+    let mut net = Net::new(2);
+    let (server, client) = exchange_with_segment(&mut net, 1 << 20, Access::READ_WRITE);
+    let request = first_packet_of(&mut net, PacketType::MoveFromRequest);
+    let now = net.now;
+    net.nodes[0].move_from(now, server, client, 0, 1 << 20).unwrap();
+    net.settle();
+    let model = vipc_wire::parse(&request.borrow().clone().unwrap(), None).unwrap().header;
+    let malformed = net.stats(1).malformed;
+    for i in 0..6 {
+        let mut h = model;
+        h.seq = 9_000 + i;
+        feed(&mut net, &h, &[]);
+    }
+    assert_eq!(net.stats(1).active_transfers, 4, "four streams out of the client's segment");
+    assert_eq!(net.stats(1).malformed, malformed + 2, "the fifth and sixth dropped");
+}

@@ -124,6 +124,17 @@ fn exchange_of(h: &Header) -> u32 {
     u32::from_be_bytes(h.message[EXCHANGE_AT..EXCHANGE_AT + 4].try_into().expect("4 bytes"))
 }
 
+/// The smallest chunk a receiver accepts, unless the transfer is shorter:
+/// what a packet of the smallest `max_packet` carries. Chunks of one byte
+/// would make the receiver keep a flag per byte of the segment.
+pub(crate) const MIN_CHUNK: usize = 64;
+
+/// Streams another node may open with one local process at once (unfinished
+/// MoveTos into its segment, MoveFroms out of it). An honest mover moves one
+/// at a time (MoveTo and MoveFrom block); fresh stream seqs from a hostile
+/// one must not open streams without end.
+pub(crate) const MAX_STREAMS_PER_PROCESS: usize = 4;
+
 fn chunks(total: usize, chunk: usize) -> usize {
     total.div_ceil(chunk)
 }
@@ -457,6 +468,11 @@ impl Engine {
             self.stats.duplicates += 1;
             return;
         }
+        if self.streams_out.values().filter(|s| s.local == h.dst && s.kind == StreamKind::MoveFrom).count()
+            >= MAX_STREAMS_PER_PROCESS
+        {
+            return self.malformed();
+        }
         let (offset, len) = (h.local_addr, h.total_len);
         let exchange = exchange_of(h);
         if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, exchange, false, offset, len) {
@@ -508,7 +524,8 @@ impl Engine {
         let chunk = u32::from_be_bytes([h.message[0], h.message[1], h.message[2], h.message[3]]) as usize;
         let total = h.total_len as usize;
         let at = h.remote_addr as usize;
-        let valid_shape = chunk > 0
+        let valid_shape = chunk >= MIN_CHUNK.min(total)
+            && chunk > 0
             && at % chunk == 0
             && at < total
             && data.len() == chunk.min(total - at)
@@ -520,6 +537,10 @@ impl Engine {
         if !self.streams_in.contains_key(&key) {
             if kind == StreamKind::MoveFrom {
                 return self.stray(); // MoveFrom streams exist from the request on
+            }
+            let open = self.streams_in.values().filter(|s| s.local == h.dst && !s.done).count();
+            if open >= MAX_STREAMS_PER_PROCESS {
+                return self.malformed();
             }
             if let Err((reason, detail)) =
                 self.check_client_segment(h.dst, h.src, exchange_of(h), true, h.local_addr, h.total_len)
