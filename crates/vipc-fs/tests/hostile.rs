@@ -133,6 +133,7 @@ fn a_read_at_the_largest_offset_is_refused_and_the_server_goes_on() {
     let mut open = Req::new(OP_OPEN);
     open.set_path_len(1);
     open.set_count(libc::O_RDONLY as u32);
+    open.set_b(p.pid().0);
     seg[0] = b'f';
     let rep = call(open, &mut seg);
     assert_eq!(rep.error(), 0);
@@ -181,4 +182,29 @@ fn a_stop_forwarded_from_another_node_is_refused() {
     let mut buf = [0u8; 10];
     assert_eq!(c.read(h, 0, &mut buf).unwrap(), 10, "the server still serves");
     assert_eq!(&buf, b"still here");
+}
+
+/// An OPEN that names an owner process on another host than its sender's:
+/// EINVAL (it would charge the handle to that host's share, and have the
+/// reaper ping a process the client does not own).
+#[test]
+fn an_open_naming_an_owner_on_another_host_is_refused() {
+    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN};
+    let s = setup(false);
+    std::fs::write(s.dir.path().join("f"), b"x").unwrap();
+    let server = s.server.as_ref().unwrap();
+    let p = s.client_node.attach().unwrap();
+    let elsewhere = s.server_node.attach().unwrap().pid();
+    for (owner, want) in [(elsewhere, libc::EINVAL), (p.pid(), 0)] {
+        let mut req = Req::new(OP_OPEN);
+        req.set_path_len(1);
+        req.set_count(libc::O_RDONLY as u32);
+        req.set_b(owner.0);
+        let mut seg = vec![0u8; MAX_PACKET_DATA];
+        seg[0] = b'f';
+        let mut m = req.0;
+        p.send_with(&mut m, server.pid(), Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
+        assert_eq!(Rep(m).error(), want, "owner {owner}");
+    }
+    assert_eq!(server.open_handles(), 1);
 }

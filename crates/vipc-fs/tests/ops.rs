@@ -133,7 +133,7 @@ fn settings_a_server_cannot_run_with_are_refused() {
     for (what, c, tuning) in [
         ("a sweep of zero", cfg(2), vipc_fs::Tuning { sweep: std::time::Duration::ZERO, ..t() }),
         ("a million workers", cfg(1 << 20), t()),
-        ("no file per client", cfg(2), vipc_fs::Tuning { max_handles_per_client: 0, ..t() }),
+        ("no file per host", cfg(2), vipc_fs::Tuning { max_handles_per_host: 0, ..t() }),
     ] {
         assert!(vipc_fs::FileServer::start_tuned(&node, c, tuning).is_err(), "{what}");
     }

@@ -69,16 +69,18 @@ struct Table {
 #[derive(Debug)]
 pub struct Handles {
     instance: u32,
-    /// Most handles one owner (client) may hold.
-    per_owner: usize,
+    /// Most handles the owners on one host may hold together: per host, not
+    /// per owner, since a client names its owner itself and could name many.
+    per_host: usize,
     next: AtomicU32,
     table: Mutex<Table>,
 }
 
 impl Handles {
-    /// An empty table for server instance `instance`, each owner holding at most `per_owner` handles.
-    pub fn new(instance: u32, per_owner: usize) -> Handles {
-        Handles { instance, per_owner, next: AtomicU32::new(1), table: Mutex::new(Table::default()) }
+    /// An empty table for server instance `instance`, the owners on each
+    /// host holding at most `per_host` handles together.
+    pub fn new(instance: u32, per_host: usize) -> Handles {
+        Handles { instance, per_host, next: AtomicU32::new(1), table: Mutex::new(Table::default()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -86,12 +88,13 @@ impl Handles {
     }
 
     /// Adds an open file; returns its handle, or EMFILE (and the file is
-    /// closed) if its owner already holds as many as it may.
+    /// closed) if the owners on its owner's host already hold as many as they may.
     pub fn insert(&self, f: OpenFile) -> Result<u64, i32> {
         let id = (u64::from(self.instance) << 32) | u64::from(self.next.fetch_add(1, Ordering::Relaxed).max(1));
         let owner = f.owner;
         let mut t = self.lock();
-        if t.owners.get(&owner).is_some_and(|o| o.handles.len() >= self.per_owner) {
+        let held: usize = t.owners.iter().filter(|(p, _)| p.host() == owner.host()).map(|(_, o)| o.handles.len()).sum();
+        if held >= self.per_host {
             return Err(libc::EMFILE);
         }
         t.files.insert(id, Arc::new(f));
@@ -196,12 +199,13 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_holds_at_most_its_share_and_others_are_not_refused() {
+    fn a_host_holds_at_most_its_share_and_others_are_not_refused() {
         let h = Handles::new(7, 2);
         let a = h.insert(file(0x10001)).unwrap();
-        h.insert(file(0x10001)).unwrap();
+        h.insert(file(0x10002)).unwrap();
         assert_eq!(h.insert(file(0x10001)), Err(libc::EMFILE));
-        assert!(h.insert(file(0x20001)).is_ok(), "another owner has room");
+        assert_eq!(h.insert(file(0x10003)), Err(libc::EMFILE), "another owner on the same host shares its share");
+        assert!(h.insert(file(0x20001)).is_ok(), "an owner on another host has room");
         h.remove(a);
         assert!(h.insert(file(0x10001)).is_ok(), "room again after a close");
         assert_eq!(h.len(), 3);

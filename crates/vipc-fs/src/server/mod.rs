@@ -54,14 +54,15 @@ pub struct Tuning {
     pub write_behind: bool,
     /// How often idle clients holding handles are checked for life.
     pub sweep: Duration,
-    /// Most files one client (its owner process) may hold open; an OPEN
-    /// beyond it fails with EMFILE, leaving room for the other clients.
-    pub max_handles_per_client: usize,
+    /// Most files the clients on one host (counted by their owner
+    /// processes' host) may hold open together; an OPEN beyond it fails with
+    /// EMFILE, leaving room for the other hosts' clients.
+    pub max_handles_per_host: usize,
 }
 
 impl Default for Tuning {
     fn default() -> Tuning {
-        Tuning { read_ahead: true, write_behind: true, sweep: Duration::from_secs(10), max_handles_per_client: 4096 }
+        Tuning { read_ahead: true, write_behind: true, sweep: Duration::from_secs(10), max_handles_per_host: 4096 }
     }
 }
 
@@ -109,7 +110,7 @@ impl FileServer {
         if name.len() > 32 || cfg.name.is_empty() {
             return Err(FsError::Protocol(format!("export name {:?} must be 1 to 29 bytes", cfg.name)));
         }
-        if cfg.workers > MAX_WORKERS || tuning.sweep < MIN_SWEEP || tuning.max_handles_per_client == 0 {
+        if cfg.workers > MAX_WORKERS || tuning.sweep < MIN_SWEEP || tuning.max_handles_per_host == 0 {
             return Err(FsError::Protocol(format!(
                 "workers must be at most {MAX_WORKERS}, the sweep at least {MIN_SWEEP:?}, and a client's files at least 1"
             )));
@@ -120,7 +121,7 @@ impl FileServer {
         let svc = Arc::new(Service {
             root,
             read_only: cfg.read_only,
-            handles: handles::Handles::new(instance, tuning.max_handles_per_client),
+            handles: handles::Handles::new(instance, tuning.max_handles_per_host),
             instance,
             epoch: AtomicU64::new(0),
             read_ahead: tuning.read_ahead,

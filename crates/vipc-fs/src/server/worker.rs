@@ -261,6 +261,11 @@ fn serve_one(
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Error> {
     let to = info.from;
+    // A client's owner process lives on the client's node: an OPEN naming
+    // one elsewhere would charge its handles to another host's share.
+    if req.op() == OP_OPEN && Pid(req.b()).host() != to.host() {
+        return p.reply(&Rep::errno(libc::EINVAL).0, to);
+    }
     svc.settle();
     let unit = unit(&req);
     let need = needed(&req);
