@@ -6,6 +6,20 @@ use common::*;
 use vipc::{SegmentRef, SendOptions};
 use vipc_fs::proto::{Rep, Req, MAX_EXTRA, OP_RENAME, OP_SYMLINK};
 
+/// An OPEN of file `f`, read-only, by `p` for `owner`, sent raw to `server`.
+fn open_f(p: &vipc::Process, server: vipc::Pid, owner: vipc::Pid) -> Rep {
+    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN};
+    let mut req = Req::new(OP_OPEN);
+    req.set_path_len(1);
+    req.set_count(libc::O_RDONLY as u32);
+    req.set_b(owner.0);
+    let mut seg = vec![0u8; MAX_PACKET_DATA];
+    seg[0] = b'f';
+    let mut m = req.0;
+    p.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
+    Rep(m)
+}
+
 /// A RENAME or SYMLINK whose second path is said to be longer than any
 /// client sends is answered ENAMETOOLONG at once: the server does not fetch
 /// (nor allocate) the segment it claims. Without the check the worker
@@ -72,7 +86,6 @@ fn a_listing_that_never_ends_fails_instead_of_looping() {
 /// does not stop the reaper: clients that die later are still reaped.
 #[test]
 fn an_owner_that_never_answers_its_ping_does_not_stop_the_reaper() {
-    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN};
     let s = setup_with(false, short);
     std::fs::write(s.dir.path().join("f"), b"x").unwrap();
     let server = s.server.as_ref().unwrap();
@@ -85,15 +98,7 @@ fn an_owner_that_never_answers_its_ping_does_not_stop_the_reaper() {
         })
         .unwrap();
     let p = s.client_node.attach().unwrap();
-    let mut req = Req::new(OP_OPEN);
-    req.set_path_len(1);
-    req.set_count(libc::O_RDONLY as u32);
-    req.set_b(silent.0);
-    let mut seg = vec![0u8; MAX_PACKET_DATA];
-    seg[0] = b'f';
-    let mut m = req.0;
-    p.send_with(&mut m, server.pid(), Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
-    assert_eq!(Rep(m).error(), 0);
+    assert_eq!(open_f(&p, server.pid(), silent).error(), 0);
     // Twice: a client on a node of its own opens the file, then its node stops.
     let addr = s.server_node.local_addr();
     for host in [3, 4] {
@@ -119,7 +124,7 @@ fn an_owner_that_never_answers_its_ping_does_not_stop_the_reaper() {
 /// thread serving the request — the export's receiver, for a read this small.)
 #[test]
 fn a_read_at_the_largest_offset_is_refused_and_the_server_goes_on() {
-    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN, OP_READ};
+    use vipc_fs::proto::{MAX_PACKET_DATA, OP_READ};
     let s = setup(false);
     std::fs::write(s.dir.path().join("f"), b"abcdef").unwrap();
     let server = s.server.as_ref().unwrap().pid();
@@ -130,12 +135,7 @@ fn a_read_at_the_largest_offset_is_refused_and_the_server_goes_on() {
         p.send_with(&mut m, server, Some(SegmentRef::ReadWrite(seg)), SendOptions::default()).unwrap();
         Rep(m)
     };
-    let mut open = Req::new(OP_OPEN);
-    open.set_path_len(1);
-    open.set_count(libc::O_RDONLY as u32);
-    open.set_b(p.pid().0);
-    seg[0] = b'f';
-    let rep = call(open, &mut seg);
+    let rep = open_f(&p, server, p.pid());
     assert_eq!(rep.error(), 0);
     let read = |offset: u64| {
         let mut r = Req::new(OP_READ);
@@ -189,22 +189,13 @@ fn a_stop_forwarded_from_another_node_is_refused() {
 /// reaper ping a process the client does not own).
 #[test]
 fn an_open_naming_an_owner_on_another_host_is_refused() {
-    use vipc_fs::proto::{MAX_PACKET_DATA, OP_OPEN};
     let s = setup(false);
     std::fs::write(s.dir.path().join("f"), b"x").unwrap();
     let server = s.server.as_ref().unwrap();
     let p = s.client_node.attach().unwrap();
     let elsewhere = s.server_node.attach().unwrap().pid();
     for (owner, want) in [(elsewhere, libc::EINVAL), (p.pid(), 0)] {
-        let mut req = Req::new(OP_OPEN);
-        req.set_path_len(1);
-        req.set_count(libc::O_RDONLY as u32);
-        req.set_b(owner.0);
-        let mut seg = vec![0u8; MAX_PACKET_DATA];
-        seg[0] = b'f';
-        let mut m = req.0;
-        p.send_with(&mut m, server.pid(), Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
-        assert_eq!(Rep(m).error(), want, "owner {owner}");
+        assert_eq!(open_f(&p, server.pid(), owner).error(), want, "owner {owner}");
     }
     assert_eq!(server.open_handles(), 1);
 }
