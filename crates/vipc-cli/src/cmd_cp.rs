@@ -4,7 +4,10 @@
 //! partial copy from the size the destination already has. A local
 //! destination's blocks are reserved before the copy, its size untouched.
 //! A source that grows during the copy is copied to its end, as by cp(1);
-//! one that shrinks is an error.
+//! one that shrinks is an error. A symlink as the source is followed. A
+//! destination that is the source under another name (a symlink, a hard
+//! link, this machine's own file behind the export) is refused before
+//! anything is written: the copy would have emptied it first.
 
 use crate::error::{CliError, CliResult};
 use crate::fsremote::{connect, fs_error, Spec};
@@ -63,19 +66,19 @@ impl Chunk {
     }
 }
 
-/// One open end of the copy.
+/// One open end of the copy, and how errors name it.
 enum End<'a> {
-    Local(File),
+    Local(File, String),
     Remote(&'a FsClient, Handle, String),
 }
 
 impl End<'_> {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> CliResult<usize> {
         match self {
-            End::Local(f) => {
+            End::Local(f, what) => {
                 let mut got = 0;
                 while got < buf.len() {
-                    match f.read_at(&mut buf[got..], off + got as u64)? {
+                    match f.read_at(&mut buf[got..], off + got as u64).map_err(|e| local_error(what, e))? {
                         0 => break,
                         n => got += n,
                     }
@@ -88,18 +91,52 @@ impl End<'_> {
 
     fn write_at(&self, off: u64, data: &[u8]) -> CliResult<()> {
         match self {
-            End::Local(f) => Ok(f.write_all_at(data, off)?),
+            End::Local(f, what) => f.write_all_at(data, off).map_err(|e| local_error(what, e)),
             End::Remote(c, h, what) => c.write(*h, off, data).map(|_| ()).map_err(|e| fs_error(what, e)),
+        }
+    }
+
+    /// What the open file is (symlinks followed: it is the file itself).
+    fn found(&self) -> CliResult<Found> {
+        match self {
+            End::Local(f, what) => f.metadata().map(|m| Found::local(&m)).map_err(|e| local_error(what, e)),
+            End::Remote(c, h, what) => {
+                c.fstat(*h).map(|a| Found::remote(c.export_name(), &a)).map_err(|e| fs_error(what, e))
+            }
+        }
+    }
+
+    /// Cuts the open file to nothing.
+    fn truncate(&self) -> CliResult<()> {
+        match self {
+            End::Local(f, what) => f.set_len(0).map_err(|e| local_error(what, e)),
+            End::Remote(c, h, what) => {
+                let set = vipc_fs::SetAttr { size: Some(0), ..Default::default() };
+                c.setattr("", Some(*h), &set).map(drop).map_err(|e| fs_error(what, e))
+            }
+        }
+    }
+
+    fn close(self) {
+        if let End::Remote(c, h, _) = self {
+            let _ = c.close(h);
         }
     }
 
     fn finish(self) -> CliResult<()> {
         match self {
             // Like cp(1): written, not forced to the disk.
-            End::Local(_) => Ok(()),
+            End::Local(..) => Ok(()),
             End::Remote(c, h, what) => c.close(h).map_err(|e| fs_error(&what, e)),
         }
     }
+}
+
+/// `what: error`, the error's own words (not "os error N").
+fn local_error(what: &str, e: std::io::Error) -> CliError {
+    let text = e.to_string();
+    let plain = text.split(" (os error").next().unwrap_or(&text);
+    CliError(format!("{what}: {plain}"))
 }
 
 /// What a copy needs to know of an existing end.
@@ -107,31 +144,52 @@ impl End<'_> {
 struct Found {
     kind: FileKind,
     size: u64,
-    /// The file's identity: (device, inode) here, (export, inode) remotely.
-    id: (String, u64),
+    /// Where `ino` names one file: the local device, or the export.
+    place: String,
+    ino: u64,
+    /// Last modification (seconds, nanoseconds).
+    mtime: (i64, u32),
 }
 
-/// What `spec` is, or `None` if it does not exist.
+impl Found {
+    fn local(m: &std::fs::Metadata) -> Found {
+        use std::os::unix::fs::MetadataExt;
+        let t = m.file_type();
+        let kind = if t.is_dir() {
+            FileKind::Dir
+        } else if t.is_file() {
+            FileKind::File
+        } else {
+            FileKind::Other // a device, FIFO or socket has no size to copy
+        };
+        let mtime = (m.mtime(), m.mtime_nsec() as u32);
+        Found { kind, size: m.len(), place: format!("dev {}", m.dev()), ino: m.ino(), mtime }
+    }
+
+    fn remote(export: &str, a: &vipc_fs::Attr) -> Found {
+        let mtime = (a.mtime.secs, a.mtime.nanos);
+        Found { kind: a.kind, size: a.size, place: format!("{export}:"), ino: a.ino, mtime }
+    }
+
+    /// Surely or most likely the same file: the same inode in one place, or
+    /// — in two places, such as an export and this machine's directory it
+    /// may be — the same inode number, size and modification time to the
+    /// nanosecond. Copying a file onto itself would empty it first.
+    fn same_file(&self, other: &Found) -> bool {
+        self.ino == other.ino && (self.place == other.place || (self.size == other.size && self.mtime == other.mtime))
+    }
+}
+
+/// What `spec` is (a symlink here followed, there not), or `None` if it does not exist.
 fn stat(spec: &Spec, clients: &HashMap<String, FsClient>) -> CliResult<Option<Found>> {
-    use std::os::unix::fs::MetadataExt;
     match spec {
         Spec::Local(p) => match std::fs::metadata(p) {
-            Ok(m) => {
-                let t = m.file_type();
-                let kind = if t.is_dir() {
-                    FileKind::Dir
-                } else if t.is_file() {
-                    FileKind::File
-                } else {
-                    FileKind::Other // a device, FIFO or socket has no size to copy
-                };
-                Ok(Some(Found { kind, size: m.len(), id: (m.dev().to_string(), m.ino()) }))
-            }
+            Ok(m) => Ok(Some(Found::local(&m))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CliError(format!("{}: {e}", p.display()))),
+            Err(e) => Err(local_error(&p.display().to_string(), e)),
         },
         Spec::Remote { export, path } => match clients[export].lookup(path) {
-            Ok(a) => Ok(Some(Found { kind: a.kind, size: a.size, id: (format!("{export}:"), a.ino) })),
+            Ok(a) => Ok(Some(Found::remote(export, &a))),
             Err(e) if e.errno() == libc::ENOENT => Ok(None),
             Err(e) => Err(fs_error(&spec.show(), e)),
         },
@@ -156,7 +214,10 @@ fn into_dir(dst: &Spec, src: &Spec) -> Spec {
 
 fn open_src<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>) -> CliResult<End<'a>> {
     match spec {
-        Spec::Local(p) => Ok(End::Local(File::open(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?)),
+        Spec::Local(p) => {
+            let what = p.display().to_string();
+            Ok(End::Local(File::open(p).map_err(|e| local_error(&what, e))?, what))
+        }
         Spec::Remote { export, path } => {
             let c = &clients[export];
             let (h, _) = c.open(path, libc::O_RDONLY, 0).map_err(|e| fs_error(&spec.show(), e))?;
@@ -165,21 +226,24 @@ fn open_src<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>) -> CliResul
     }
 }
 
-fn open_dst<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>, truncate: bool) -> CliResult<End<'a>> {
+/// Opens (or creates) the destination, never cutting it short: it may yet
+/// turn out to be the source under another name.
+fn open_dst<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>) -> CliResult<End<'a>> {
     match spec {
         Spec::Local(p) => {
+            let what = p.display().to_string();
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
-                .truncate(truncate)
+                .truncate(false)
                 .mode(0o644)
                 .open(p)
-                .map_err(|e| CliError(format!("{}: {e}", p.display())))?;
-            Ok(End::Local(f))
+                .map_err(|e| local_error(&what, e))?;
+            Ok(End::Local(f, what))
         }
         Spec::Remote { export, path } => {
             let c = &clients[export];
-            let flags = libc::O_WRONLY | libc::O_CREAT | if truncate { libc::O_TRUNC } else { 0 };
+            let flags = libc::O_WRONLY | libc::O_CREAT;
             let (h, _) = c.open(path, flags, 0o644).map_err(|e| fs_error(&spec.show(), e))?;
             Ok(End::Remote(c, h, spec.show()))
         }
@@ -205,7 +269,9 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
             }
         }
     }
-    let source = stat(&src, &clients)?.ok_or_else(|| CliError(format!("{}: no such file", src.show())))?;
+    // Opened first: a symlink is followed to the file it names, as by cp(1).
+    let from = open_src(&src, &clients)?;
+    let source = from.found()?;
     if source.kind != FileKind::File {
         return Err(CliError(format!("{}: not a regular file", src.show())));
     }
@@ -215,8 +281,9 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         dst = into_dir(&dst, &src);
         existing = stat(&dst, &clients)?;
     }
-    if existing.as_ref().is_some_and(|f| f.id == source.id) {
-        return Err(CliError(format!("{} and {} are the same file", src.show(), dst.show())));
+    let same = || CliError(format!("{} and {} are the same file", src.show(), dst.show()));
+    if existing.as_ref().is_some_and(|f| f.same_file(&source)) {
+        return Err(same());
     }
     let start = match (resume, existing.map(|f| (f.kind, f.size))) {
         (true, Some((FileKind::File, have))) if have <= size => have,
@@ -232,8 +299,17 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         (true, Some(_)) => return Err(CliError(format!("cannot resume: {} is not a regular file", dst.show()))),
         _ => 0,
     };
-    let from = open_src(&src, &clients)?;
-    let to = open_dst(&dst, &clients, !resume)?;
+    // The destination named another way (a symlink to the source, a hard
+    // link): known only once it is open.
+    let to = open_dst(&dst, &clients)?;
+    let opened = to.found()?;
+    if opened.same_file(&source) {
+        to.close();
+        return Err(same());
+    }
+    if !resume && opened.kind == FileKind::File && opened.size > 0 {
+        to.truncate()?;
+    }
     let bar = if quiet || size - start < BAR_MIN {
         ProgressBar::hidden()
     } else {
@@ -247,16 +323,14 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         b
     };
     let t = Instant::now();
-    if let End::Local(f) = &to {
+    if let End::Local(f, _) = &to {
         preallocate(f, start, size);
     }
     let mut copied = pump(&from, &to, start, size, &bar)?;
     copied += copy_growth(&from, &to, start + copied, &bar)?;
     bar.finish_and_clear();
     to.finish()?;
-    if let End::Remote(c, h, _) = from {
-        let _ = c.close(h);
-    }
+    from.close();
     let secs = t.elapsed().as_secs_f64();
     if !quiet {
         say!(
@@ -401,8 +475,8 @@ mod tests {
         let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
         let data: Vec<u8> = (0..(2 * super::CHUNK + 12_345)).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&src, &data).unwrap();
-        let from = super::End::Local(std::fs::File::open(&src).unwrap());
-        let to = super::End::Local(std::fs::File::create(&dst).unwrap());
+        let from = super::End::Local(std::fs::File::open(&src).unwrap(), "src".into());
+        let to = super::End::Local(std::fs::File::create(&dst).unwrap(), "dst".into());
         let bar = indicatif::ProgressBar::hidden();
         // The size the copy began with: a chunk and a bit; the rest came later.
         let first = super::pump(&from, &to, 0, super::CHUNK as u64 + 10, &bar).unwrap();

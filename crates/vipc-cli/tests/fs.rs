@@ -96,6 +96,21 @@ fn cp_cat_and_ls_work_against_an_exporting_node() {
     // a resume onto a link trusts no size.
     assert_one_line_error(&run(&["cp", "data:sub/copy", "data:sub", "--group", &g]), "are the same file");
     assert!(std::fs::read(data.path().join("sub/copy")).unwrap() == big, "left whole");
+    // ... as would one onto a symlink to it, or onto this machine's own file behind the export.
+    assert_one_line_error(&run(&["cp", "data:hello.txt", "data:link", "--group", &g]), "are the same file");
+    let behind = data.path().join("hello.txt");
+    assert_one_line_error(
+        &run(&["cp", "data:hello.txt", behind.to_str().unwrap(), "--group", &g]),
+        "are the same file",
+    );
+    assert_one_line_error(&run(&["cp", behind.to_str().unwrap(), "data:link", "--group", &g]), "are the same file");
+    assert_eq!(std::fs::read(&behind).unwrap(), b"hello, world\n", "left whole");
+    // A symlink as the source is followed, as by cp(1).
+    let o = run(&["cp", "data:link", local.path().join("via-link").to_str().unwrap(), "--group", &g]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(local.path().join("via-link")).unwrap(), b"hello, world\n");
+    // A local write error names the file.
+    assert_one_line_error(&run(&["cp", "data:hello.txt", "/dev/full", "--group", &g]), "/dev/full: No space left");
     assert_one_line_error(&run(&["cp", "/dev/null", "data:null", "--group", &g]), "not a regular file");
     assert_one_line_error(&run(&["cp", "--resume", "data:big", "data:link", "--group", &g]), "not a regular file");
     assert_one_line_error(&run(&["ls", "nosuch:", "--group", &g]), "no file server exports \"nosuch\"");
