@@ -48,6 +48,13 @@ fn files_round_trip_through_every_operation() {
     let a = c.mkdir("sub", 0o750).unwrap();
     assert_eq!((a.kind, a.perm), (FileKind::Dir, 0o750));
     fs::write(d.join("sub/x"), b"12345").unwrap();
+    // A name that is not UTF-8 cannot be named by a path: not listed (it was, lossily).
+    use std::os::unix::ffi::OsStrExt;
+    let bad = d.join("sub").join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    fs::write(&bad, b"").unwrap();
+    let listed: Vec<String> = c.readdir("sub").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(listed, ["x"]);
+    fs::remove_file(&bad).unwrap();
     assert_eq!(c.lookup("sub/x").unwrap().size, 5);
     assert_eq!(c.lookup("").unwrap().kind, FileKind::Dir);
     let mut names: Vec<(String, FileKind, u64)> =

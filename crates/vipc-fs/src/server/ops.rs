@@ -594,7 +594,9 @@ impl Service {
         while let Some(e) = dir.read() {
             let e = e.map_err(errno)?;
             let name = e.file_name().to_bytes();
-            if name != b"." && name != b".." {
+            // A name that is not UTF-8 is not listed: no path can name it
+            // (paths travel as UTF-8), and shown lossily it named nothing.
+            if name != b"." && name != b".." && std::str::from_utf8(name).is_ok() {
                 names.push(name.to_vec());
             }
         }
