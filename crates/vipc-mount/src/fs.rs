@@ -706,6 +706,44 @@ impl Filesystem for VipcFs {
         reply.error(Errno::ENOSYS);
     }
 
+    // The three below answer what fuser would with a warning on the mount's
+    // stderr each time (an `isatty` on a file here is an ioctl).
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctl is served: what a local regular file answers to one it does not know.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _off: i64, _whence: i32, reply: fuser::ReplyLseek) {
+        // ENOSYS: the kernel seeks by itself from now on (SEEK_DATA and
+        // SEEK_HOLE then see the whole file as data, as docs/FILES.md says).
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // The protocol has no allocation request (docs/FILES.md).
+        reply.error(Errno::EOPNOTSUPP);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.client.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),

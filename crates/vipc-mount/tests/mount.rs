@@ -207,3 +207,18 @@ fn an_open_file_renamed_over_elsewhere_keeps_its_own_size_and_bytes() {
     assert!(buf == old, "the open file's bytes");
     assert_eq!(fs::read(s.root().join("a")).unwrap(), b"short", "the name is the new file's");
 }
+
+/// What the mount does not serve answers as docs/FILES.md says: as a local
+/// file system without it would.
+#[test]
+fn unserved_calls_answer_as_a_local_file_system_would() {
+    require_fuse!();
+    let s = Served::start(MountOptions::default());
+    let f = File::create(s.root().join("f")).unwrap();
+    f.write_all_at(b"data", 0).unwrap();
+    let e = rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, 1 << 20);
+    assert_eq!(e, Err(rustix::io::Errno::OPNOTSUPP), "fallocate");
+    assert_eq!(rustix::termios::tcgetattr(&f).err(), Some(rustix::io::Errno::NOTTY), "a terminal ioctl");
+    assert_eq!(rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(0)), Ok(0), "all data");
+    assert_eq!(rustix::fs::seek(&f, rustix::fs::SeekFrom::Hole(0)), Ok(4), "the hole at the end");
+}
