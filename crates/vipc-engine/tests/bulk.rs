@@ -527,7 +527,7 @@ fn first_packet_of(net: &mut Net, kind: PacketType) -> std::rc::Rc<std::cell::Re
 /// A hostile mover: chunks smaller than any node sends (one flag per byte
 /// of the segment to keep), and fresh stream seqs, each opening a stream
 /// into (or out of) the same client's segment. Both are dropped as
-/// malformed: at most MAX_STREAMS_PER_PROCESS (4) streams per process.
+/// malformed: at most 16 streams from one host per local process.
 #[test]
 fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
     let mut net = Net::new(2);
@@ -548,7 +548,7 @@ fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
     feed(&mut net, &tiny, &[1]);
     assert_eq!(net.stats(1).malformed, malformed + 1, "a 1-byte chunk of a 1 MiB transfer");
     assert_eq!(net.stats(1).active_transfers, 0);
-    for i in 0..6 {
+    for i in 0..18 {
         let mut h = model;
         h.seq = 8_000 + i;
         feed(
@@ -557,8 +557,8 @@ fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
             &vec![5; model.total_len.min(u32::from_be_bytes(model.message[..4].try_into().unwrap())) as usize],
         );
     }
-    assert_eq!(net.stats(1).active_transfers, 4, "four streams into the client's segment");
-    assert_eq!(net.stats(1).malformed, malformed + 3, "the fifth and sixth dropped");
+    assert_eq!(net.stats(1).active_transfers, 16, "16 streams into the client's segment");
+    assert_eq!(net.stats(1).malformed, malformed + 3, "the 17th and 18th dropped");
 
     // MoveFrom: the client's node would send out of the segment for each request.
     let mut net = Net::new(2);
@@ -569,11 +569,11 @@ fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
     net.settle();
     let model = vipc_wire::parse(&request.borrow().clone().unwrap(), None).unwrap().header;
     let malformed = net.stats(1).malformed;
-    for i in 0..6 {
+    for i in 0..18 {
         let mut h = model;
         h.seq = 9_000 + i;
         feed(&mut net, &h, &[]);
     }
-    assert_eq!(net.stats(1).active_transfers, 4, "four streams out of the client's segment");
-    assert_eq!(net.stats(1).malformed, malformed + 2, "the fifth and sixth dropped");
+    assert_eq!(net.stats(1).active_transfers, 16, "16 streams out of the client's segment");
+    assert_eq!(net.stats(1).malformed, malformed + 2, "the 17th and 18th dropped");
 }

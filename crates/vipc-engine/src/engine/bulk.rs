@@ -129,11 +129,13 @@ fn exchange_of(h: &Header) -> u32 {
 /// would make the receiver keep a flag per byte of the segment.
 pub(crate) const MIN_CHUNK: usize = 64;
 
-/// Streams another node may open with one local process at once (unfinished
-/// MoveTos into its segment, MoveFroms out of it). An honest mover moves one
-/// at a time (MoveTo and MoveFrom block); fresh stream seqs from a hostile
-/// one must not open streams without end.
-pub(crate) const MAX_STREAMS_PER_PROCESS: usize = 4;
+/// Streams the processes of one other host may open with one local process
+/// at once (unfinished MoveTos into its segment, MoveFroms out of it). A
+/// mover moves one at a time (MoveTo and MoveFrom block), but the members
+/// of a group on one host may all read the sender's segment together; fresh
+/// stream seqs or mover pids from a hostile host must not open streams
+/// without end.
+pub(crate) const MAX_STREAMS_PER_HOST: usize = 16;
 
 fn chunks(total: usize, chunk: usize) -> usize {
     total.div_ceil(chunk)
@@ -468,9 +470,9 @@ impl Engine {
             self.stats.duplicates += 1;
             return;
         }
-        if self.streams_out.values().filter(|s| s.local == h.dst && s.kind == StreamKind::MoveFrom).count()
-            >= MAX_STREAMS_PER_PROCESS
-        {
+        let host = h.src.host();
+        let open = self.streams_out.iter().filter(|((peer, _), s)| s.local == h.dst && peer.host() == host).count();
+        if open >= MAX_STREAMS_PER_HOST {
             return self.malformed();
         }
         let (offset, len) = (h.local_addr, h.total_len);
@@ -538,8 +540,13 @@ impl Engine {
             if kind == StreamKind::MoveFrom {
                 return self.stray(); // MoveFrom streams exist from the request on
             }
-            let open = self.streams_in.values().filter(|s| s.local == h.dst && !s.done).count();
-            if open >= MAX_STREAMS_PER_PROCESS {
+            let host = h.src.host();
+            let open = self
+                .streams_in
+                .iter()
+                .filter(|((peer, _), s)| s.local == h.dst && peer.host() == host && !s.done)
+                .count();
+            if open >= MAX_STREAMS_PER_HOST {
                 return self.malformed();
             }
             if let Err((reason, detail)) =
