@@ -41,6 +41,10 @@ pub enum Error {
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// An object of one node was passed to a call on another (segment ids
+    /// are per node: the call would act on whatever that node holds under it).
+    #[error("{0} belongs to another node")]
+    OtherNode(&'static str),
 }
 
 impl Error {

@@ -350,9 +350,19 @@ impl RemoteSegment {
         }
     }
 
+    /// [`Error::OtherNode`] unless `dest` is a segment of this import's node.
+    fn same_node(&self, dest: &AnonSegment) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, &dest.seg.shared) {
+            Ok(())
+        } else {
+            Err(Error::OtherNode("the destination segment"))
+        }
+    }
+
     /// Reads `len` bytes at `offset` into `into.1` of the anonymous segment
-    /// `into.0`; the returned operation finishes when they have all arrived.
+    /// `into.0` (of the same node); the returned operation finishes when they have all arrived.
     pub fn read(&self, offset: u32, len: u32, into: (&AnonSegment, u32), notify: bool) -> Result<PendingOp> {
+        self.same_node(into.0)?;
         let dest = (into.0.seg.id, into.1);
         let op =
             self.shared.call_on_segment(dest.0, |e, now| e.mem_read(now, &self.target, offset, len, dest, notify))?;
@@ -365,6 +375,7 @@ impl RemoteSegment {
     /// swap was this caller's if the nonce is its own. After a timeout, retry
     /// with the same nonce (003 §4.2.3).
     pub fn cas(&self, offset: u32, expect: u32, new: u32, nonce: u32, into: (&AnonSegment, u32)) -> Result<PendingOp> {
+        self.same_node(into.0)?;
         let (cas, dest) = (Cas { expect, new, nonce }, (into.0.seg.id, into.1));
         let op =
             self.shared.call_on_segment(dest.0, |e, now| e.mem_cas(now, &self.target, offset, cas, dest, false))?;

@@ -111,6 +111,21 @@ fn refusals_reach_the_requester_as_typed_errors() {
     assert_eq!(nodes[0].stats().rmem_refused[Refusal::UnknownSegment.index()], 1);
 }
 
+/// A read or CAS into a segment of another node: refused. Segment ids are
+/// per node, so the reading node would have put the answer in whatever it
+/// holds under that id (here a segment it exports) and called it done.
+#[test]
+fn a_destination_of_another_node_is_refused() {
+    let nodes = cluster(2);
+    let (seg, _) = filled(&nodes[0], 64, 1);
+    let victim = nodes[1].export_segment(64, rw()).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    let elsewhere = nodes[0].anonymous_segment(64).unwrap();
+    assert!(matches!(remote.read(0, 8, (&elsewhere, 0), false), Err(Error::OtherNode(_))));
+    assert!(matches!(remote.cas(0, 0, 1, 1, (&elsewhere, 0)), Err(Error::OtherNode(_))));
+    assert_eq!(victim.to_vec(0, 64).unwrap(), vec![0u8; 64], "nothing landed anywhere");
+}
+
 #[test]
 fn unknown_names_fail_after_rmem_timeout() {
     let nodes = cluster_with(2, 1, |_, c| c.engine.rmem_timeout = Duration::from_millis(100));
