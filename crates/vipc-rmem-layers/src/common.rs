@@ -48,7 +48,7 @@ const IMPORT_RETRY: Duration = Duration::from_millis(150);
 /// broadcast and its answer a datagram, either may be lost, and the engine
 /// would otherwise wait its whole `rmem_timeout` before saying so.
 pub fn import_retrying(node: &Node, name: SegmentName, access: Access, timeout: Duration) -> Result<RemoteSegment> {
-    let deadline = Instant::now() + timeout;
+    let deadline = vipc::deadline_after(Instant::now(), timeout);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match node.import_segment(name, access, IMPORT_RETRY.min(left)) {

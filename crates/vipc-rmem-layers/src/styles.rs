@@ -79,7 +79,12 @@ impl CacheServer {
         let size = size.ok_or(Error::TooLarge { what: "cache", len: usize::MAX, max: u32::MAX as usize })?;
         let open = |notify| SegmentOptions { access: Access::READ_WRITE, notify, protection: ProtectionGroup::Any };
         let cache = node.export_segment(size, open(Notify::Never))?;
-        let requests = node.export_segment(params.slots * REQUEST, open(Notify::Conditional))?;
+        let area = params.slots.checked_mul(REQUEST).ok_or(Error::TooLarge {
+            what: "request area",
+            len: usize::MAX,
+            max: u32::MAX as usize,
+        })?;
+        let requests = node.export_segment(area, open(Notify::Conditional))?;
         let (replies, failed) = (HashMap::new(), FailedImports::default());
         Ok(CacheServer { node: node.clone(), cache, requests, params, replies, buf: Vec::new(), failed })
     }
@@ -89,15 +94,16 @@ impl CacheServer {
         (self.cache.name(), self.requests.name())
     }
 
-    /// Stores `data` as block `block` of the cache.
+    /// Stores `data` as block `block` of the cache ([`Error::TooLarge`] for
+    /// a block past the cache or more data than a block holds).
     pub fn fill(&self, block: usize, data: &[u8]) -> Result<()> {
-        let len = data.len().min(self.params.block);
-        Ok(self.cache.write((block * self.params.block) as u32, &data[..len])?)
+        let at = block_offset(&self.params, block, data.len())?;
+        Ok(self.cache.write(at, data)?)
     }
 
     /// Answers the hybrid requests that arrive within `timeout`; returns how many.
     pub fn serve_for(&mut self, timeout: Duration) -> Result<usize> {
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let mut served = 0;
         loop {
             while let Some(rec) = self.requests.poll_control()? {
@@ -185,7 +191,8 @@ impl CacheClient {
         }
         let cache = import_retrying(node, names.0, Access::READ_WRITE, timeout)?;
         let requests = import_retrying(node, names.1, Access::WRITE, timeout)?;
-        if cache.size() as usize != params.block * params.blocks || requests.size() as usize != params.slots * REQUEST {
+        let sizes = (params.block.checked_mul(params.blocks), params.slots.checked_mul(REQUEST));
+        if sizes != (Some(cache.size() as usize), Some(requests.size() as usize)) {
             return Err(Error::Layout(format!("cache of {} bytes, request area of {}", cache.size(), requests.size())));
         }
         let opts =
@@ -196,22 +203,17 @@ impl CacheClient {
     }
 
     /// How long a hybrid request waits for its answer before it is written
-    /// again (default [`RTO`]; longer on a loaded machine that is not lossy).
+    /// again (default [`RTO`]; longer on a loaded machine that is not lossy;
+    /// at least 100 µs: with none, no answer was ever looked at before the
+    /// request went again, and every call timed out).
     pub fn set_rto(&mut self, rto: Duration) {
-        self.rto = rto;
-    }
-
-    fn check_block(&self, block: usize, len: usize) -> Result<u32> {
-        if block >= self.params.blocks || len > self.params.block {
-            return Err(Error::TooLarge { what: "block", len, max: self.params.block });
-        }
-        Ok((block * self.params.block) as u32)
+        self.rto = rto.max(Duration::from_micros(100));
     }
 
     /// Read-only style: `len` bytes of block `block` by one remote read; no
     /// server thread runs.
     pub fn read_direct(&self, block: usize, len: usize, timeout: Duration) -> Result<Vec<u8>> {
-        let at = self.check_block(block, len)?;
+        let at = block_offset(&self.params, block, len)?;
         self.cache.read(at, len as u32, (&self.anon, 0), false)?.wait(timeout)?;
         Ok(self.anon.to_vec(0, len)?)
     }
@@ -219,7 +221,7 @@ impl CacheClient {
     /// Write-only style: `data` into block `block` by remote write, no
     /// notification and no acknowledgement (what the source pushes may be lost).
     pub fn write_direct(&self, block: usize, data: &[u8]) -> Result<()> {
-        let at = self.check_block(block, data.len())?;
+        let at = block_offset(&self.params, block, data.len())?;
         Ok(self.cache.write(at, data, false)?)
     }
 
@@ -228,7 +230,7 @@ impl CacheClient {
     /// `notify_last` (hybrid-2: this thread sleeps on its control channel),
     /// without (hybrid-1: this thread polls the cell).
     pub fn read_hybrid(&mut self, block: usize, len: usize, notify_last: bool, timeout: Duration) -> Result<Vec<u8>> {
-        self.check_block(block, len)?;
+        block_offset(&self.params, block, len)?;
         self.seq = self.seq.wrapping_add(1).max(1);
         let mut req = [0u8; REQUEST];
         put32(&mut req, 0, self.seq);
@@ -236,10 +238,10 @@ impl CacheClient {
         put32(&mut req, 8, len as u32);
         put32(&mut req, 12, u32::from(notify_last));
         req[16..].copy_from_slice(&self.reply.name());
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         loop {
             self.requests.write((self.slot * REQUEST) as u32, &req, true)?;
-            let resend = (Instant::now() + self.rto).min(deadline);
+            let resend = vipc::deadline_after(Instant::now(), self.rto).min(deadline);
             while Instant::now() < resend {
                 if let Some(data) = self.answered(len)? {
                     return Ok(data);
@@ -268,4 +270,12 @@ impl CacheClient {
         let data = self.reply.to_vec(CELL as u32, len)?;
         Ok((check(u64::from(self.seq), &[&data]) == get32(&cell, 8)).then_some(data))
     }
+}
+
+/// Where block `block` starts in the cache, if it is one and `len` bytes fit in it.
+fn block_offset(params: &CacheParams, block: usize, len: usize) -> Result<u32> {
+    if block >= params.blocks || len > params.block {
+        return Err(Error::TooLarge { what: "block", len, max: params.block });
+    }
+    Ok((block * params.block) as u32)
 }

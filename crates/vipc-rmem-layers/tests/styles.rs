@@ -128,3 +128,27 @@ fn a_request_naming_a_reply_segment_nobody_exports_does_not_stop_the_server() {
     stop.store(true, Ordering::Relaxed);
     t.join().unwrap();
 }
+
+/// What a caller may pass: `Duration::MAX` as "no limit" (it panicked,
+/// adding to `Instant::now()`), a zero RTO (every hybrid read timed out:
+/// no answer was looked at before the request went again), and a block
+/// past the cache or data longer than a block (`fill` wrote block 0, or
+/// cut the data short, without a word).
+#[test]
+fn unbounded_timeouts_a_zero_rto_and_bad_blocks_are_taken_as_meant() {
+    let nodes = cluster(2, 25, clean());
+    let server = CacheServer::export(&nodes[0], PARAMS).unwrap();
+    server.fill(1, &pattern(PARAMS.block, 1)).unwrap();
+    assert!(matches!(server.fill(PARAMS.blocks, &[1]), Err(Error::TooLarge { .. })));
+    assert!(matches!(server.fill(usize::MAX / PARAMS.block, &[1]), Err(Error::TooLarge { .. })));
+    assert!(matches!(server.fill(0, &[1; PARAMS.block + 1]), Err(Error::TooLarge { .. })));
+    let names = server.names();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve(server, stop.clone());
+    let mut client = CacheClient::connect(&nodes[1], names, PARAMS, 0, Duration::MAX).unwrap();
+    assert_eq!(client.read_direct(1, 100, Duration::MAX).unwrap(), pattern(100, 1));
+    client.set_rto(Duration::ZERO);
+    assert_eq!(client.read_hybrid(1, 100, false, Duration::MAX).unwrap(), pattern(100, 1));
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}

@@ -93,7 +93,7 @@ impl Asker {
                 return Err(Error::Layout { host, why: format!("a request segment of {} bytes", seg.size()) });
             }
             seg.write(u32::from(me) % slots * REQUEST_SIZE as u32, &bytes, true)?;
-            let resend = (Instant::now() + self.rto).min(deadline);
+            let resend = vipc::deadline_after(Instant::now(), self.rto).min(deadline);
             if let Some(found) = self.await_answer(host, name, resend)? {
                 return Ok(found);
             }
@@ -111,7 +111,7 @@ impl Asker {
     /// Spins for `spin` on the answer area, then sleeps on its control
     /// channel (the answer is written with notify) until `until`.
     fn await_answer(&mut self, host: HostId, name: &str, until: Instant) -> Result<Option<Option<(u32, Entry)>>> {
-        let spin_until = Instant::now() + self.spin;
+        let spin_until = vipc::deadline_after(Instant::now(), self.spin);
         loop {
             if let Some(found) = self.answered(host, name)? {
                 return Ok(Some(found));

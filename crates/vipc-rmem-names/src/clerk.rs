@@ -31,6 +31,7 @@ pub struct ClerkParams {
     /// sent again. At least 100 ms keeps the fast path: a shorter wait does
     /// not read the answer off the socket itself (vipc's receive poll is
     /// 100 ms) but sleeps until the node's reader hands it over (~2 ms).
+    /// Taken as at least 1 ms (with none, no answer was ever waited for).
     pub read_wait: Duration,
     /// How long a lookup may spend on one host's table.
     pub timeout: Duration,
@@ -273,7 +274,7 @@ impl Clerk {
         if host == self.host() {
             return self.lookup_local(name)?.ok_or_else(|| Error::NotFound(name.to_string()));
         }
-        match lock(&self.asker).ask(host, name, Instant::now() + timeout)? {
+        match lock(&self.asker).ask(host, name, vipc::deadline_after(Instant::now(), timeout))? {
             Some((slot, e)) => Ok(self.remember(host, slot, e, Source::Notified)),
             None => {
                 let mut cache = lock(&self.cache);
@@ -297,7 +298,7 @@ impl Clerk {
         let snapshot = lock(&self.cache).snapshot();
         let mut purged = 0;
         for c in snapshot {
-            let deadline = Instant::now() + self.params.timeout;
+            let deadline = vipc::deadline_after(Instant::now(), self.params.timeout);
             let still = match lock(&self.peers).entry(c.host, c.slot, deadline) {
                 Ok((inc, Some(e))) => inc == c.incarnation && e == c.entry,
                 Ok((_, None)) | Err(_) => false,
@@ -314,10 +315,10 @@ impl Clerk {
     /// cached binding that no longer imports (its segment unexported) is
     /// dropped and the name pulled again, once.
     pub fn import(&self, name: &str, access: Access, timeout: Duration) -> Result<RemoteSegment> {
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let mut f = self.lookup(name, None)?;
         if f.source == Source::Cache {
-            let quick = Instant::now() + self.params.read_wait.min(timeout);
+            let quick = vipc::deadline_after(Instant::now(), self.params.read_wait.min(timeout));
             match import_retrying(&self.node, f.binding.segment, access, quick) {
                 Ok(seg) => return Ok(seg),
                 Err(_) => f = self.lookup_fresh(name, None)?,
@@ -339,7 +340,7 @@ impl Clerk {
         hosts.extend(self.params.peers.iter().copied().filter(|h| Some(*h) != hint));
         let mut failure = None;
         for host in hosts.into_iter().filter(|&h| h != me) {
-            match self.pull_from(host, name, Instant::now() + self.params.timeout) {
+            match self.pull_from(host, name, vipc::deadline_after(Instant::now(), self.params.timeout)) {
                 Ok(Some(f)) => return Ok(f),
                 Ok(None) => {}
                 Err(e) => failure = failure.or(Some(e)),

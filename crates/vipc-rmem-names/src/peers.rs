@@ -57,6 +57,7 @@ impl Peers {
     pub fn new(node: &Node, read_wait: Duration, window: u32) -> Result<Peers> {
         let window = window.max(1);
         let anon = node.anonymous_segment(HEADER_SIZE.max(window as usize * ENTRY_SIZE))?;
+        let read_wait = read_wait.max(Duration::from_millis(1));
         Ok(Peers { node: node.clone(), anon, tables: HashMap::new(), read_wait, window, stats: PullStats::default() })
     }
 

@@ -126,7 +126,7 @@ impl BlockReceiver {
     /// not complete within `timeout`; the packets that arrived stay in the
     /// segment, so the next call goes on with the same block.
     pub fn recv(&mut self, timeout: Duration) -> Result<Vec<u8>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let mut p = match self.progress.take() {
             Some(p) => p,
             None => Progress::new(self.done.wrapping_add(1), &self.params),

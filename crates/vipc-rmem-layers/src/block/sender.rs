@@ -84,7 +84,7 @@ impl BlockSender {
     /// acknowledgement segment and registers it in the receiver's header
     /// (written, then read back until it is there: the write may be lost).
     pub fn connect(node: &Node, receiver: SegmentName, timeout: Duration) -> Result<BlockSender> {
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let remote = import_retrying(node, receiver, Access::READ_WRITE, timeout)?;
         let anon = node.anonymous_segment(HEADER)?;
         let head = read_until(&remote, &anon, 0, HEADER, deadline)?;
@@ -164,7 +164,7 @@ impl BlockSender {
         if data.len() > self.params.max_block {
             return Err(Error::TooLarge { what: "block", len: data.len(), max: self.params.max_block });
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let block = self.next;
         self.next = self.next.wrapping_add(1);
         let units = packets(data.len(), self.params.packet).div_ceil(self.params.unit);
@@ -288,7 +288,7 @@ impl BlockSender {
         deadline: Instant,
     ) -> Result<Wait> {
         let (lo, next) = span;
-        let end = (Instant::now() + self.rto).min(deadline);
+        let end = vipc::deadline_after(Instant::now(), self.rto).min(deadline);
         loop {
             let mut touched = 0u32;
             while let Some(r) = self.acks.poll_control()? {

@@ -55,7 +55,7 @@ impl RapidClient {
     /// segment and claims a free stack: CAS-II of its cell from 0 to 1 with
     /// a fresh nonce (retried with the same nonce when the answer is lost).
     pub fn bind(node: &Node, server: SegmentName, timeout: Duration) -> Result<RapidClient> {
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         let seg = import_retrying(node, server, Access::READ_WRITE, timeout)?;
         let anon = node.anonymous_segment(HEADER)?;
         let head = loop {
@@ -108,7 +108,7 @@ impl RapidClient {
         if args.len() > self.params.max_args {
             return Err(Error::TooLarge { what: "arguments", len: args.len(), max: self.params.max_args });
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
         self.seq = self.seq.wrapping_add(1).max(1);
         let reply_to = self.results.name();
         let mut call = Call { seq: self.seq, nonce: self.nonce, proc, len: args.len() as u32, check: 0, reply_to };
@@ -137,7 +137,7 @@ impl RapidClient {
     /// result is there or the retransmission timeout passes (`None`).
     fn wait_result(&mut self, deadline: Instant) -> Result<Option<Result<Vec<u8>>>> {
         let start = Instant::now();
-        let end = (start + self.rto).min(deadline);
+        let end = vipc::deadline_after(start, self.rto).min(deadline);
         loop {
             if let Some(r) = self.result()? {
                 return Ok(Some(r));

@@ -102,7 +102,7 @@ impl RapidServer {
     where
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
-        let (end, before) = (Instant::now() + time, self.stats.calls);
+        let (end, before) = (vipc::deadline_after(Instant::now(), time), self.stats.calls);
         let (mut busy_until, mut next_scan) = (Instant::now(), Instant::now());
         loop {
             let now = Instant::now();
@@ -115,7 +115,7 @@ impl RapidServer {
                 next_scan = now + TICK;
             }
             if self.serve_stacks(stacks, &mut handler)? > 0 {
-                busy_until = Instant::now() + self.spin;
+                busy_until = vipc::deadline_after(Instant::now(), self.spin);
             } else if now >= busy_until {
                 self.seg.wait_record(TICK.min(end - now))?;
             } else {
