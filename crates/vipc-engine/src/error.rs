@@ -41,6 +41,9 @@ pub enum Error {
     /// A process cannot send to itself (it would wait forever).
     #[error("a process cannot send to itself")]
     SendToSelf,
+    /// A process cannot wait for a message from itself alone (it would wait forever).
+    #[error("a process cannot wait for a message from itself")]
+    ReceiveFromSelf,
     /// The operation was abandoned because the process or its peer was destroyed.
     #[error("process {0} was destroyed")]
     Destroyed(Pid),

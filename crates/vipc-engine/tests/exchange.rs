@@ -754,3 +754,21 @@ fn a_resent_reply_is_the_lost_packet_byte_for_byte() {
     assert_eq!(replies[0], replies[1]);
     assert_eq!(net.stats(0).replies_resent, 1);
 }
+
+/// ReceiveSpecific from itself is refused (it would wait for ever, as a
+/// Send to itself would), and one from a local process ends when that
+/// process is destroyed (it waited for ever).
+#[test]
+fn a_receive_from_itself_is_refused_and_one_from_a_process_that_dies_ends() {
+    let mut net = Net::new(1);
+    let (a, b) = (net.proc(0), net.proc(0));
+    let now = net.now;
+    assert_eq!(net.nodes[0].receive(now, a, Some(a), 0), Err(Error::ReceiveFromSelf));
+    net.nodes[0].receive(now, a, Some(b), 0).unwrap();
+    net.nodes[0].destroy_process(now, b).unwrap();
+    net.settle();
+    assert!(matches!(net.take(0, a), Some(Completion::Receive(Err(Error::NoSuchProcess(p)))) if p == b));
+    net.nodes[0].receive(now, a, None, 0).unwrap();
+    net.settle();
+    assert!(net.take(0, a).is_none(), "a plain Receive still waits");
+}

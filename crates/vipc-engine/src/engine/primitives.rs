@@ -287,6 +287,9 @@ impl Engine {
         self.check_caller(pid)?;
         if let Some(o) = only {
             check_destination(o)?;
+            if o == pid {
+                return Err(Error::ReceiveFromSelf);
+            }
             if self.is_local(o) && !self.procs.contains_key(&o) {
                 return Err(Error::NoSuchProcess(o));
             }
@@ -611,6 +614,15 @@ impl Engine {
             if self.exchanges.remove(&s).is_some() {
                 self.wake(s, Completion::Send(Err(Error::NoSuchProcess(pid))));
             }
+        }
+        // So do processes waiting for a message from it alone (ReceiveSpecific).
+        let mut receivers: Vec<Pid> = (self.procs.iter())
+            .filter(|(_, p)| matches!(p.blocked, Blocked::Receive { only: Some(o), .. } if o == pid))
+            .map(|(r, _)| *r)
+            .collect();
+        receivers.sort();
+        for r in receivers {
+            self.wake(r, Completion::Receive(Err(Error::NoSuchProcess(pid))));
         }
         let mut remote_waiting: Vec<Pid> = self
             .aliens
