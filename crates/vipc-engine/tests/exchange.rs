@@ -772,3 +772,18 @@ fn a_receive_from_itself_is_refused_and_one_from_a_process_that_dies_ends() {
     net.settle();
     assert!(net.take(0, a).is_none(), "a plain Receive still waits");
 }
+
+/// UnsetPid removes a name only if it is still the caller's: a server that
+/// stops leaves the name a newer one took over.
+#[test]
+fn unset_pid_removes_only_ones_own_registration() {
+    let mut net = Net::new(1);
+    let (old, new) = (net.proc(0), net.proc(0));
+    let e = &mut net.nodes[0];
+    e.set_pid(b"svc", old, Scope::Any).unwrap();
+    e.set_pid(b"svc", new, Scope::Any).unwrap();
+    assert!(!e.unset_pid(b"svc", old), "no longer the old one's");
+    assert_eq!(e.registered(b"svc", false), Some(new));
+    assert!(e.unset_pid(b"svc", new));
+    assert_eq!(e.registered(b"svc", false), None);
+}

@@ -191,3 +191,19 @@ fn dropping_a_client_of_a_dead_server_is_quick_whatever_it_holds_open() {
     // One close fails after T_t (300 ms here); the other 19 are not tried.
     assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
 }
+
+/// A second server started under a name takes it over; stopping the first
+/// afterwards leaves the name to the second (it removed it, and clients
+/// found no server).
+#[test]
+fn stopping_a_server_leaves_its_name_to_a_newer_one() {
+    let (server_node, client_node, _) = pair(|_| {});
+    let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(new_dir.path().join("f"), b"new").unwrap();
+    let name = export_name("twice");
+    let old = serve(&server_node, &name, old_dir.path(), false);
+    let _new = serve(&server_node, &name, new_dir.path(), false);
+    drop(old);
+    let c = vipc_fs::FsClient::connect(&client_node, &name).expect("the newer server still answers");
+    assert_eq!(c.lookup("f").unwrap().size, 3, "and it is the newer one");
+}

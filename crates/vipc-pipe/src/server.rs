@@ -100,7 +100,8 @@ impl PipeServer {
     fn shutdown(&mut self) {
         let Some(thread) = self.thread.take() else { return };
         self.stopping.store(true, Ordering::SeqCst);
-        let _ = self.node.set_pid(&proto::service_name(&self.name), Pid::NONE, Scope::Any);
+        // Not a newer server's under the same name.
+        let _ = self.node.unset_pid(&proto::service_name(&self.name), self.pid);
         if let Ok(p) = self.node.attach() {
             let mut m = proto::request(proto::OP_STOP, 0, self.token);
             if p.send(&mut m, self.pid).is_ok() {

@@ -249,6 +249,12 @@ impl Node {
         self.handle.shared.call(None, |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
+    /// Removes the registration of `name` if it is `pid`'s (not one that
+    /// another process has taken over since); whether it was.
+    pub fn unset_pid(&self, name: &str, pid: Pid) -> Result<bool> {
+        self.handle.shared.call(None, |e, _| Ok(e.unset_pid(name.as_bytes(), pid)))
+    }
+
     /// Makes the calling thread a V process: the returned [`Process`] owns a
     /// new pid, destroyed when it is dropped.
     pub fn attach(&self) -> Result<Process> {

@@ -357,6 +357,11 @@ impl Process {
         self.shared.call(Some(self.pid), |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
+    /// [`crate::Node::unset_pid`].
+    pub fn unset_pid(&self, name: &str, pid: Pid) -> Result<bool> {
+        self.shared.call(Some(self.pid), |e, _| Ok(e.unset_pid(name.as_bytes(), pid)))
+    }
+
     /// GetPid: looks `name` up in `scope`; a remote lookup broadcasts and the
     /// first answer wins. `None` if nobody has registered the name.
     pub fn get_pid(&self, name: &str, scope: Scope) -> Result<Option<Pid>> {

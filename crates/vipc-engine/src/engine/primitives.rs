@@ -498,6 +498,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Removes the registration of `name` if it is `pid`'s; whether it was.
+    /// A server that stops must not remove the name a newer one has taken
+    /// over since. Never blocks.
+    pub fn unset_pid(&mut self, name: &[u8], pid: Pid) -> bool {
+        let ours = self.names.get(name).is_some_and(|&(p, _)| p == pid);
+        if ours {
+            self.names.remove(name);
+        }
+        ours
+    }
+
     /// The pid registered under `name` as a GetPid from another node
     /// (`remote`) or from this one would find it, without blocking: what a
     /// server answering a location query on behalf of its node needs.

@@ -90,7 +90,7 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
                 continue;
             }
             stop.store(true, Ordering::SeqCst);
-            let _ = p.set_pid(&name, Pid::NONE, vipc::Scope::Any);
+            let _ = p.unset_pid(&name, me); // not a newer server's under the same name
             for w in &pool.workers {
                 let mut m = Req::new(OP_STOP).0;
                 let _ = p.send(&mut m, *w);
