@@ -249,6 +249,16 @@ impl Node {
         self.handle.shared.call(None, |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
+    /// [`ProtocolError::BadName`](crate::ProtocolError::BadName) unless
+    /// `name` can be registered (1 to 32 bytes): for a caller that would
+    /// start a process only to find its name refused.
+    pub fn check_name(name: &str) -> Result<()> {
+        if name.is_empty() || name.len() > vipc_engine::MAX_NAME {
+            return Err(vipc_engine::Error::BadName.into());
+        }
+        Ok(())
+    }
+
     /// Removes the registration of `name` if it is `pid`'s (not one that
     /// another process has taken over since); whether it was.
     pub fn unset_pid(&self, name: &str, pid: Pid) -> Result<bool> {

@@ -296,6 +296,7 @@ pub fn spawn_group_member(node: &Node, group: Pid) -> Result<Pid> {
 
 /// Starts the echo service on `node`, registered under `name` (scope Any) if given.
 pub fn spawn_echo(node: &Node, name: Option<&str>) -> Result<Pid> {
+    name.map_or(Ok(()), Node::check_name)?; // before there is a process to leave behind
     let (pid, _thread) = node.spawn(echo)?;
     if let Some(name) = name {
         node.set_pid(name, pid, Scope::Any)?;

@@ -245,3 +245,16 @@ fn reading_past_a_local_segment_is_an_error_before_anything_is_allocated() {
     }
     assert_eq!(seg.to_vec(4000, 96).unwrap().len(), 96);
 }
+
+/// A service started under a name that cannot be registered: BadName, and
+/// no process is left running unregistered.
+#[test]
+fn a_service_with_a_bad_name_is_refused_before_it_starts() {
+    let nodes = cluster(1);
+    let before = nodes[0].stats().processes;
+    for name in ["", "a name far longer than the thirty-two bytes a name may have"] {
+        let e = vipc::services::spawn_echo(&nodes[0], Some(name)).unwrap_err();
+        assert!(is(&e, |p| matches!(p, ProtocolError::BadName)), "{name:?}: {e}");
+    }
+    assert_eq!(nodes[0].stats().processes, before, "no process left behind");
+}

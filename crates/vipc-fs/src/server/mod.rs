@@ -105,7 +105,6 @@ impl FileServer {
     /// MKDIR arrive already masked by the client (as a FUSE kernel module
     /// does), so the server must not mask them again.
     pub fn start_tuned(node: &Node, cfg: ExportConfig, tuning: Tuning) -> FsResult<FileServer> {
-        rustix::process::umask(rustix::fs::Mode::empty());
         let name = service_name(&cfg.name);
         if name.len() > 32 || cfg.name.is_empty() {
             return Err(FsError::Protocol(format!("export name {:?} must be 1 to 29 bytes", cfg.name)));
@@ -117,6 +116,8 @@ impl FileServer {
         }
         let root = confine::Root::open(&cfg.dir)
             .map_err(|e| FsError::Protocol(format!("cannot export {}: {e}", cfg.dir.display())))?;
+        // Only once the server will start (a refused one leaves the process's umask alone).
+        rustix::process::umask(rustix::fs::Mode::empty());
         let instance = rand_instance();
         let svc = Arc::new(Service {
             root,
