@@ -375,15 +375,30 @@ fn permissions(d: &Path) {
     let s = d.join("script.sh");
     fs::write(&s, b"#!/bin/sh\necho ran\n").unwrap();
     fs::set_permissions(&s, fs::Permissions::from_mode(0o644)).unwrap();
-    let e = Command::new(&s).output().unwrap_err();
+    let e = run_fresh(&s).unwrap_err();
     assert_eq!(errno_of(&e), libc::EACCES, "exec without x");
     fs::set_permissions(&s, fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&s).output().unwrap();
+    let out = run_fresh(&s).unwrap();
     assert_eq!(out.stdout, b"ran\n");
     // chmod of a directory.
     fs::create_dir(d.join("dir")).unwrap();
     fs::set_permissions(d.join("dir"), fs::Permissions::from_mode(0o711)).unwrap();
     assert_eq!(fs::metadata(d.join("dir")).unwrap().permissions().mode() & 0o777, 0o711);
+}
+
+/// Runs a program just written. Another test thread that forks while our
+/// descriptor of it is open for writing holds that descriptor in its child
+/// until the child's exec, and exec fails with ETXTBSY meanwhile (a Linux
+/// race of fork with exec, seen here once; nothing of the file system's):
+/// tried again a while.
+fn run_fresh(program: &Path) -> std::io::Result<std::process::Output> {
+    for _ in 0..100 {
+        match Command::new(program).output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => std::thread::sleep(Duration::from_millis(10)),
+            r => return r,
+        }
+    }
+    Command::new(program).output()
 }
 
 fn timestamps(d: &Path) {
