@@ -2,10 +2,10 @@
 //! (seed 003, ch. 6.3), built only on vipc's public API.
 //!
 //! - [`ising`]: a red/black Metropolis sweep of an L×L spin glass split by
-//!   rows over P nodes. After each half-sweep a node remote-writes its two
-//!   boundary rows into its neighbours' exported segments; the rows carry
-//!   the half-sweep's sequence number and a check word, which is all the
-//!   synchronisation the neighbours need. A row that is lost, duplicated
+//!   rows over P nodes. Every `depth` half-sweeps (8 by default) a node
+//!   remote-writes its boundary rows (ghost rows `depth` deep) into its
+//!   neighbours' exported segments; they carry the exchange's number and a
+//!   check word, which is all the synchronisation the neighbours need. A row that is lost, duplicated
 //!   or overtaken is fetched by a remote read of the writer's own copy, so
 //!   every run equals the sequential one bit for bit.
 //! - [`sim`]: a conservative (Chandy–Misra) gate-level simulation of a

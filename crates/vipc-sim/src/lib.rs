@@ -23,8 +23,10 @@
 //! loss, duplication, reordering), `heavy-loss` (30%), `partitions` (two-way
 //! and one-way cuts, some longer than T_t), `crashes` (nodes die and restart
 //! with the same host id), `allocate` (host ids by announcement–complaint with
-//! a forced collision), `crowded` (3 aliens, tiny buffers, many clients) and
-//! `bulk` (1 MiB segments under 20% loss).
+//! a forced collision), `crowded` (3 aliens, tiny buffers, many clients),
+//! `bulk` (1 MiB segments under 20% loss) and `keyed` (a cluster key: every
+//! packet authenticated; 10% loss and 1% of datagrams damaged, which the MAC
+//! must reject).
 //!
 //! Group scenarios ([`Scenario::group_suite`], run by `crate::groups`, not
 //! part of the round-robin seed mapping): every node runs members of one

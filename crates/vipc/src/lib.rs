@@ -41,9 +41,10 @@
 //! A node's broadcast channel ([`Broadcast`]) is an IPv4 multicast group
 //! (default [`DEFAULT_GROUP`] on interface 127.0.0.1 with TTL 1: every node on
 //! this machine) and/or a list of static peers that get every broadcast by
-//! unicast. Broadcasts carry logical-host allocation, location-cache misses
-//! and remote GetPid; everything else is unicast to the address learned from
-//! the peer's packets.
+//! unicast. Broadcasts carry logical-host allocation, I-Am-Here, location-cache
+//! misses, remote GetPid and reliable group Sends; a plain group Send goes to
+//! its group's multicast address; everything else is unicast to the address
+//! learned from the peer's packets.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
