@@ -38,4 +38,4 @@ pub mod state;
 
 pub use client::{lookup, stat, PipeReader, PipeStat, PipeWriter, WRITE_CHUNK};
 pub use error::{PipeError, PipeResult};
-pub use server::{PipeConfig, PipeServer, INLINE};
+pub use server::{PipeConfig, PipeServer, INLINE, MIN_LEASE};

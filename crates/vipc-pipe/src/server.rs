@@ -21,13 +21,18 @@ pub const INLINE: usize = 64 * 1024;
 pub struct PipeConfig {
     /// Bytes the pipe buffers; also the largest atomic write. Writers block when it is full.
     pub capacity: usize,
-    /// An end not heard from (request or heartbeat) for this long is closed as dead.
+    /// An end not heard from (request or heartbeat) for this long is closed
+    /// as dead. At least [`MIN_LEASE`]: a client's heartbeats come every
+    /// quarter lease but at most every 10 ms, so a shorter one closed live ends.
     pub lease: Duration,
     /// How often the server checks leases.
     pub tick: Duration,
     /// Most ends open at once; also the most reads and writes held waiting at once.
     pub max_ends: usize,
 }
+
+/// The shortest lease a server takes.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
 impl Default for PipeConfig {
     fn default() -> PipeConfig {
@@ -57,11 +62,11 @@ impl PipeServer {
         if name.is_empty() || name.len() > proto::MAX_NAME {
             return Err(PipeError::BadName(name.to_string()));
         }
-        // The lease travels in whole milliseconds (a client refuses 0).
+        // The lease travels in whole milliseconds.
         let lease_ms = cfg.lease.as_millis();
         if cfg.capacity == 0
             || cfg.capacity > u32::MAX as usize / 2
-            || lease_ms == 0
+            || cfg.lease < MIN_LEASE
             || lease_ms > u128::from(u32::MAX)
             || cfg.tick.is_zero()
             || cfg.max_ends == 0

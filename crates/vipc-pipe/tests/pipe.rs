@@ -440,6 +440,8 @@ fn settings_a_pipe_cannot_run_with_are_refused() {
     let nodes = cluster(1, 0x1d1);
     for (what, cfg) in [
         ("a lease under a millisecond", PipeConfig { lease: Duration::from_micros(500), ..small(10) }),
+        // Heartbeats come at most every 10 ms: live ends would expire.
+        ("a lease under MIN_LEASE", PipeConfig { lease: vipc_pipe::MIN_LEASE / 2, ..small(10) }),
         ("no ends", PipeConfig { max_ends: 0, ..small(10) }),
         ("no room", small(0)),
     ] {
