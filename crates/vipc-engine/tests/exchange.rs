@@ -787,3 +787,25 @@ fn unset_pid_removes_only_ones_own_registration() {
     assert!(e.unset_pid(b"svc", new));
     assert_eq!(e.registered(b"svc", false), None);
 }
+
+/// ReplyRoom: what a Reply to the sender may carry in its packet — a
+/// packet's data to a remote node (1,400 bytes by default), a loopback
+/// packet's to a local sender, nothing to one that awaits no reply here.
+#[test]
+fn reply_room_is_what_the_reply_packet_to_the_sender_can_carry() {
+    let mut net = Net::new(2);
+    let (server, local, remote) = (net.proc(0), net.proc(0), net.proc(1));
+    let now = net.now;
+    assert_eq!(net.nodes[0].reply_room(remote), 0, "awaits nothing yet");
+    net.nodes[1].send(now, remote, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).from, remote);
+    assert_eq!(net.nodes[0].reply_room(remote), 1_400);
+    net.nodes[0].send(now, local, server, msg(2), SendOptions::default(), None).unwrap();
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).from, local);
+    assert_eq!(net.nodes[0].reply_room(local), Config::default().local_data());
+}

@@ -357,6 +357,13 @@ impl Process {
         self.shared.call(Some(self.pid), |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
+    /// The most segment bytes a [`Process::reply_with_segment`] to `to` may
+    /// carry in the reply packet: more must be moved (MoveTo) first. 0 if
+    /// `to` awaits no reply here.
+    pub fn reply_room(&self, to: Pid) -> Result<usize> {
+        self.shared.call(Some(self.pid), |e, _| Ok(e.reply_room(to)))
+    }
+
     /// [`crate::Node::unset_pid`].
     pub fn unset_pid(&self, name: &str, pid: Pid) -> Result<bool> {
         self.shared.call(Some(self.pid), |e, _| Ok(e.unset_pid(name.as_bytes(), pid)))

@@ -498,6 +498,20 @@ impl Engine {
         Ok(())
     }
 
+    /// The most segment bytes a Reply to `to` may carry in its packet
+    /// ([`Engine::reply`] refuses more): a packet's data to `to`'s node, or
+    /// to a local sender what a loopback packet holds. 0 if `to` awaits no
+    /// reply from a process of this node (or is a group Send's sender).
+    pub fn reply_room(&self, to: Pid) -> usize {
+        if self.exchanges.get(&to).is_some_and(|ex| matches!(ex.state, ExchangeState::Local { received_by: Some(_) })) {
+            return self.cfg.local_data();
+        }
+        self.aliens
+            .get(&to)
+            .filter(|a| matches!(a.state, AlienState::Received { .. }))
+            .map_or(0, |a| self.cfg.data_to(a.addr))
+    }
+
     /// Removes the registration of `name` if it is `pid`'s; whether it was.
     /// A server that stops must not remove the name a newer one has taken
     /// over since. Never blocks.

@@ -44,10 +44,12 @@ impl Pool {
 /// served from the page cache in microseconds, so that a forward to a
 /// worker would be much of their cost. Not those that move bulk data
 /// (large reads, directory listings, writes not all appended) or wait for
-/// the disk (fsync): they would hold up the next client's request.
-fn served_inline(req: &Req, info: &ReceiveInfo) -> bool {
+/// the disk (fsync): they would hold up the next client's request. A READ
+/// is one only if its data fit in the reply packet to that client (`room`:
+/// 64 KiB on loopback, 1,400 bytes over a 1,500-byte network by default).
+fn served_inline(req: &Req, info: &ReceiveInfo, room: impl FnOnce() -> usize) -> bool {
     match req.op() {
-        OP_READ => req.count() as usize <= MAX_PACKET_DATA,
+        OP_READ => req.count() as usize <= MAX_PACKET_DATA.min(room()),
         OP_READDIR | OP_FSYNC | OP_STOP | OP_PING_OWNER => false,
         _ => needed(req) <= info.len,
     }
@@ -73,7 +75,7 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
             }
         };
         let from = info.from;
-        if pool.idle() && served_inline(&Req(msg), &info) {
+        if pool.idle() && served_inline(&Req(msg), &info, || p.reply_room(from).unwrap_or(0)) {
             if let Err(e) = handle(&p, &svc, &info, Req(msg), &rbuf[..info.len], &mut io, &mut wbuf) {
                 if stopped(&e) {
                     break;
@@ -349,8 +351,32 @@ pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBo
 
 #[cfg(test)]
 mod tests {
-    use super::owner_to_release;
-    use vipc::Pid;
+    use super::{owner_to_release, served_inline};
+    use crate::proto::{Req, OP_READ};
+    use vipc::{Access, Pid, ReceiveInfo};
+
+    /// A page read the receiver serves itself only if it fits the reply
+    /// packet to its client: over a real network the rest would be a MoveTo
+    /// holding up every other client's request.
+    #[test]
+    fn a_read_is_served_inline_only_if_it_fits_the_reply_packet() {
+        let info = ReceiveInfo {
+            from: Pid::new(5, 2),
+            forwarder: Pid::new(5, 2),
+            len: 0,
+            segment_size: 1 << 20,
+            access: Access::READ_WRITE,
+        };
+        let read = |n: u32| {
+            let mut r = Req::new(OP_READ);
+            r.set_count(n);
+            r
+        };
+        assert!(served_inline(&read(4096), &info, || 65_419), "on loopback");
+        assert!(!served_inline(&read(4096), &info, || 1_400), "over a 1,500-byte network");
+        assert!(served_inline(&read(1_400), &info, || 1_400));
+        assert!(!served_inline(&read(512), &info, || 0), "a sender that awaits no reply here");
+    }
 
     #[test]
     fn a_failed_exchange_releases_only_an_owner_of_its_own_host() {
