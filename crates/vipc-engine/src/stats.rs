@@ -77,6 +77,10 @@ pub struct Stats {
     /// completed, waiting in Receive (no hand-off from the multicast
     /// thread). Counted by the runtime; the engine leaves it 0.
     pub multicast_by_receiver: u64,
+    /// Datagrams from this node's own addresses, skipped unread: its
+    /// wake-ups of a thread blocked reading the socket, its broadcasts
+    /// looped back, or forged ones. Counted by the runtime; the engine leaves it 0.
+    pub own_datagrams: u64,
     /// Fire-and-forget calls (remote writes) that waited because more than
     /// the runtime's send-queue limit was queued unsent. Counted by the
     /// runtime; the engine leaves it 0.
@@ -205,6 +209,7 @@ impl Stats {
             ("group_failures", self.group_failures),
             ("unicast_fanout", self.unicast_fanout),
             ("multicast_by_receiver", self.multicast_by_receiver),
+            ("own_datagrams", self.own_datagrams),
             ("writes_throttled", self.writes_throttled),
             ("rmem_answers_from_segment", self.rmem_answers_from_segment),
             ("rmem_answers_in_place", self.rmem_answers_in_place),

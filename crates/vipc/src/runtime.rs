@@ -173,6 +173,8 @@ pub(crate) struct State {
     joined: HashMap<Ipv4Addr, u32>,
     /// Unicast copies sent in place of multicast ([`Stats::unicast_fanout`]).
     fanout: u64,
+    /// Datagrams from our own addresses, skipped ([`Stats::own_datagrams`]).
+    own_datagrams: u64,
     /// Buffers of placed data, kept for the next datagram read for another
     /// thread's lent buffer (a fresh 64 KiB allocation costs page faults).
     place_bufs: Vec<Vec<u8>>,
@@ -270,6 +272,7 @@ impl Shared {
                 mcast: mcast::Token::default(),
                 joined: HashMap::new(),
                 fanout: 0,
+                own_datagrams: 0,
                 place_bufs: Vec::new(),
                 record_waiters: HashMap::new(),
             }),
@@ -551,6 +554,7 @@ impl Shared {
         lent: bool,
     ) -> (Option<Placement>, Option<Placement>) {
         if self.own.contains(&from) {
+            st.own_datagrams += 1;
             return (None, None);
         }
         let now = self.now();
@@ -657,6 +661,7 @@ impl Shared {
         let st = self.lock();
         Stats {
             unicast_fanout: st.fanout,
+            own_datagrams: st.own_datagrams,
             multicast_by_receiver: st.mcast.by_receiver,
             writes_throttled: st.throttled_calls,
             rmem_answers_from_segment: st.answers_from_segment,

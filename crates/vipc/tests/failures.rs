@@ -258,3 +258,25 @@ fn a_service_with_a_bad_name_is_refused_before_it_starts() {
     }
     assert_eq!(nodes[0].stats().processes, before, "no process left behind");
 }
+
+/// Datagrams from the node's own address — its wake-ups of the background
+/// thread blocked reading the socket, sent when a process comes to read it
+/// after a pause — are skipped and counted, like every datagram that is not
+/// a packet for the engine.
+#[test]
+fn the_nodes_own_wake_ups_are_counted_as_its_own_datagrams() {
+    let nodes = cluster(2);
+    let echo = vipc::services::spawn_echo(&nodes[1], None).unwrap();
+    let p = nodes[0].attach().unwrap();
+    let before = nodes[0].stats().own_datagrams;
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(20)); // past GRACE: the background thread reads the socket
+        let mut m = [0u8; 32];
+        p.send(&mut m, echo).unwrap();
+    }
+    let t = Instant::now();
+    while nodes[0].stats().own_datagrams == before && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(nodes[0].stats().own_datagrams > before, "{:?}", nodes[0].stats());
+}
