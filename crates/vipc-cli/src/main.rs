@@ -1,5 +1,7 @@
-//! `vipc`: run a node, ping a process, read a node's counters, make a key,
-//! or run the demo cluster that exercises every primitive.
+//! `vipc`: run a node; run a command on another host; mount an export, or
+//! copy, cat and list its files; send to a group; ping a process; read a
+//! node's counters or its alive hosts; make a key; use a pipe; run the demo
+//! cluster that exercises every primitive; run the benchmarks.
 
 #![forbid(unsafe_code)]
 

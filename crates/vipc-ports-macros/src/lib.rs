@@ -11,7 +11,7 @@
 //!     fn get(&self, key: String) -> Option<Vec<u8>>;
 //!     fn put(&self, key: String, value: Vec<u8>) -> bool;
 //! }
-//! // generates KeyValueClient<'p> (connect/at, get, put) and KeyValueServer<S: KeyValue>.
+//! // generates KeyValueClient<'p> (connect/at, get, put) and KeyValueServer<S: KeyValue + Send + Sync>.
 //! ```
 
 #![forbid(unsafe_code)]
