@@ -641,7 +641,9 @@ impl Engine {
             }
         }
         // So do processes waiting for a message from it alone (ReceiveSpecific).
-        let mut receivers: Vec<Pid> = (self.procs.iter())
+        let mut receivers: Vec<Pid> = self
+            .procs
+            .iter()
             .filter(|(_, p)| matches!(p.blocked, Blocked::Receive { only: Some(o), .. } if o == pid))
             .map(|(r, _)| *r)
             .collect();
