@@ -46,8 +46,8 @@ mod time;
 
 pub use config::{Config, HostIdConfig};
 pub use engine::{
-    group_multicast_addr, seq_newer, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer, ControlRecord,
-    DataRecord, Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
+    check_name, group_multicast_addr, seq_newer, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer,
+    ControlRecord, DataRecord, Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
     ProtectionGroup, Refusal, Reliable, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE,
     MAX_K, WELL_KNOWN_GROUP_HOST,
 };

@@ -253,10 +253,7 @@ impl Node {
     /// `name` can be registered (1 to 32 bytes): for a caller that would
     /// start a process only to find its name refused.
     pub fn check_name(name: &str) -> Result<()> {
-        if name.is_empty() || name.len() > vipc_engine::MAX_NAME {
-            return Err(vipc_engine::Error::BadName.into());
-        }
-        Ok(())
+        Ok(vipc_engine::check_name(name.as_bytes())?)
     }
 
     /// Removes the registration of `name` if it is `pid`'s (not one that

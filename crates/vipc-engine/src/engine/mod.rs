@@ -28,6 +28,7 @@ use group::Groups;
 pub use group::{group_multicast_addr, well_known_group, GROUP_ADDR_BASE, WELL_KNOWN_GROUP_HOST};
 use host_alloc::HostAlloc;
 use location::LocationCache;
+pub use primitives::check_name;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 pub use reliable::{GroupOutcome, Reliable, MAX_K};

@@ -31,7 +31,9 @@ pub(crate) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), Error>
     }
 }
 
-fn check_name(name: &[u8]) -> Result<(), Error> {
+/// [`Error::BadName`] unless `name` can be registered or looked up (1 to
+/// [`crate::MAX_NAME`] bytes).
+pub fn check_name(name: &[u8]) -> Result<(), Error> {
     if name.is_empty() || name.len() > MAX_NAME {
         Err(Error::BadName)
     } else {
