@@ -128,3 +128,39 @@ fn a_limit_already_passed_abandons_at_once_and_an_idle_process_is_left_alone() {
     let stranger = Pid::new(7, 1);
     assert_eq!(net.nodes[0].limit(now, stranger, now), Err(Error::NotLocalProcess(stranger)));
 }
+
+#[test]
+fn blocking_calls_within_one_limit_share_one_timer_entry() {
+    let mut net = Net::new(1);
+    let (server, client) = (net.proc(0), net.proc(0));
+    let start = net.now;
+    let before = net.stats(0).timer_entries;
+    // A server loop within one long limit (002's `within` around it): every
+    // Receive arms the limit again. Then a later limit, past the first.
+    for (i, at) in
+        (0..1000).map(|i| (i, start + Duration::from_secs(60))).chain([(1000, start + Duration::from_secs(90))])
+    {
+        let now = net.now;
+        net.nodes[0].receive(now, server, None, 0).unwrap();
+        net.nodes[0].limit(now, server, at).unwrap();
+        net.nodes[0].send(now, client, server, msg(i as u8), SendOptions::default(), None).unwrap();
+        net.settle();
+        net.take_received(0, server);
+        net.nodes[0].reply(now, server, client, msg(0), None).unwrap();
+        net.settle();
+        net.take_send(0, client).unwrap();
+    }
+    assert!(net.stats(0).timer_entries <= before + 2, "{} timer entries", net.stats(0).timer_entries);
+    // The last limit still ends a Receive at its own time, not at the first's.
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[0].limit(now, server, start + Duration::from_secs(90)).unwrap();
+    net.advance(Duration::from_secs(60) - (now - start) + MS);
+    assert!(net.take(0, server).is_none(), "the first limit's entry does not end it");
+    net.advance(Duration::from_secs(31));
+    match net.take(0, server) {
+        Some(Completion::Receive(Err(Error::Deadline))) => {}
+        other => panic!("expected a receive deadline at the later limit, got {other:?}"),
+    }
+    assert_eq!(net.stats(0).deadlines, 1);
+}

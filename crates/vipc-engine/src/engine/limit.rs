@@ -31,9 +31,14 @@ impl Engine {
     }
 
     pub(super) fn limit_timer(&mut self, pid: Pid, at: Time) {
-        if self.procs.get(&pid).is_some_and(|p| p.limit_at == Some(at)) {
-            self.stats.deadlines += 1;
-            self.abandon(pid);
+        match self.procs.get(&pid).and_then(|p| p.limit_at) {
+            Some(l) if l == at => {
+                self.stats.deadlines += 1;
+                self.abandon(pid);
+            }
+            // The entry of an earlier limit, which this one reused: not yet.
+            Some(l) if l > at => self.arm(l, TimerKey::Limit(pid)),
+            _ => {}
         }
     }
 

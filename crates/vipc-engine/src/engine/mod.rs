@@ -393,13 +393,14 @@ impl Engine {
 
     /// The heap entry a timer `key` armed for `at` is to expect: a new one,
     /// or — for the timers of exchanges and aliens, re-armed on every
-    /// exchange, and of the remote-memory deadlines, re-armed on every
-    /// operation — one already pending for that key at or before `at` (its
-    /// handler finds the record early and re-arms). A busy client or server
-    /// thus keeps one live heap entry per peer process instead of one stale
-    /// entry per exchange. The caller records the time returned.
+    /// exchange, of the remote-memory deadlines, re-armed on every
+    /// operation, and of a caller's limit, armed by every blocking call
+    /// made within it — one already pending for that key at or before `at`
+    /// (its handler finds the record early and re-arms). A busy client or
+    /// server thus keeps one live heap entry per peer process instead of
+    /// one stale entry per exchange. The caller records the time returned.
     fn timer_entry(&mut self, at: Time, key: TimerKey) -> Time {
-        if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_) | TimerKey::MemDeadlines) {
+        if matches!(key, TimerKey::Exchange(_) | TimerKey::Alien(_) | TimerKey::MemDeadlines | TimerKey::Limit(_)) {
             match self.pending_timers.entry(key) {
                 Entry::Occupied(e) if *e.get() <= at => return *e.get(),
                 Entry::Occupied(mut e) => {

@@ -3,9 +3,10 @@
 //! Timers live in one min-heap of `(time, key)`. Each record remembers the
 //! one entry it expects (`timer_at`); any other entry for it is stale and
 //! skipped, so re-arming never needs to search the heap. Exchange and alien
-//! timers, and the one of the remote-memory deadlines, reuse a pending entry
-//! of the same key that is due no later (see `Engine::timer_entry`): their
-//! handlers re-arm when they find nothing due yet.
+//! timers, the one of the remote-memory deadlines and a caller's limit reuse
+//! a pending entry of the same key that is due no later (see
+//! `Engine::timer_entry`): their handlers re-arm when they find nothing due
+//! yet.
 
 use super::*;
 
