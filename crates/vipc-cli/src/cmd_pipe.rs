@@ -60,10 +60,12 @@ enum Action {
 }
 
 fn pipe_error(name: &str, e: PipeError) -> CliError {
-    if e.is_broken_pipe() {
-        return CliError(format!("pipe {name}: broken pipe (every reader has gone)"));
+    match e {
+        e if e.is_broken_pipe() => CliError(format!("pipe {name}: broken pipe (every reader has gone)")),
+        // These name the pipe themselves.
+        PipeError::BadName(_) | PipeError::NotFound(_) => CliError(e.to_string()),
+        e => CliError(format!("pipe {name}: {e}")),
     }
-    CliError(format!("pipe {name}: {e}"))
 }
 
 /// Runs `vipc pipe ACTION`.

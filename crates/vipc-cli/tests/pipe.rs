@@ -74,9 +74,11 @@ fn node_hosts_pipes_and_errors_are_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{err:?}");
-    assert!(lines[0].starts_with("vipc: error: pipe no-such-pipe: no pipe named"), "{err:?}");
+    assert!(lines[0].starts_with("vipc: error: no pipe named \"no-such-pipe\""), "{err:?}");
     let o = finish(spawn(&["pipe", "read", &"x".repeat(40), "--group", &g]), 60);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("vipc: error: pipe xxxx"), "{err:?}");
+    assert!(err.starts_with("vipc: error: invalid pipe name \"xxxx"), "{err:?}");
+    let o = finish(spawn(&["pipe", "serve", "", "--group", &g]), 60);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "vipc: error: invalid pipe name \"\": 1 to 27 bytes\n");
 }

@@ -99,7 +99,8 @@ impl NodeConfig {
 
     /// Why this configuration cannot run, if it cannot: a host id out of
     /// range, a zero or over-an-hour protocol time, a zero I-Am-Here period,
-    /// or a `poll_spin` over a second (it keeps a core busy that long).
+    /// a timeout no longer than the retransmission interval, or a
+    /// `poll_spin` over a second (it keeps a core busy that long).
     pub fn check(&self) -> Result<(), String> {
         if let HostIdConfig::Fixed(h) = self.host_id {
             if h == 0 || h > vipc_wire::MAX_HOST_ID {
@@ -123,6 +124,11 @@ impl NodeConfig {
                 Some(t) if t.is_zero() && nonzero => return Err(format!("{name} must not be zero")),
                 _ => {}
             }
+        }
+        // A Send would fail before its first retransmission, whose ReplyPending
+        // is what keeps a Send to a slow server alive (PROTOCOL §5).
+        if e.timeout <= e.retransmit {
+            return Err(format!("timeout {:?} must be longer than retransmit {:?}", e.timeout, e.retransmit));
         }
         match self.poll_spin {
             Some(d) if d > Duration::from_secs(1) => Err(format!("poll_spin {d:?} is over a second")),

@@ -200,12 +200,14 @@ fn configuration_errors_are_clear() {
     let v6 = NodeConfig { listen: "[::1]:0".parse().unwrap(), ..NodeConfig::default() };
     let e = Node::start(v6).unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
-    // Times that would never end, end at once, or overflow the clock.
+    // Times that would never end, end at once, overflow the clock, or
+    // time a slow server's Send out before its first retransmission.
     let base = || NodeConfig::fixed(6, "127.0.0.1:0".parse().unwrap(), vec![]);
     let mut bad = Vec::new();
     for (what, tweak) in [
         ("timeout", (|c: &mut NodeConfig| c.engine.timeout = Duration::MAX) as fn(&mut NodeConfig)),
         ("retransmit", |c| c.engine.retransmit = Duration::ZERO),
+        ("longer than retransmit", |c| c.engine.timeout = c.engine.retransmit),
         ("alive_period", |c| c.engine.alive_period = Some(Duration::ZERO)),
         ("conflict_grace", |c| c.conflict_grace = Duration::MAX),
         ("poll_spin", |c| c.poll_spin = Some(Duration::MAX)),
