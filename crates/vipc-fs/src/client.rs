@@ -64,8 +64,16 @@ pub struct FsClient {
     unit: usize,
     page: usize,
     opens: Mutex<HashMap<u64, Open>>,
+    /// Server handles (instance, handle) whose CLOSE did not reach the
+    /// server: closed at the next successful close. The server's reaper
+    /// keeps the files of a live client, so they would stay open for its
+    /// whole life.
+    unclosed: Mutex<Vec<(u64, u64)>>,
     next: AtomicU64,
 }
+
+/// Most server handles kept to be closed later.
+const MAX_UNCLOSED: usize = 4096;
 
 impl std::fmt::Debug for FsClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,6 +96,11 @@ fn owner_loop(p: Process) {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `e` means the server was not reached (rather than that it refused).
+fn unreached(e: &FsError) -> bool {
+    matches!(e, FsError::Transport(_) | FsError::NotFound(_))
 }
 
 fn bad(what: &str) -> FsError {
@@ -184,9 +197,16 @@ impl FsClient {
             unit: DEFAULT_UNIT,
             page,
             opens: Mutex::new(HashMap::new()),
+            unclosed: Mutex::new(Vec::new()),
             next: AtomicU64::new(1),
         };
-        c.server()?;
+        // The first HELLO names the owner, which holds nothing yet: handles
+        // the server still keeps for an earlier holder of its pid (a client
+        // node restarted with the same host id) are released.
+        let p = c.process()?;
+        let r = c.resolve(&p, true);
+        c.give_back(p);
+        r?;
         Ok(c)
     }
 
@@ -224,15 +244,20 @@ impl FsClient {
             return Ok(s);
         }
         let p = self.process()?;
-        let r = self.resolve(&p);
+        let r = self.resolve(&p, false);
         self.give_back(p);
         r
     }
 
-    fn resolve(&self, p: &Process) -> FsResult<Server> {
+    /// Finds the server and greets it; `fresh`: as a client holding nothing.
+    fn resolve(&self, p: &Process, fresh: bool) -> FsResult<Server> {
         // GetPid's broadcast, then the kernel servers' group (000 §6.6).
         let pid = vipc::locate::resolve(p, &self.name)?.ok_or_else(|| FsError::NotFound(self.name.clone()))?;
-        let mut m = Req::new(OP_HELLO).0;
+        let mut req = Req::new(OP_HELLO);
+        if fresh {
+            req.set_b(self.owner_b());
+        }
+        let mut m = req.0;
         p.send(&mut m, pid)?;
         let rep = Rep(m);
         if rep.error() != 0 {
@@ -268,7 +293,7 @@ impl FsClient {
             let known = *lock(&self.server);
             let mut server = match known {
                 Some(s) => s,
-                None => self.resolve(&p)?,
+                None => self.resolve(&p, false)?,
             };
             for attempt in 0..2 {
                 let mut m = req.0;
@@ -284,7 +309,7 @@ impl FsClient {
                         *lock(&self.server) = None;
                         let gone = matches!(e, Error::Protocol(ProtocolError::NoSuchProcess(_)));
                         if gone && attempt == 0 && req.op() != OP_HELLO {
-                            server = self.resolve(&p)?;
+                            server = self.resolve(&p, false)?;
                             continue;
                         }
                         return Err(FsError::Transport(e));
@@ -406,8 +431,20 @@ impl FsClient {
             Err(e) => return Err(e),
         };
         let new = Open { path: old.path.clone(), flags: old.flags, instance, remote };
-        lock(&self.opens).insert(h.0, new.clone());
-        Ok(new)
+        let mut opens = lock(&self.opens);
+        match opens.get(&h.0) {
+            Some(cur) if (cur.instance, cur.remote) == (old.instance, old.remote) => {
+                opens.insert(h.0, new.clone());
+                Ok(new)
+            }
+            // Another thread reopened it meanwhile (or it was closed): ours is surplus.
+            cur => {
+                let cur = cur.cloned();
+                drop(opens);
+                let _ = self.close_remote(instance, remote);
+                cur.ok_or(FsError::Errno(libc::EBADF))
+            }
+        }
     }
 
     /// Reads at `offset` into `buf`; returns the bytes read (short only at end of file).
@@ -469,19 +506,45 @@ impl FsClient {
         })
     }
 
-    /// Closes `h`. After a server restart there is nothing left to close on the server.
+    /// Closes `h`. After a server restart there is nothing left to close on
+    /// the server. If the server cannot be reached, `h` is gone here all the
+    /// same, and the server's handle is closed at a later close.
     pub fn close(&self, h: Handle) -> FsResult<()> {
         let open = lock(&self.opens).remove(&h.0).ok_or(FsError::Errno(libc::EBADF))?;
-        let current = self.server()?;
-        if open.instance != current.instance {
-            return Ok(());
+        self.close_remote(open.instance, open.remote)?;
+        let mut left = std::mem::take(&mut *lock(&self.unclosed)).into_iter();
+        while let Some((instance, remote)) = left.next() {
+            if self.close_remote(instance, remote).is_err_and(|e| unreached(&e)) {
+                let mut unclosed = lock(&self.unclosed);
+                let room = MAX_UNCLOSED.saturating_sub(unclosed.len());
+                unclosed.extend(left.take(room));
+                break;
+            }
         }
-        let mut req = Req::new(OP_CLOSE);
-        req.set_handle(open.remote);
-        match self.call_ok(req, None) {
-            Ok(_) | Err(FsError::Errno(libc::EBADF)) => Ok(()),
-            Err(e) => Err(e),
+        Ok(())
+    }
+
+    /// Closes the server's handle `remote` of server instance `instance`;
+    /// keeps it in `unclosed` if the server could not be reached.
+    fn close_remote(&self, instance: u64, remote: u64) -> FsResult<()> {
+        let r = self.server().and_then(|current| {
+            if current.instance != instance {
+                return Ok(());
+            }
+            let mut req = Req::new(OP_CLOSE);
+            req.set_handle(remote);
+            match self.call_ok(req, None) {
+                Ok(_) | Err(FsError::Errno(libc::EBADF)) => Ok(()),
+                Err(e) => Err(e),
+            }
+        });
+        if r.as_ref().is_err_and(unreached) {
+            let mut unclosed = lock(&self.unclosed);
+            if unclosed.len() < MAX_UNCLOSED {
+                unclosed.push((instance, remote));
+            }
         }
+        r
     }
 
     /// Attributes of an open file.
@@ -574,7 +637,7 @@ impl Drop for FsClient {
                         req.set_handle(o.remote);
                         // A server that stopped answering would cost T_t per handle:
                         // the first failure ends the closing (its reaper frees the rest).
-                        if matches!(self.call(req, None), Err(FsError::Transport(_) | FsError::NotFound(_))) {
+                        if self.call(req, None).is_err_and(|e| unreached(&e)) {
                             break;
                         }
                     }

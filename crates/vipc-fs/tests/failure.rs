@@ -173,6 +173,127 @@ fn a_client_that_vanishes_between_calls_is_reaped() {
     drop(c);
 }
 
+/// With a T_t longer than the reaper's ping limit, a ping to a dead host
+/// never fails with Timeout: pings left unanswered sweep after sweep do it.
+#[test]
+fn a_vanished_client_is_reaped_even_when_its_timeout_outlasts_the_ping() {
+    let (server_node, client_node, _) = pair(|c| c.engine.timeout = Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("reaplong");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    c.open("x", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    client_node.shutdown();
+    let t = Instant::now();
+    while server.open_handles() > 0 && t.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.open_handles(), 0, "still held after {:?}", t.elapsed());
+    drop(c);
+}
+
+/// A server whose reaper does not sweep during a test.
+fn serve_unswept(node: &vipc::Node, name: &str, dir: &std::path::Path) -> vipc_fs::FileServer {
+    let cfg = vipc_fs::ExportConfig { name: name.to_string(), dir: dir.to_path_buf(), read_only: false, workers: 2 };
+    let tuning = vipc_fs::Tuning { sweep: Duration::from_secs(600), ..vipc_fs::Tuning::default() };
+    vipc_fs::FileServer::start_tuned(node, cfg, tuning).unwrap()
+}
+
+/// A client node restarted with the same host id gives its new client's
+/// owner the dead one's pid, which then answers the reaper's pings: the
+/// new client's greeting releases what the old one held.
+#[test]
+fn a_client_restarted_with_the_same_host_id_does_not_inherit_its_predecessors_files() {
+    let (server_node, client_node, addrs) = pair(short);
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("reborn");
+    // Only the greeting can release them.
+    let server = serve_unswept(&server_node, &name, dir.path());
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    for f in ["a", "b"] {
+        c.open(f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    }
+    assert_eq!(server.open_handles(), 2);
+    client_node.shutdown();
+    drop(c);
+    drop(client_node); // frees its address
+    assert_eq!(server.open_handles(), 2, "the dead client could not close them");
+    // Its threads let go of the old socket shortly after the drop.
+    let t = Instant::now();
+    let again = loop {
+        let mut cfg = vipc::NodeConfig::fixed(2, addrs[1], addrs.clone());
+        short(&mut cfg);
+        match vipc::Node::start(cfg) {
+            Err(vipc::Error::Bind { .. }) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            r => break r.unwrap(),
+        }
+    };
+    let c = FsClient::connect(&again, &name).unwrap();
+    assert_eq!(server.open_handles(), 0);
+    let (h, _) = c.open("a", libc::O_RDWR, 0).unwrap();
+    c.write(h, 0, b"mine").unwrap();
+    assert_eq!(server.open_handles(), 1, "the new client's own files are kept");
+}
+
+/// A close that cannot reach the server (a partition longer than T_t)
+/// fails, and the server's handle is closed at the client's next close: the
+/// reaper would keep it, since the client's owner answers again.
+#[test]
+fn a_close_cut_off_from_the_server_is_done_at_the_next_close() {
+    let addrs = free_addrs(2);
+    let relay = Relay::new(addrs[0]);
+    let server_node = node(1, addrs[0], vec![relay.server_side], short);
+    let client_node = node(2, addrs[1], vec![relay.client_side], short);
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("cutclose");
+    let server = serve_unswept(&server_node, &name, dir.path());
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    let (h, _) = c.open("a", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    relay.cut(true);
+    let r = c.close(h);
+    assert!(matches!(r, Err(FsError::Transport(_))), "{r:?}");
+    assert_eq!(c.close(h).unwrap_err().errno(), libc::EBADF, "gone on the client all the same");
+    relay.cut(false);
+    assert_eq!(server.open_handles(), 1);
+    let (h, _) = c.open("b", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    c.close(h).unwrap();
+    assert_eq!(server.open_handles(), 0);
+}
+
+/// Threads that find one handle stale at once (the server restarted) reopen
+/// it once between them: no surplus handle is left open on the server.
+#[test]
+fn threads_reopening_one_handle_together_leave_one_open() {
+    let s = setup_with(false, short);
+    fs::write(s.dir.path().join("f"), pattern(64 << 10, 3)).unwrap();
+    let c = Arc::new(s.client);
+    let (h, _) = c.open("f", libc::O_RDONLY, 0).unwrap();
+    s.server.unwrap().stop();
+    let server = serve(&s.server_node, &s.name, s.dir.path(), false);
+    let t = Instant::now();
+    while c.lookup("f").is_err() && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let start = Arc::new(std::sync::Barrier::new(8));
+    let readers: Vec<_> = (0..8)
+        .map(|k| {
+            let (c, start) = (c.clone(), start.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                start.wait();
+                assert_eq!(c.read(h, k * 4096, &mut buf).unwrap(), 4096);
+                assert_eq!(buf, pattern(64 << 10, 3)[k as usize * 4096..][..4096]);
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(server.open_handles(), 1);
+}
+
 #[test]
 fn dropping_a_client_of_a_dead_server_is_quick_whatever_it_holds_open() {
     let (server_node, client_node, _) = pair(short);

@@ -90,13 +90,20 @@ impl Handles {
     /// Adds an open file; returns its handle, or EMFILE (and the file is
     /// closed) if the owners on its owner's host already hold as many as they may.
     pub fn insert(&self, f: OpenFile) -> Result<u64, i32> {
-        let id = (u64::from(self.instance) << 32) | u64::from(self.next.fetch_add(1, Ordering::Relaxed).max(1));
         let owner = f.owner;
         let mut t = self.lock();
         let held: usize = t.owners.iter().filter(|(p, _)| p.host() == owner.host()).map(|(_, o)| o.handles.len()).sum();
         if held >= self.per_host {
             return Err(libc::EMFILE);
         }
+        // After 2^32 opens the counter comes round: skip 0 and ids still open.
+        let id = loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            let id = (u64::from(self.instance) << 32) | u64::from(n);
+            if n != 0 && !t.files.contains_key(&id) {
+                break id;
+            }
+        };
         t.files.insert(id, Arc::new(f));
         let o = t.owners.entry(owner).or_default();
         o.handles.insert(id);
@@ -196,6 +203,24 @@ mod tests {
         assert!(h.remove(c).is_some());
         assert_eq!(h.len(), 0);
         assert_eq!(h.release_owner(Pid(0x20001)), 0);
+    }
+
+    #[test]
+    fn a_handle_id_coming_round_again_skips_the_ones_still_open() {
+        let h = Handles::new(7, 10);
+        h.next.store(u32::MAX, Ordering::Relaxed);
+        let last = h.insert(file(0x10001)).unwrap();
+        assert_eq!(last, (7 << 32) | u64::from(u32::MAX));
+        h.next.store(1, Ordering::Relaxed);
+        let one = h.insert(file(0x10001)).unwrap();
+        assert_eq!(one, (7 << 32) | 1);
+        // Round again: 0, 1 (open) and u32::MAX (open) are skipped.
+        h.next.store(u32::MAX, Ordering::Relaxed);
+        let next = h.insert(file(0x20001)).unwrap();
+        assert_eq!(next, (7 << 32) | 2);
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.get(last).unwrap().owner, Pid(0x10001), "the open handles are untouched");
+        assert_eq!(h.get(one).unwrap().owner, Pid(0x10001));
     }
 
     #[test]

@@ -6,14 +6,21 @@
 
 use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service};
 use crate::proto::*;
+use std::collections::HashMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vipc::{Error, Message, Pid, Process, ProtocolError, ReceiveInfo};
 
-/// How long the reaper waits for a client's owner to answer its ping.
+/// How long the reaper waits for a client's owner to answer its ping (at
+/// most a sweep).
 const PING_LIMIT: Duration = Duration::from_secs(2);
+
+/// Sweeps in a row whose ping a client's owner leaves unanswered before its
+/// handles are released. Its node may never say it is gone: a ping to a
+/// dead host fails only after T_t, which may be longer than the ping's limit.
+const SILENT_SWEEPS: u32 = 3;
 
 /// Receive buffer of a worker: the largest appended segment a packet can carry.
 const RECEIVE_BUFFER: usize = MAX_PACKET_DATA + 1024;
@@ -268,6 +275,17 @@ fn serve_one(
     if req.op() == OP_OPEN && Pid(req.b()).host() != to.host() {
         return p.reply(&Rep::errno(libc::EINVAL).0, to);
     }
+    // A new client's owner holds nothing: what is held under its pid was an
+    // earlier holder's (a client restarted with the same host id), whose
+    // handles the reaper would never release, since the pid answers again.
+    if req.op() == OP_HELLO {
+        if let Some(owner) = owner_to_release(Pid(req.b()), to) {
+            let n = svc.handles.release_owner(owner);
+            if n > 0 {
+                tracing::debug!("file server: new client {owner} held {n} handles of an earlier one; released");
+            }
+        }
+    }
     svc.settle();
     let unit = unit(&req);
     let need = needed(&req);
@@ -319,32 +337,48 @@ fn serve_one(
 
 /// The reaper: every `sweep`, pings the owner process of each client that
 /// holds handles and has been silent for a whole `sweep`; a client whose
-/// owner is gone (its node says no such process, or its node is down) has
-/// its handles released.
+/// owner is gone (its node says no such process, or its node is down) or
+/// has left [`SILENT_SWEEPS`] pings in a row unanswered has its handles
+/// released.
 pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
+    let mut silent: HashMap<Pid, u32> = HashMap::new();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50).min(sweep));
         if last.elapsed() < sweep {
             continue;
         }
         last = Instant::now();
-        for owner in svc.handles.idle_owners(last - sweep) {
+        let idle = svc.handles.idle_owners(last - sweep);
+        silent.retain(|o, _| idle.contains(o));
+        for owner in idle {
             if stop.load(Ordering::SeqCst) {
                 return;
             }
             let mut m = Req::new(OP_PING_OWNER).0;
             // Bounded: an owner that receives and never replies is kept
             // alive by its node forever, and must not stop the sweep.
-            match vipc::within(PING_LIMIT, || p.send(&mut m, owner)) {
-                Ok(_) => svc.handles.seen(owner),
-                Err(e) if stopped(&e) => return,
-                Err(e) if e.is_deadline() => tracing::debug!("file server: client {owner} did not answer its ping"),
-                Err(e) => {
-                    let n = svc.handles.release_owner(owner);
-                    tracing::debug!("file server: client {owner} is gone ({e}); released {n} handles");
+            let gone = match vipc::within(PING_LIMIT.min(sweep), || p.send(&mut m, owner)) {
+                Ok(_) => {
+                    svc.handles.seen(owner);
+                    silent.remove(&owner);
+                    continue;
                 }
-            }
+                Err(e) if stopped(&e) => return,
+                Err(e) if e.is_deadline() => {
+                    let n = silent.entry(owner).or_default();
+                    *n += 1;
+                    tracing::debug!("file server: client {owner} did not answer its ping ({n} in a row)");
+                    if *n < SILENT_SWEEPS {
+                        continue;
+                    }
+                    format!("{SILENT_SWEEPS} pings unanswered")
+                }
+                Err(e) => e.to_string(),
+            };
+            silent.remove(&owner);
+            let n = svc.handles.release_owner(owner);
+            tracing::debug!("file server: client {owner} is gone ({gone}); released {n} handles");
         }
     }
 }

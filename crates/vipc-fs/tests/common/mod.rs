@@ -81,3 +81,68 @@ pub fn pattern(len: usize, salt: u8) -> Vec<u8> {
 pub fn packets(n: &Node) -> u64 {
     n.stats().ipc_packets()
 }
+
+/// A UDP relay between one client node and one server node that can cut
+/// the link both ways (a partition). The client node lists `client_side`
+/// as its peer, the server node `server_side`: each knows the other only
+/// by the relay's address.
+pub struct Relay {
+    pub client_side: SocketAddr,
+    pub server_side: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// A relay to the server node at `server`.
+    pub fn new(server: SocketAddr) -> Relay {
+        use std::net::UdpSocket;
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{Arc, Mutex};
+        let a = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let b = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let client: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let mut threads = Vec::new();
+        for to_server in [true, false] {
+            let (from, to) = if to_server { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) };
+            let (cut, stop, client) = (cut.clone(), stop.clone(), client.clone());
+            from.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            threads.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65_536];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, src)) = from.recv_from(&mut buf) else { continue };
+                    if cut.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let dst = if to_server {
+                        *client.lock().unwrap() = Some(src);
+                        Some(server)
+                    } else {
+                        *client.lock().unwrap()
+                    };
+                    if let Some(dst) = dst {
+                        let _ = to.send_to(&buf[..n], dst);
+                    }
+                }
+            }));
+        }
+        let (client_side, server_side) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        Relay { client_side, server_side, cut, stop, threads }
+    }
+
+    /// Cuts the link (`true`) or heals it.
+    pub fn cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
