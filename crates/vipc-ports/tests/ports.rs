@@ -350,3 +350,28 @@ fn immediate_sends_beyond_the_couriers_queue_are_counted_undelivered_at_once() {
     assert!(t.elapsed() < Duration::from_secs(5), "sends never wait for the courier");
     assert!(far.undelivered() >= 99, "{} counted", far.undelivered());
 }
+
+/// A handler that outlasts the server's own deadline still answers its
+/// OnReturn caller: the result is handed back outside the deadline (before,
+/// it was dropped and the caller waited for ever).
+#[test]
+fn a_result_finished_after_the_servers_deadline_still_reaches_its_caller() {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<u32, u32>("late").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let server = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
+            thread::sleep(Duration::from_millis(150));
+            x * 2
+        });
+        within(Duration::from_millis(100), || r.serve_one())
+    });
+    let mine = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = mine.connect::<u32, u32>(&me, "late").unwrap();
+    let got = within(Duration::from_secs(5), || to.call(&me, &21));
+    assert_eq!(got.unwrap(), 42);
+    assert_eq!(server.join().unwrap().unwrap(), 0, "the branch that ran");
+}

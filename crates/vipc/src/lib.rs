@@ -81,4 +81,4 @@ pub use vipc_engine::{
     ProtectionGroup, Refusal, Reliable, ReplyMode, Scope, SegmentName, SegmentOptions, SendOptions, Stats, CAS_CELL,
 };
 pub use vipc_wire::PacketType;
-pub use within::{deadline_after, within};
+pub use within::{deadline_after, within, without_limit};

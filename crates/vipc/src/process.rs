@@ -457,7 +457,7 @@ impl Process {
             c => Err(mismatch("get_reply", &c)),
         };
         if limit.is_zero() {
-            crate::within::unbounded(|| call(limit))
+            crate::within::without_limit(|| call(limit))
         } else {
             call(crate::within::cap(limit)?)
         }

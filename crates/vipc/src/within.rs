@@ -58,12 +58,19 @@ pub fn deadline_after(now: Instant, d: Duration) -> Instant {
     now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
-/// Runs `f` with no deadline: for calls that cannot block.
-pub(crate) fn unbounded<T>(f: impl FnOnce() -> T) -> T {
-    let outer = DEADLINE.replace(None);
-    let r = f();
-    DEADLINE.set(outer);
-    r
+/// Runs `f` outside the deadline of any enclosing [`within`] (the deadline
+/// is back once `f` returns or panics): for a call that must be made even
+/// after the deadline, such as handing back a result its sender waits for,
+/// or one that cannot block.
+pub fn without_limit<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.set(self.0);
+        }
+    }
+    let _restore = Restore(DEADLINE.replace(None));
+    f()
 }
 
 /// The time left before this thread's deadline: `None` without one, an
@@ -117,6 +124,17 @@ mod tests {
             assert!(cap(Duration::from_secs(1)).unwrap_err().is_deadline());
         });
         assert_eq!(cap(Duration::from_secs(1)).unwrap(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn without_limit_lifts_the_deadline_and_puts_it_back_even_after_a_panic() {
+        within(Duration::ZERO, || {
+            without_limit(|| assert!(remaining().unwrap().is_none()));
+            assert!(remaining().unwrap_err().is_deadline());
+            let r = std::panic::catch_unwind(|| without_limit(|| panic!("in f")));
+            assert!(r.is_err());
+            assert!(remaining().unwrap_err().is_deadline(), "the deadline is back after a panic");
+        });
     }
 
     #[test]
