@@ -162,6 +162,23 @@ impl Handles {
         }
     }
 
+    /// Frees the read-ahead buffers not filled since `before` (a reader
+    /// that stopped, or moved elsewhere): an idle handle would otherwise
+    /// keep its last block until it is closed. Returns the bytes freed.
+    pub fn shed_read_ahead(&self, before: Instant) -> usize {
+        let files: Vec<Arc<OpenFile>> = self.lock().files.values().cloned().collect();
+        let mut freed = 0;
+        for f in files {
+            // A handle being read or read ahead right now is not stale.
+            let Ok(mut ra) = f.ra.try_lock() else { continue };
+            if ra.buf.capacity() > 0 && ra.at.is_none_or(|t| t < before) {
+                freed += std::mem::take(&mut ra.buf).capacity();
+                ra.at = None;
+            }
+        }
+        freed
+    }
+
     /// Open handles.
     pub fn len(&self) -> usize {
         self.lock().files.len()
@@ -221,6 +238,23 @@ mod tests {
         assert_eq!(h.len(), 3);
         assert_eq!(h.get(last).unwrap().owner, Pid(0x10001), "the open handles are untouched");
         assert_eq!(h.get(one).unwrap().owner, Pid(0x10001));
+    }
+
+    #[test]
+    fn stale_read_ahead_buffers_are_freed_and_fresh_ones_kept() {
+        let h = Handles::new(7, 10);
+        let (stale, fresh) = (h.insert(file(0x10001)).unwrap(), h.insert(file(0x10001)).unwrap());
+        let now = Instant::now();
+        for (id, at) in [(stale, None), (fresh, Some(now))] {
+            let f = h.get(id).unwrap();
+            let mut ra = f.ra.lock().unwrap();
+            ra.buf = vec![1; 64 << 10];
+            ra.at = at;
+        }
+        assert_eq!(h.shed_read_ahead(now - std::time::Duration::from_millis(200)), 64 << 10);
+        assert_eq!(h.get(stale).unwrap().ra.lock().unwrap().buf.capacity(), 0);
+        assert_eq!(h.get(fresh).unwrap().ra.lock().unwrap().buf.len(), 64 << 10);
+        assert_eq!(h.shed_read_ahead(now + std::time::Duration::from_secs(1)), 64 << 10, "once it is old");
     }
 
     #[test]

@@ -496,6 +496,10 @@ impl Service {
         }
         let epoch = self.epoch.load(Ordering::SeqCst);
         let mut buf = std::mem::take(&mut ra.buf);
+        if buf.capacity() > 2 * len {
+            // A worker's buffer swapped in after a large request: not kept for small blocks.
+            buf = Vec::new();
+        }
         buf.resize(len, 0);
         match read_full(&f.file, off, &mut buf) {
             Ok(got) => {

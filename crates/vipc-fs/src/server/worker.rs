@@ -4,7 +4,7 @@
 //! workers that serve requests and move data, and the reaper that releases
 //! the files of clients that died.
 
-use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service};
+use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service, READ_AHEAD_TTL};
 use crate::proto::*;
 use std::collections::HashMap;
 use std::fs::File;
@@ -335,11 +335,11 @@ fn serve_one(
     }
 }
 
-/// The reaper: every `sweep`, pings the owner process of each client that
-/// holds handles and has been silent for a whole `sweep`; a client whose
-/// owner is gone (its node says no such process, or its node is down) or
-/// has left [`SILENT_SWEEPS`] pings in a row unanswered has its handles
-/// released.
+/// The reaper: every `sweep`, frees stale read-ahead buffers and pings the
+/// owner process of each client that holds handles and has been silent for
+/// a whole `sweep`; a client whose owner is gone (its node says no such
+/// process, or its node is down) or has left [`SILENT_SWEEPS`] pings in a
+/// row unanswered has its handles released.
 pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
     let mut silent: HashMap<Pid, u32> = HashMap::new();
@@ -349,6 +349,7 @@ pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBo
             continue;
         }
         last = Instant::now();
+        svc.handles.shed_read_ahead(last - READ_AHEAD_TTL);
         let idle = svc.handles.idle_owners(last - sweep);
         silent.retain(|o, _| idle.contains(o));
         for owner in idle {
