@@ -107,7 +107,9 @@ where
                         let _ = s.reply(&[STATUS_BAD_REQUEST; 32], info.from);
                         continue;
                     }
-                    output(m[1], &buf[..n]);
+                    if n > 0 {
+                        output(m[1], &buf[..n]); // 0: the worker's keep-alive
+                    }
                     let _ = s.reply(&[0; 32], info.from);
                 }
                 OP_DONE if info.from.host() == me => {

@@ -22,7 +22,10 @@
 //!   a read-granted segment: byte 0 = [`OP_OUTPUT`], byte 1 = the stream (1
 //!   stdout, 2 stderr), bytes 4..8 the length. The sink replies once it has
 //!   written them (flow control). A pump whose Send fails (the client is
-//!   gone) kills the command.
+//!   gone) kills the command. Every 2 s of the job the worker also Sends an
+//!   empty output (length 0, no segment), which the sink answers and
+//!   ignores, and kills the command if that fails: a silent command whose
+//!   client vanished does not run for ever.
 //! - **Signal** — Send to the team server: byte 0 = [`OP_SIGNAL`], bytes 4..8
 //!   the pid that sent the Exec, 8..12 the signal number. The team server
 //!   signals the command's process group; reply byte 0 = 0, or

@@ -20,17 +20,24 @@ fn lock(jobs: &Jobs) -> std::sync::MutexGuard<'_, HashMap<Pid, u32>> {
 }
 
 /// Starts the team server on `node`: a process that joins the team servers'
-/// group and serves until the node stops. Returns its pid.
+/// group and serves until the node stops. Returns its pid once it is in the
+/// group (a load query made right after finds it).
 pub fn serve(node: &Node) -> Result<Pid> {
     let n = node.clone();
+    let (joined, join) = std::sync::mpsc::channel();
     let (pid, _) = node.spawn(move |p| {
-        if let Err(e) = p.join_group(TEAM_SERVER_GROUP) {
-            tracing::warn!("team server: cannot join the team servers' group: {e}");
-            return;
+        let r = p.join_group(TEAM_SERVER_GROUP);
+        let ok = r.is_ok();
+        let _ = joined.send(r);
+        if ok {
+            team_server(&n, &p, &Jobs::default());
         }
-        team_server(&n, &p, &Jobs::default());
     })?;
-    Ok(pid)
+    match join.recv() {
+        Ok(Ok(())) => Ok(pid),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ExecError::Vipc(vipc::Error::NodeStopped)),
+    }
 }
 
 fn load_average() -> u32 {
@@ -145,8 +152,14 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
         .filter_map(|(fd, r)| r.map(|r| (fd, r)))
         .filter_map(|(fd, r)| node.spawn(move |p| pump(&p, fd, r, sink, os)).ok().map(|(_, h)| h))
         .collect();
+    let (job_over, over) = std::sync::mpsc::channel::<()>();
+    let watchdog = node.spawn(move |p| watchdog(&p, sink, os, &over)).ok().map(|(_, h)| h);
     let status = child.wait();
     for h in pumps {
+        let _ = h.join();
+    }
+    drop(job_over);
+    if let Some(h) = watchdog {
         let _ = h.join();
     }
     lock(jobs).remove(&client);
@@ -161,6 +174,28 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
         }
     }
     let _ = w.reply(&reply, from);
+}
+
+/// How often a job's watchdog checks that its client's sink is still there.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Until the job is over, Sends the sink an empty output every
+/// [`KEEPALIVE`] and kills the command if that fails: the pumps notice a
+/// vanished client only when there is output to send, so a silent command
+/// would run for ever.
+fn watchdog(p: &Process, sink: Pid, os_pid: u32, over: &std::sync::mpsc::Receiver<()>) {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = over.recv_timeout(KEEPALIVE) {
+        let mut m: Message = [0; 32];
+        m[0] = OP_OUTPUT;
+        m[1] = 1;
+        if let Err(e) = p.send(&mut m, sink) {
+            if !matches!(e, Error::NodeStopped) {
+                tracing::debug!("team server: {sink} is gone ({e}): killing the command");
+            }
+            let _ = killpg(OsPid::from_raw(os_pid as i32), Signal::SIGKILL);
+            return;
+        }
+    }
 }
 
 /// Copies one output stream to the sink; kills the command if the sink is gone.

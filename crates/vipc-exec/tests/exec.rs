@@ -114,3 +114,29 @@ fn a_dead_team_server_node_is_an_error_not_a_hang() {
     assert!(matches!(r, Err(ExecError::Vipc(_))), "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
 }
+
+/// A silent command whose client's node dies is killed: the pumps, which
+/// notice a vanished client when they have output to send, have none.
+#[test]
+fn a_silent_command_is_killed_when_its_client_vanishes() {
+    let (a, b) = pair(67);
+    let team = serve(&b).unwrap();
+    wait_alive(&a);
+    let argv = vec!["sleep".to_string(), "60".to_string()];
+    let _job = start(&a, team, &argv, |_, _| {}).unwrap();
+    let p = b.attach().unwrap();
+    let jobs = || query_loads(&p, Duration::from_millis(100)).unwrap()[0].jobs;
+    let t = Instant::now();
+    while jobs() == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(jobs(), 1, "the job never started");
+    a.shutdown();
+    // Within a keep-alive (2 s) and the client's T_t (0.5 s here).
+    let t = Instant::now();
+    while jobs() > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(jobs(), 0, "still running after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
