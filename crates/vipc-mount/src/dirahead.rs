@@ -70,8 +70,10 @@ pub struct DirAhead {
 }
 
 impl DirAhead {
-    /// Read-ahead by `threads` threads calling `fetch`; with 0 threads it does nothing.
-    pub fn new(threads: usize, fetch: Arc<Fetch>) -> DirAhead {
+    /// Read-ahead by `threads` threads calling `fetch`, its listings kept
+    /// at most `max_age` (no use after: [`DirAhead::take`] wants younger
+    /// ones); with 0 threads it does nothing.
+    pub fn new(threads: usize, max_age: Duration, fetch: Arc<Fetch>) -> DirAhead {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             ready: Mutex::new(HashMap::new()),
@@ -91,6 +93,8 @@ impl DirAhead {
                 let got = if shared.epoch.load(Ordering::SeqCst) == epoch { fetch(&path) } else { None };
                 let mut ready = lock(&shared.ready);
                 if let Some(entries) = got {
+                    // Listings nobody took in time make room (and never hold it for good).
+                    ready.retain(|_, l| l.at.elapsed() < max_age);
                     // Checked under the lock `changed` clears under: a change after the fetch began wins.
                     let held: usize = ready.values().map(|l| l.entries.len()).sum();
                     let room = ready.len() < KEPT && held + entries.len() <= KEPT_ENTRIES;
@@ -225,7 +229,7 @@ mod tests {
     #[test]
     fn a_requested_listing_is_taken_once() {
         let (fetch, calls) = counting();
-        let a = DirAhead::new(2, fetch);
+        let a = DirAhead::new(2, Duration::from_secs(60), fetch);
         a.request("d/e");
         wait_ready(&a, 1);
         let l = a.take("d/e", Duration::from_secs(5)).expect("read ahead");
@@ -243,7 +247,7 @@ mod tests {
             c.fetch_add(1, Ordering::SeqCst);
             Some(big.clone())
         });
-        let a = DirAhead::new(1, fetch);
+        let a = DirAhead::new(1, Duration::from_secs(60), fetch);
         for d in ["a", "b", "c"] {
             a.request(d);
         }
@@ -258,7 +262,7 @@ mod tests {
     #[test]
     fn a_ready_listing_is_not_fetched_again() {
         let (fetch, calls) = counting();
-        let a = DirAhead::new(1, fetch);
+        let a = DirAhead::new(1, Duration::from_secs(60), fetch);
         a.request("x");
         wait_ready(&a, 1);
         a.request("x");
@@ -270,7 +274,7 @@ mod tests {
     #[test]
     fn a_change_during_the_fetch_discards_it() {
         let (fetch, go, started) = gated();
-        let a = DirAhead::new(1, fetch);
+        let a = DirAhead::new(1, Duration::from_secs(60), fetch);
         a.request("p");
         started.recv().unwrap();
         a.changed(); // e.g. a write through the mount while the server was listing
@@ -287,7 +291,7 @@ mod tests {
     #[test]
     fn a_change_after_the_fetch_drops_it() {
         let (fetch, _) = counting();
-        let a = DirAhead::new(1, fetch);
+        let a = DirAhead::new(1, Duration::from_secs(60), fetch);
         a.request("a");
         wait_ready(&a, 1);
         a.changed();
@@ -297,7 +301,7 @@ mod tests {
     #[test]
     fn an_old_listing_is_not_used() {
         let (fetch, _) = counting();
-        let a = DirAhead::new(1, fetch);
+        let a = DirAhead::new(1, Duration::from_secs(60), fetch);
         a.request("b");
         wait_ready(&a, 1);
         std::thread::sleep(Duration::from_millis(30));
@@ -305,9 +309,27 @@ mod tests {
     }
 
     #[test]
+    fn listings_nobody_takes_in_time_are_dropped_when_the_next_one_comes() {
+        let (fetch, _) = counting();
+        let a = DirAhead::new(1, Duration::from_millis(30), fetch);
+        for p in ["x", "y", "z"] {
+            a.request(p);
+        }
+        wait_ready(&a, 3);
+        std::thread::sleep(Duration::from_millis(40));
+        a.request("w");
+        let t = Instant::now();
+        while a.ready_count() != 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(a.ready_count(), 1, "only the new one is kept");
+        assert!(a.take("w", Duration::from_secs(5)).is_some());
+    }
+
+    #[test]
     fn a_listing_reads_ahead_a_window_that_the_walk_moves() {
         let (fetch, calls) = counting();
-        let a = DirAhead::new(2, fetch);
+        let a = DirAhead::new(2, Duration::from_secs(60), fetch);
         let names: Vec<String> = (0..100).map(|i| format!("s{i:03}")).collect();
         a.listed("top", names);
         wait_ready(&a, WINDOW);
@@ -336,7 +358,7 @@ mod tests {
     #[test]
     fn without_threads_nothing_is_read_ahead() {
         let (fetch, calls) = counting();
-        let a = DirAhead::new(0, fetch);
+        let a = DirAhead::new(0, Duration::from_secs(60), fetch);
         a.request("a");
         std::thread::sleep(Duration::from_millis(20));
         assert!(a.take("a", Duration::from_secs(5)).is_none());

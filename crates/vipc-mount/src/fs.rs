@@ -64,7 +64,8 @@ impl VipcFs {
     /// A file system serving `client`'s export with `opts`.
     pub fn new(client: Arc<FsClient>, opts: MountOptions) -> VipcFs {
         let c = client.clone();
-        let ahead = DirAhead::new(opts.dir_read_ahead, Arc::new(move |path: &str| c.readdir(path).ok()));
+        let max_age = opts.attr_ttl.min(opts.entry_ttl);
+        let ahead = DirAhead::new(opts.dir_read_ahead, max_age, Arc::new(move |path: &str| c.readdir(path).ok()));
         VipcFs {
             client,
             opts,
