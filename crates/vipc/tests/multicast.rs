@@ -182,3 +182,56 @@ fn the_multicast_token_holder_hears_other_messages_and_its_exit_frees_the_token(
         assert_eq!(remote.send_group(&mut m, g, ReplyMode::One, SendOptions::default()).unwrap(), second);
     }
 }
+
+/// A member that read the multicast socket while waiting in Receive, then
+/// took the unicast socket's reader token in the same wait, gives the
+/// multicast token back: broadcasts (name lookups) are still read while it
+/// waits. It kept it, and nobody read the multicast socket until a unicast
+/// message came for it (found by a soak test in namespaces, after `vipc
+/// exec`).
+#[test]
+fn a_member_waiting_on_the_unicast_socket_leaves_the_multicast_socket_to_others() {
+    use vipc::{ReplyMode, SendOptions};
+    let group = random_group();
+    let nodes: Vec<Node> = (0..2).map(|_| Node::start(config(group)).unwrap()).collect();
+    let g = vipc::well_known_group(0x4343);
+    let (member, _) = nodes[1]
+        .spawn(move |p| {
+            p.join_group(g).unwrap();
+            while let Ok(from) = p.receive(&mut [0u8; 32]) {
+                let _ = p.reply(&[7u8; 32], from);
+            }
+        })
+        .unwrap();
+    nodes[1].set_pid("waits-on-unicast", member, Scope::Any).unwrap();
+    // A slow server on node 0: a Send to it holds node 1's unicast reader token a while.
+    let (slow, _) = nodes[0]
+        .spawn(|p| {
+            while let Ok(from) = p.receive(&mut [0u8; 32]) {
+                std::thread::sleep(Duration::from_millis(150));
+                let _ = p.reply(&[0u8; 32], from);
+                // A broadcast right behind the reply: it ends the member's
+                // poll of the multicast socket just as the reader token is free.
+                let _ = p.get_pid("nobody-by-this-name", Scope::Remote);
+            }
+        })
+        .unwrap();
+    let me = nodes[0].attach().unwrap();
+    let other = nodes[1].attach().unwrap();
+    // The member hot on both sockets, then waiting in Receive while
+    // another process of its node reads the unicast socket: it reads the
+    // multicast socket, and takes the unicast one once the other is done.
+    let waiting = std::thread::spawn(move || other.send(&mut [1u8; 32], slow).map(drop));
+    std::thread::sleep(Duration::from_millis(20));
+    me.send_group(&mut [1u8; 32], g, ReplyMode::One, SendOptions::default()).unwrap();
+    me.send(&mut [1u8; 32], member).unwrap();
+    waiting.join().unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(400)); // the slow server's lookup ends
+    let mut unanswered = 0;
+    for _ in 0..5 {
+        if me.get_pid("waits-on-unicast", Scope::Remote).unwrap() != Some(member) {
+            unanswered += 1;
+        }
+    }
+    assert_eq!(unanswered, 0, "lookups of a name on the member's node went unanswered");
+}

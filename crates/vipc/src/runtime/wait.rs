@@ -142,6 +142,10 @@ impl Shared {
                     if let Some(slot) = st.slots.get_mut(&pid) {
                         slot.wants_lead = false;
                     }
+                    // It may have read the multicast socket so far in this
+                    // wait: blocked on the unicast one, it would leave that
+                    // socket unread (the multicast thread waits for the token).
+                    self.release_multicast(&mut st, pid);
                 }
                 st.reader_blocked = spin.is_none();
                 signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked above
