@@ -55,6 +55,19 @@ fn nodes_allocate_distinct_hosts_and_find_each_other_over_multicast() {
     assert_eq!(l.get_pid("mc-echo", Scope::Remote).unwrap(), None);
 }
 
+/// A member of `g` on `node` that answers every message with sevens.
+fn spawn_sevens(node: &Node, g: vipc::Pid) -> vipc::Pid {
+    let (member, _) = node
+        .spawn(move |p| {
+            p.join_group(g).unwrap();
+            while let Ok(from) = p.receive(&mut [0u8; 32]) {
+                let _ = p.reply(&[7u8; 32], from);
+            }
+        })
+        .unwrap();
+    member
+}
+
 /// With multicast, a plain group Send goes to the group's own address: the
 /// node with a member hears it, a node without one does not (its socket never
 /// joined that address).
@@ -64,14 +77,7 @@ fn group_sends_go_to_the_group_address_and_only_member_nodes_hear_them() {
     let group = random_group();
     let nodes: Vec<Node> = (0..3).map(|_| Node::start(config(group)).unwrap()).collect();
     let g = vipc::well_known_group(0x4242);
-    let (member, _) = nodes[1]
-        .spawn(move |p| {
-            p.join_group(g).unwrap();
-            while let Ok(from) = p.receive(&mut [0u8; 32]) {
-                let _ = p.reply(&[7u8; 32], from);
-            }
-        })
-        .unwrap();
+    let member = spawn_sevens(&nodes[1], g);
     let sends_in = |n: &Node| n.stats().packets_in[vipc_wire::PacketType::Send.index()];
     let me = nodes[0].attach().unwrap();
     let mut m = [1u8; 32];
@@ -195,14 +201,7 @@ fn a_member_waiting_on_the_unicast_socket_leaves_the_multicast_socket_to_others(
     let group = random_group();
     let nodes: Vec<Node> = (0..2).map(|_| Node::start(config(group)).unwrap()).collect();
     let g = vipc::well_known_group(0x4343);
-    let (member, _) = nodes[1]
-        .spawn(move |p| {
-            p.join_group(g).unwrap();
-            while let Ok(from) = p.receive(&mut [0u8; 32]) {
-                let _ = p.reply(&[7u8; 32], from);
-            }
-        })
-        .unwrap();
+    let member = spawn_sevens(&nodes[1], g);
     nodes[1].set_pid("waits-on-unicast", member, Scope::Any).unwrap();
     // A slow server on node 0: a Send to it holds node 1's unicast reader token a while.
     let (slow, _) = nodes[0]
