@@ -201,6 +201,30 @@ impl Ports {
         })
     }
 
+    /// Closes `port`: senders no longer find it (its name is unregistered
+    /// once no port of that name is open here), the messages held for it
+    /// are dropped — a sender still waiting for one gets `NotFound` — and a
+    /// region waiting on it alone ends with `NotFound`. A name opened
+    /// again is a new port.
+    pub fn close<T, R>(&self, port: Port<T, R>) -> Result<()> {
+        let still_named = {
+            let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+            ports.remove(&port.key);
+            ports.values().any(|n| *n == port.name)
+        };
+        if !still_named {
+            self.node.unset_pid(&registered(&port.name), self.keeper)?;
+        }
+        let p = self.node.attach()?;
+        let req = Request { kind: kind::PORT_CLOSE, flags: 0, method: 0, fingerprint: port.key, len: 0 };
+        let mut msg = req.encode(&[]);
+        p.send(&mut msg, self.keeper)?;
+        match read_answer(&msg).0 {
+            status::OK => Ok(()),
+            st => Err(status_error(st, "port close")),
+        }
+    }
+
     /// `Immediate` sends from this node that the courier could not deliver.
     pub fn undelivered(&self) -> u64 {
         self.undelivered.load(Ordering::Relaxed)
@@ -352,6 +376,10 @@ impl Keeper {
                     (st, _) => self.answer(sender.to, st),
                 }
             }
+            kind::PORT_CLOSE if from.host() == self.process.pid().host() => {
+                self.close(req.fingerprint);
+                self.answer(from, status::OK)
+            }
             kind::FETCH => fetched(&self.process, Grant::of(&info), &mut self.kept),
             _ => self.answer(from, status::NOT_A_REQUEST),
         }
@@ -385,6 +413,25 @@ impl Keeper {
                     self.held.insert(id, h);
                 }
             }
+        }
+    }
+
+    /// Port `key` was closed (it is no longer in `ports`): its held
+    /// messages go, their waiting senders answered NO_SUCH, and so do the
+    /// takers left with no open port.
+    fn close(&mut self, key: u64) {
+        let gone: Vec<u64> = self.held.iter().filter(|(_, h)| h.port == key).map(|(id, _)| *id).collect();
+        for id in gone {
+            if let Some(sender) = self.held.remove(&id).and_then(|h| h.waiting) {
+                let _ = self.answer(sender.to, status::NO_SUCH);
+            }
+        }
+        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (left, stranded): (VecDeque<Taker>, VecDeque<Taker>) =
+            std::mem::take(&mut self.takers).into_iter().partition(|t| t.ports.iter().any(|k| ports.contains_key(k)));
+        self.takers = left;
+        for t in stranded {
+            let _ = self.answer(t.pid, status::NO_SUCH);
         }
     }
 

@@ -375,3 +375,44 @@ fn a_result_finished_after_the_servers_deadline_still_reaches_its_caller() {
     assert_eq!(got.unwrap(), 42);
     assert_eq!(server.join().unwrap().unwrap(), 0, "the branch that ran");
 }
+
+/// Closing a port ends what waits on it: a sender waiting for its message
+/// to be taken, a region waiting on it alone; its name goes, so senders no
+/// longer find it, and opening and closing many ports never fills the
+/// node's names.
+#[test]
+fn closing_a_port_ends_its_waiters_and_frees_its_name() {
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    // A region waiting on a port alone.
+    let alone = ports.open::<u64, ()>("alone").unwrap();
+    let key_twin = ports.open::<u64, ()>("alone").unwrap();
+    let (pa, aa) = (ports.clone(), a.clone());
+    let region = thread::spawn(move || {
+        let p = aa.attach().unwrap();
+        within(PATIENCE, || Region::new(&p, &pa).on(&alone, |_| ()).serve_one())
+    });
+    thread::sleep(Duration::from_millis(100));
+    ports.close(key_twin).unwrap();
+    assert!(matches!(region.join().unwrap(), Err(Error::NotFound(_))), "the region waiting on it alone");
+    // A sender waiting for its message to be taken.
+    let port = ports.open::<u32, u32>("closing").unwrap();
+    let mine = Ports::start(&b).unwrap();
+    let me = b.attach().unwrap();
+    let to = mine.connect::<u32, u32>(&me, "closing").unwrap();
+    let closer = {
+        let ports = ports.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            ports.close(port).unwrap();
+        })
+    };
+    let r = within(PATIENCE, || to.send(&me, &2, Checkpoint::OnDelivery));
+    closer.join().unwrap();
+    assert!(matches!(r, Err(Error::NotFound(_))), "the waiting sender: {r:?}");
+    assert!(matches!(mine.connect::<u32, u32>(&me, "closing"), Err(Error::NotFound(_))), "the name is gone");
+    for i in 0..1500 {
+        let p = ports.open::<u32, ()>(&format!("churn-{i}")).unwrap();
+        ports.close(p).unwrap();
+    }
+}
