@@ -5,7 +5,10 @@ use crate::opts::NodeArgs;
 use std::io::Write;
 use std::time::Duration;
 use vipc::Node;
-use vipc_exec::{least_loaded, query_loads, ExecError};
+use vipc_exec::{least_loaded, query_loads, team_server_on, ExecError};
+
+/// How long `--on HOST` keeps asking for that host's team server.
+const ON_LIMIT: Duration = Duration::from_secs(2);
 
 /// Runs `argv` on host `on` (or the least loaded host whose team server
 /// answers within `deadline`), copying its output here; returns its exit
@@ -21,10 +24,10 @@ pub fn run(argv: &[String], on: Option<u16>, deadline: Duration, listen: Duratio
     let node = Node::start(args.build()?)?;
     std::thread::sleep(listen); // the alive hosts answer our HELLO
     let p = node.attach()?;
-    let loads = query_loads(&p, deadline).map_err(exec_error)?;
     let team = match on {
-        Some(h) => loads.iter().find(|l| l.server.host() == h).map(|l| l.server).ok_or(ExecError::NoTeamServerOn(h)),
-        None => least_loaded(&loads).ok_or(ExecError::NoTeamServer),
+        // Asked until that host answers (its answer may be lost or come after another's).
+        Some(h) => team_server_on(&p, h, ON_LIMIT.max(deadline)).and_then(|t| t.ok_or(ExecError::NoTeamServerOn(h))),
+        None => query_loads(&p, deadline).and_then(|loads| least_loaded(&loads).ok_or(ExecError::NoTeamServer)),
     }
     .map_err(exec_error)?;
     // Output that cannot be written here (a closed pipe, a full disk) ends the command.

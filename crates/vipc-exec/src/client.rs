@@ -39,6 +39,32 @@ pub fn query_loads(p: &Process, deadline: Duration) -> Result<Vec<HostLoad>> {
     }
 }
 
+/// The team server of logical host `host`, asking the team servers' group
+/// again until that host answers or `limit` passes (`None`): another team
+/// server's answer ends a query, and the one from `host` may be lost or late.
+pub fn team_server_on(p: &Process, host: u16, limit: Duration) -> Result<Option<Pid>> {
+    let until = vipc::deadline_after(Instant::now(), limit);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match vipc::within(left, || query_loads(p, ANSWER_WAIT.min(left))) {
+            Ok(loads) => {
+                if let Some(l) = loads.iter().find(|l| l.server.host() == host) {
+                    return Ok(Some(l.server));
+                }
+            }
+            Err(ExecError::NoTeamServer) => {}
+            Err(ExecError::Vipc(e)) if e.is_deadline() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How long [`team_server_on`] waits for more answers to one query.
+const ANSWER_WAIT: Duration = Duration::from_millis(100);
+
 /// The least loaded of `loads`: fewest jobs, then lowest load average, then
 /// the first to answer.
 pub fn least_loaded(loads: &[HostLoad]) -> Option<Pid> {

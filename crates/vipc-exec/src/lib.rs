@@ -43,7 +43,7 @@
 mod client;
 mod server;
 
-pub use client::{least_loaded, query_loads, start, ExitStatus, HostLoad, Job};
+pub use client::{least_loaded, query_loads, start, team_server_on, ExitStatus, HostLoad, Job};
 pub use server::serve;
 
 /// Operation: the host's load.

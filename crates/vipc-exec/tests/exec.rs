@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vipc::{Node, NodeConfig};
-use vipc_exec::{least_loaded, query_loads, serve, start, ExecError, ExitStatus};
+use vipc_exec::{least_loaded, query_loads, serve, start, team_server_on, ExecError, ExitStatus};
 
 /// Two nodes on loopback (static peers, short T_t), hosts `first` and `first + 1`.
 fn pair(first: u16) -> (Node, Node) {
@@ -139,4 +139,26 @@ fn a_silent_command_is_killed_when_its_client_vanishes() {
     }
     assert_eq!(jobs(), 0, "still running after {:?}", t.elapsed());
     assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
+
+/// `--on HOST`: that host's team server is found although another one
+/// answers the load query first and its own answers are often lost.
+#[test]
+fn a_chosen_hosts_team_server_is_found_though_its_answers_are_lost() {
+    let socks: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()).collect();
+    let addrs: Vec<_> = socks.iter().map(|s| s.local_addr().unwrap()).collect();
+    drop(socks);
+    let start_node = |i: usize, loss: f64| {
+        let mut cfg = NodeConfig::fixed(69 + i as u16, addrs[i], addrs.clone());
+        cfg.engine.timeout = Duration::from_millis(500);
+        cfg.faults.loss = loss;
+        Node::start(cfg).unwrap()
+    };
+    let (a, b) = (start_node(0, 0.0), start_node(1, 0.6));
+    let (_ta, tb) = (serve(&a).unwrap(), serve(&b).unwrap());
+    let p = a.attach().unwrap();
+    for _ in 0..10 {
+        assert_eq!(team_server_on(&p, b.host_id(), Duration::from_secs(10)).unwrap(), Some(tb));
+    }
+    assert_eq!(team_server_on(&p, 99, Duration::from_millis(300)).unwrap(), None, "no team server on host 99");
 }
