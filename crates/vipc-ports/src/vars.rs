@@ -106,18 +106,33 @@ impl Variables {
         let size =
             capacity.checked_add(HEADER).ok_or_else(|| Error::Encode(format!("a variable of {capacity} bytes")))?;
         let seg = self.node.export_segment(size, opts)?;
-        let mut v = Variable { seg, version: 0, _type: PhantomData };
+        let entry = (self.names.clone(), name.to_string());
+        let mut v = Variable { seg, version: 0, entry, _type: PhantomData };
         v.set(value)?;
         self.names.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), v.seg.name());
         Ok(v)
     }
 }
 
-/// An exported variable, as its owner holds it.
+/// An exported variable, as its owner holds it. Dropping it unexports it
+/// and takes its name out of the directory.
 pub struct Variable<T> {
     seg: ExportedSegment,
     version: u64,
+    /// The directory and the name it is listed under.
+    entry: (Arc<Mutex<HashMap<String, SegmentName>>>, String),
     _type: PhantomData<fn(&T)>,
+}
+
+impl<T> Drop for Variable<T> {
+    fn drop(&mut self) {
+        let (names, name) = &self.entry;
+        let mut names = names.lock().unwrap_or_else(|e| e.into_inner());
+        // Not a newer export of the same name's.
+        if names.get(name) == Some(&self.seg.name()) {
+            names.remove(name);
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for Variable<T> {
@@ -257,6 +272,23 @@ impl<'p> RemoteVars<'p> {
     /// Reads the part `path` (`""` for all of it, else e.g. `.cells[3].temp`)
     /// of variable `var` as a `U`.
     pub fn read<U: DeserializeOwned>(&self, var: &str, path: &str) -> Result<U> {
+        let cached = self.known.borrow().contains_key(var);
+        match self.read_once(var, path) {
+            // The segment read before may be gone (the variable dropped or
+            // exported again): forget it, and look the name up once more.
+            Err(Error::Vipc(_)) if cached => {
+                self.known.borrow_mut().remove(var);
+                self.read_once(var, path)
+            }
+            Err(e @ Error::Vipc(_)) => {
+                self.known.borrow_mut().remove(var);
+                Err(e)
+            }
+            r => r,
+        }
+    }
+
+    fn read_once<U: DeserializeOwned>(&self, var: &str, path: &str) -> Result<U> {
         let mut known = self.known.borrow_mut();
         if !known.contains_key(var) {
             let seg: Option<SegmentName> = self.names.call(0, &var.to_string())?;

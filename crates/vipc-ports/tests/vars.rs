@@ -120,3 +120,23 @@ fn a_reader_holds_what_it_reads_not_what_the_exporter_declares() {
     assert_eq!(rv.read::<Grid>("roomy", "").unwrap(), grid(3));
     assert_eq!(rv.read::<u64>("roomy", ".generation").unwrap(), 3);
 }
+
+/// A variable dropped leaves the directory, and one exported again under
+/// the same name is read through its new segment by a reader that had read
+/// the old one (it kept the old segment and failed for ever).
+#[test]
+fn a_variable_exported_again_is_found_again_and_a_dropped_one_is_gone() {
+    let (a, b) = two_nodes();
+    let vars = Variables::start(&a).unwrap();
+    let first = vars.export("count", 64, &1u32).unwrap();
+    let me = b.attach().unwrap();
+    let rv = RemoteVars::connect(&b, &me, 1).unwrap();
+    assert_eq!(rv.read::<u32>("count", "").unwrap(), 1);
+    drop(first);
+    let again = vars.export("count", 64, &2u32).unwrap();
+    assert_eq!(rv.read::<u32>("count", "").unwrap(), 2);
+    drop(again);
+    let fresh = RemoteVars::connect(&b, &me, 1).unwrap();
+    assert!(matches!(fresh.read::<u32>("count", ""), Err(Error::NotFound(_))), "the name went with it");
+    assert!(rv.read::<u32>("count", "").is_err());
+}
