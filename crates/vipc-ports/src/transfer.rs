@@ -26,6 +26,8 @@ const REPLY_SEGMENT_MAX: usize = 1024;
 const MIN_RESULT_SEGMENT: usize = 4096;
 /// Results an answerer keeps for a FETCH, the oldest dropped first.
 const KEPT_MAX: usize = 64;
+/// Bytes of results an answerer keeps together (one larger result is kept alone).
+const KEPT_BYTES: usize = 64 << 20;
 /// The most bytes of arguments a server reads, or of a result a caller
 /// fetches, for one call (the other side's claim allocates that much).
 pub const MAX_ARGUMENTS: usize = 256 << 20;
@@ -223,8 +225,10 @@ pub(crate) struct Kept(VecDeque<(Pid, Vec<u8>)>);
 impl Kept {
     fn put(&mut self, caller: Pid, bytes: Vec<u8>) {
         self.0.retain(|(c, _)| *c != caller);
-        if self.0.len() == KEPT_MAX {
-            self.0.pop_front();
+        // Room for it: the oldest go (a caller that died never fetches its own).
+        let mut held: usize = self.0.iter().map(|(_, b)| b.len()).sum();
+        while !self.0.is_empty() && (self.0.len() >= KEPT_MAX || held + bytes.len() > KEPT_BYTES) {
+            held -= self.0.pop_front().map_or(0, |(_, b)| b.len());
         }
         self.0.push_back((caller, bytes));
     }
@@ -325,6 +329,22 @@ pub(crate) fn read_bulk(p: &Process, req: &Request, info: ReceiveInfo, rbuf: &[u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_results_are_bounded_by_count_and_bytes_the_oldest_going_first() {
+        let mut k = Kept::default();
+        for i in 0..KEPT_MAX as u32 + 3 {
+            k.put(Pid(i), vec![1; 10]);
+        }
+        assert_eq!(k.0.len(), KEPT_MAX);
+        assert!(k.take(Pid(2)).is_none() && k.take(Pid(3)).is_some());
+        k.put(Pid(1000), vec![2; KEPT_BYTES - 100]);
+        let held: usize = k.0.iter().map(|(_, b)| b.len()).sum();
+        assert!(held <= KEPT_BYTES, "{held} bytes kept");
+        assert!(k.take(Pid(1000)).is_some(), "the newest is kept");
+        k.put(Pid(1001), vec![3; KEPT_BYTES + 1]);
+        assert_eq!(k.take(Pid(1001)).map(|b| b.len()), Some(KEPT_BYTES + 1), "one larger than the cap alone");
+    }
 
     #[test]
     fn a_result_claimed_over_max_arguments_is_refused_before_anything_is_allocated_or_sent() {
