@@ -577,3 +577,49 @@ fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
     assert_eq!(net.stats(1).active_transfers, 16, "16 streams out of the client's segment");
     assert_eq!(net.stats(1).malformed, malformed + 2, "the 17th and 18th dropped");
 }
+
+/// A MoveTo cut off by its mover's node restarting leaves a stream that
+/// never finishes. The client's next exchange must not expect data where
+/// that stream would have gone: the runtime receives the next datagram in
+/// place there, in the new exchange's lent buffer, over data already placed
+/// (a `vipc cp` across a server restart got 1,400-byte pieces of other
+/// offsets).
+#[test]
+fn a_stream_of_an_ended_exchange_is_not_where_the_next_one_places() {
+    let mut net = Net::new(2);
+    let size = 200_000usize;
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.lent.insert((1, client), vec![0; size]);
+    net.nodes[1].send_lending_write(now, client, server, msg(1), SendOptions::default(), size as u32).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    // Only the first data packet of the MoveTo arrives; then the server's node restarts.
+    let mut data_packets = 0;
+    net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
+        let data = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveToData);
+        data_packets += usize::from(data);
+        usize::from(!data || data_packets == 1)
+    }));
+    let now = net.now;
+    net.nodes[0].move_to(now, server, client, 0, pattern(size, 5)).unwrap();
+    net.settle();
+    let chunk = net.nodes[1].config().max_data();
+    assert_eq!(net.nodes[1].next_placement(client), Some((chunk, chunk)), "the second chunk, after the first");
+    net.filter = None;
+    net.nodes[0] = Engine::new(Config { seed: 77, ..config(1) }, net.now);
+    assert_eq!(net.proc(0), server, "the restarted node's first process has the old pid");
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.advance(Duration::from_millis(30)); // the client's Send is sent again, to the new node
+    net.take_received(0, server);
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(9), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(9));
+    // The client's next exchange: none of its data came yet, so none is expected anywhere.
+    let now = net.now;
+    net.nodes[1].send_lending_write(now, client, server, msg(2), SendOptions::default(), size as u32).unwrap();
+    assert_eq!(net.nodes[1].next_placement(client), None);
+}

@@ -260,11 +260,25 @@ impl Engine {
             .placing
             .iter()
             .filter_map(|key| self.streams_in.get(key))
-            .find(|s| s.local == pid && !s.done && s.chunk > 0)?;
+            .find(|s| s.local == pid && !s.done && s.chunk > 0 && self.lends_now(pid, s))?;
         let at = s.cum.checked_mul(s.chunk)?;
         // A MoveTo's chunks go to its base offset of the client's buffer; a MoveFrom's buffer is its own.
         let base = if s.kind == StreamKind::MoveTo { s.base as usize } else { 0 };
         (s.cum < s.got.len() && at < s.total).then(|| (base + at, s.chunk.min(s.total - at)))
+    }
+
+    /// Whether `pid`'s buffer lent now is the one stream `s` writes: a
+    /// MoveTo's only while its exchange is `pid`'s present one (a stream cut
+    /// off by its mover's restart outlives the exchange, and the buffer lent
+    /// next belongs to another); a lent MoveFrom's only while `pid` is in
+    /// it (it ends with the move).
+    fn lends_now(&self, pid: Pid, s: &StreamIn) -> bool {
+        match s.kind {
+            StreamKind::MoveTo => self.exchanges.get(&pid).is_some_and(|ex| {
+                ex.lent_write.is_some() && matches!(ex.state, ExchangeState::Remote { seq, .. } if seq == s.exchange)
+            }),
+            StreamKind::MoveFrom => self.procs.get(&pid).is_some_and(|p| p.blocked == Blocked::Move),
+        }
     }
 
     fn move_from_into(
