@@ -10,7 +10,7 @@ use vipc::Node;
 pub fn run(spec: &str, args: &NodeArgs) -> CliResult<()> {
     let (export, path) = remote(spec)?;
     let node = Node::start(args.build()?)?;
-    let c = connect(&node, &export)?;
+    let c = connect(&node, &export, &args.peers)?;
     let (h, _) = c.open(&path, libc::O_RDONLY, 0).map_err(|e| fs_error(spec, e))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut off = 0u64;

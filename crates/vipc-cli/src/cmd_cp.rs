@@ -263,7 +263,7 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         if let Spec::Remote { export, .. } = s {
             if !clients.contains_key(export) {
                 // Whole chunks in one MoveTo/MoveFrom each: fewer, longer streams.
-                let mut client = connect(&node, export)?;
+                let mut client = connect(&node, export, &args.peers)?;
                 client.set_unit(CHUNK);
                 clients.insert(export.clone(), client);
             }

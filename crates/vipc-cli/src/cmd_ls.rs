@@ -68,7 +68,7 @@ fn long_line(c: &FsClient, dir: &str, name: &str, a: &Attr) -> String {
 pub fn run(spec: &str, long: bool, args: &NodeArgs) -> CliResult<()> {
     let (export, path) = remote(spec)?;
     let node = Node::start(args.build()?)?;
-    let c = connect(&node, &export)?;
+    let c = connect(&node, &export, &args.peers)?;
     let attr = c.lookup(&path).map_err(|e| fs_error(spec, e))?;
     if attr.kind == FileKind::Dir {
         let mut entries = c.readdir(&path).map_err(|e| fs_error(spec, e))?;

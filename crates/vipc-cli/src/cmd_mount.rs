@@ -86,8 +86,12 @@ pub fn run(args: &MountArgs) -> CliResult<()> {
     let client = match vipc_fs::FsClient::connect(&node, &export) {
         Ok(c) => Arc::new(c),
         Err(e) => {
+            let silent = server.map(|a| crate::fsremote::silent_peers(&node, &[a])).unwrap_or_default();
             node.shutdown();
             return Err(CliError(match server {
+                Some(_) if !silent.is_empty() => {
+                    format!("file server export {export:?} not found: {}", crate::fsremote::no_node_at(&silent))
+                }
                 Some(a) => format!("file server export {export:?} not found at {a}: {e}"),
                 None => format!("file server export {export:?} not found: {e}"),
             }));

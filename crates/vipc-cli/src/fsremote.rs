@@ -2,6 +2,7 @@
 //! export, and `--export NAME=DIR[:ro]` of `vipc node`.
 
 use crate::error::{CliError, CliResult};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use vipc::Node;
 use vipc_fs::{ExportConfig, FsClient, FsError};
@@ -58,12 +59,31 @@ pub fn remote(s: &str) -> CliResult<(String, String)> {
     }
 }
 
-/// Connects to export `name` from `node`, with a one-line error.
-pub fn connect(node: &Node, name: &str) -> CliResult<FsClient> {
+/// Connects to export `name` from `node`, with a one-line error (naming
+/// the listed `peers` no node answered at: a wrong address or a node down).
+pub fn connect(node: &Node, name: &str, peers: &[SocketAddr]) -> CliResult<FsClient> {
     FsClient::connect(node, name).map_err(|e| match e {
-        FsError::NotFound(_) => CliError(format!("no file server exports {name:?} (nobody answered for fs:{name})")),
+        FsError::NotFound(_) => {
+            let silent = silent_peers(node, peers);
+            let hint = if silent.is_empty() { String::new() } else { format!("; {}", no_node_at(&silent)) };
+            CliError(format!("no file server exports {name:?} (nobody answered for fs:{name}{hint})"))
+        }
         e => CliError(format!("cannot reach export {name:?}: {e}")),
     })
+}
+
+/// Which of `peers` no node has answered from: a node that runs answers a
+/// new node's first I-Am-Here within 10 ms, long before a lookup gives up.
+pub fn silent_peers(node: &Node, peers: &[SocketAddr]) -> Vec<SocketAddr> {
+    let heard: Vec<SocketAddr> =
+        node.alive_hosts().map(|a| a.rows.iter().flatten().map(|r| r.addr).collect()).unwrap_or_default();
+    peers.iter().filter(|p| !heard.contains(p)).copied().collect()
+}
+
+/// "no vipc node answered at A, B".
+pub fn no_node_at(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
+    format!("no vipc node answered at {}", list.join(", "))
 }
 
 /// A file-service error about `what`, as one line.

@@ -119,6 +119,18 @@ fn node_not_running_and_bad_arguments_are_one_line_errors() {
     assert_one_line_error(&o, "no answer from 0001.0002 (wrong key, or node not running?)");
     assert!(t.elapsed() < Duration::from_secs(10));
 
+    // A listed peer no node answered at is named; one that runs, not.
+    let o = run(&["ls", "docs:", "--no-multicast", "--peer", &dead, "--host-id", "9", "--timeout-ms", "300"]);
+    assert_one_line_error(&o, &format!("nobody answered for fs:docs; no vipc node answered at {dead})"));
+    let mnt = tempfile::tempdir().unwrap();
+    let spec = format!("{dead}:docs");
+    let args =
+        ["mount", &spec, mnt.path().to_str().unwrap(), "--host-id", "9", "--no-multicast", "--timeout-ms", "300"];
+    assert_one_line_error(&run(&args), &format!("export \"docs\" not found: no vipc node answered at {dead}"));
+    let up = free_addrs(1)[0].to_string();
+    let _n = start_node(&["--listen", &up, "--host-id", "12", "--no-multicast"]);
+    let o = run(&["ls", "docs:", "--no-multicast", "--peer", &up, "--host-id", "13", "--timeout-ms", "300"]);
+    assert_one_line_error(&o, "no file server exports \"docs\" (nobody answered for fs:docs)");
     let o = run(&["ping", "echo", "--listen", "not-an-address"]);
     assert_one_line_error(&o, "invalid address \"not-an-address\"");
     let o = run(&["node", "--peer", "1.2.3.4"]);
