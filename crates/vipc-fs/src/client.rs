@@ -296,7 +296,12 @@ impl FsClient {
                 None => self.resolve(&p, false)?,
             };
             for attempt in 0..2 {
-                let mut m = req.0;
+                // A path request names the server instance it is for (see `Rep` ESTALE below).
+                let mut stamped = req;
+                if req.op() != OP_HELLO && req.handle() == 0 {
+                    stamped.set_handle(server.instance << 32);
+                }
+                let mut m = stamped.0;
                 let seg_again = match &mut seg {
                     None => None,
                     Some(SegmentRef::Read(b)) => Some(SegmentRef::Read(b)),
@@ -304,6 +309,13 @@ impl FsClient {
                     Some(SegmentRef::ReadWrite(b)) => Some(SegmentRef::ReadWrite(b)),
                 };
                 match p.send_with(&mut m, server.pid, seg_again, SendOptions::default()) {
+                    // Another server has that pid now (its node restarted, its
+                    // processes started in another order): it refused the request
+                    // untouched. Find ours again by name.
+                    Ok(_) if Rep(m).error() == libc::ESTALE && stamped.handle() != req.handle() && attempt == 0 => {
+                        *lock(&self.server) = None;
+                        server = self.resolve(&p, false)?;
+                    }
                     Ok(_) => return Ok((Rep(m), server)),
                     Err(e) => {
                         *lock(&self.server) = None;

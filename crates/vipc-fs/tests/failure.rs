@@ -192,6 +192,38 @@ fn a_vanished_client_is_reaped_even_when_its_timeout_outlasts_the_ping() {
     drop(c);
 }
 
+/// The server's node restarts (same host id and address) with its exports
+/// started in the other order, so each file server has the pid the other
+/// had: the client finds its own again (by name) instead of reading,
+/// listing and writing the other export's files.
+#[test]
+fn a_client_follows_its_export_when_a_restart_gives_its_pid_to_another() {
+    let (server_node, client_node, addrs) = pair(short);
+    let (mine, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fs::write(mine.path().join("which"), b"mine").unwrap();
+    fs::write(other.path().join("which"), b"other").unwrap();
+    let (a, b) = (export_name("mine"), export_name("other"));
+    let servers = vec![serve(&server_node, &a, mine.path(), false), serve(&server_node, &b, other.path(), false)];
+    let c = FsClient::connect(&client_node, &a).unwrap();
+    let (h, _) = c.open("which", libc::O_RDONLY, 0).unwrap();
+    let read = |c: &FsClient| {
+        let mut buf = [0u8; 16];
+        let n = c.read(h, 0, &mut buf).unwrap();
+        buf[..n].to_vec()
+    };
+    assert_eq!(read(&c), b"mine");
+    server_node.shutdown();
+    drop(servers);
+    drop(server_node);
+    let again = node_again(1, addrs[0], addrs.clone(), short);
+    let _servers = vec![serve(&again, &b, other.path(), false), serve(&again, &a, mine.path(), false)];
+    // A path request, a handle of the old instance, and a change: all in "mine".
+    assert_eq!(c.lookup("which").unwrap().size, 4);
+    assert_eq!(read(&c), b"mine");
+    c.mkdir("made", 0o755).unwrap();
+    assert!(mine.path().join("made").is_dir() && !other.path().join("made").exists());
+}
+
 /// A server whose reaper does not sweep during a test.
 fn serve_unswept(node: &vipc::Node, name: &str, dir: &std::path::Path) -> vipc_fs::FileServer {
     let cfg = vipc_fs::ExportConfig { name: name.to_string(), dir: dir.to_path_buf(), read_only: false, workers: 2 };
@@ -218,18 +250,7 @@ fn a_client_restarted_with_the_same_host_id_does_not_inherit_its_predecessors_fi
     drop(c);
     drop(client_node); // frees its address
     assert_eq!(server.open_handles(), 2, "the dead client could not close them");
-    // Its threads let go of the old socket shortly after the drop.
-    let t = Instant::now();
-    let again = loop {
-        let mut cfg = vipc::NodeConfig::fixed(2, addrs[1], addrs.clone());
-        short(&mut cfg);
-        match vipc::Node::start(cfg) {
-            Err(vipc::Error::Bind { .. }) if t.elapsed() < Duration::from_secs(5) => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            r => break r.unwrap(),
-        }
-    };
+    let again = node_again(2, addrs[1], addrs.clone(), short);
     let c = FsClient::connect(&again, &name).unwrap();
     assert_eq!(server.open_handles(), 0);
     let (h, _) = c.open("a", libc::O_RDWR, 0).unwrap();

@@ -646,7 +646,8 @@ impl Service {
         let set = setattr_record(i.seg, p)?;
         let _changed = self.mutation()?;
         let path = path1(i)?;
-        let handle = if req.handle() != 0 { Some(self.file(req.handle())?) } else { None };
+        // By path: no handle in the low half (the high half may name this instance).
+        let handle = if req.handle() as u32 != 0 { Some(self.file(req.handle())?) } else { None };
         // The object: the open file, or the path (a final symlink is followed, as chmod(2) does).
         let node;
         let fd: BorrowedFd<'_> = match &handle {

@@ -270,6 +270,14 @@ fn serve_one(
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Error> {
     let to = info.from;
+    // Meant for another instance: the server that had this pid before its
+    // node restarted (a path request carries the instance in the high half
+    // of its handle field; a handle carries it anyway). Refused before
+    // anything is done, so that the client finds its server again.
+    let (tag, low) = ((req.handle() >> 32) as u32, req.handle() as u32);
+    if req.op() != OP_HELLO && tag != 0 && low == 0 && tag != svc.instance {
+        return p.reply(&Rep::errno(libc::ESTALE).0, to);
+    }
     // A client's owner process lives on the client's node: an OPEN naming
     // one elsewhere would charge its handles to another host's share.
     if req.op() == OP_OPEN && Pid(req.b()).host() != to.host() {

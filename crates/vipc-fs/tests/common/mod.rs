@@ -27,6 +27,23 @@ pub fn node(host: u16, addr: SocketAddr, peers: Vec<SocketAddr>, tweak: impl Fn(
     Node::start(cfg).expect("node starts")
 }
 
+/// [`node`] on an address a node that was just dropped had: its threads
+/// let go of the old socket shortly after the drop.
+pub fn node_again(host: u16, addr: SocketAddr, peers: Vec<SocketAddr>, tweak: impl Fn(&mut NodeConfig)) -> Node {
+    let t = std::time::Instant::now();
+    loop {
+        let mut cfg = NodeConfig::fixed(host, addr, peers.clone());
+        cfg.conflict_grace = Duration::from_millis(10);
+        tweak(&mut cfg);
+        match Node::start(cfg) {
+            Err(vipc::Error::Bind { .. }) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => return r.expect("node starts again"),
+        }
+    }
+}
+
 /// Two nodes (server host 1, client host 2) that know each other.
 pub fn pair(tweak: impl Fn(&mut NodeConfig) + Copy) -> (Node, Node, Vec<SocketAddr>) {
     let addrs = free_addrs(2);
