@@ -203,7 +203,7 @@ fn a_client_follows_its_export_when_a_restart_gives_its_pid_to_another() {
     fs::write(mine.path().join("which"), b"mine").unwrap();
     fs::write(other.path().join("which"), b"other").unwrap();
     let (a, b) = (export_name("mine"), export_name("other"));
-    let servers = vec![serve(&server_node, &a, mine.path(), false), serve(&server_node, &b, other.path(), false)];
+    let servers = [serve(&server_node, &a, mine.path(), false), serve(&server_node, &b, other.path(), false)];
     let c = FsClient::connect(&client_node, &a).unwrap();
     let (h, _) = c.open("which", libc::O_RDONLY, 0).unwrap();
     let read = |c: &FsClient| {
@@ -216,7 +216,7 @@ fn a_client_follows_its_export_when_a_restart_gives_its_pid_to_another() {
     drop(servers);
     drop(server_node);
     let again = node_again(1, addrs[0], addrs.clone(), short);
-    let _servers = vec![serve(&again, &b, other.path(), false), serve(&again, &a, mine.path(), false)];
+    let _servers = [serve(&again, &b, other.path(), false), serve(&again, &a, mine.path(), false)];
     // A path request, a handle of the old instance, and a change: all in "mine".
     assert_eq!(c.lookup("which").unwrap().size, 4);
     assert_eq!(read(&c), b"mine");
