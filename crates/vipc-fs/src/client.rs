@@ -42,6 +42,8 @@ struct Open {
     flags: i32,
     instance: u64,
     remote: u64,
+    /// The file's inode: a reopen by path must find the same file.
+    ino: u64,
 }
 
 /// The client's owner process: it answers the server's liveness pings, so
@@ -402,7 +404,7 @@ impl FsClient {
     pub fn open_with_head(&self, path: &str, flags: i32, mode: u32, head: usize) -> FsResult<(Handle, Attr, Vec<u8>)> {
         let (remote, attr, instance, head) = self.open_remote(path, flags, mode, head.min(OPEN_HEAD_MAX))?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.opens).insert(id, Open { path: path.to_string(), flags, instance, remote });
+        lock(&self.opens).insert(id, Open { path: path.to_string(), flags, instance, remote, ino: attr.ino });
         Ok((Handle(id), attr, head))
     }
 
@@ -437,12 +439,17 @@ impl FsClient {
 
     fn reopen(&self, h: Handle, old: &Open) -> FsResult<Open> {
         let flags = old.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        let (remote, _, instance, _) = match self.open_remote(&old.path, flags, 0, 0) {
+        let (remote, attr, instance, _) = match self.open_remote(&old.path, flags, 0, 0) {
             Ok(r) => r,
             Err(FsError::Errno(_)) => return Err(FsError::Errno(libc::ESTALE)),
             Err(e) => return Err(e),
         };
-        let new = Open { path: old.path.clone(), flags: old.flags, instance, remote };
+        if attr.ino != old.ino {
+            // Another file under that name now (renamed over, or deleted and made again).
+            let _ = self.close_remote(instance, remote);
+            return Err(FsError::Errno(libc::ESTALE));
+        }
+        let new = Open { path: old.path.clone(), flags: old.flags, instance, remote, ino: old.ino };
         let mut opens = lock(&self.opens);
         match opens.get(&h.0) {
             Some(cur) if (cur.instance, cur.remote) == (old.instance, old.remote) => {

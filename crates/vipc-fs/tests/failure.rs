@@ -107,9 +107,21 @@ fn a_dead_server_fails_calls_within_the_timeout_and_a_restarted_one_is_used() {
     let (h, _) = c.open("f", libc::O_RDONLY, 0).unwrap();
     server.stop();
     fs::remove_file(dir.path().join("f")).unwrap();
-    let _server = serve(&server_node, &name, dir.path(), false);
+    let restarted = serve(&server_node, &name, dir.path(), false);
     let r = c.read(h, 0, &mut buf);
     assert!(matches!(r, Err(FsError::Errno(libc::ESTALE))), "{r:?}");
+
+    // So does one whose name now stands for another file (renamed over it):
+    // reopened by path, it would have read the other file's bytes.
+    fs::write(dir.path().join("g"), b"first").unwrap();
+    let (h, _) = c.open("g", libc::O_RDONLY, 0).unwrap();
+    restarted.stop();
+    fs::write(dir.path().join("g.new"), b"second").unwrap();
+    fs::rename(dir.path().join("g.new"), dir.path().join("g")).unwrap();
+    let server = serve(&server_node, &name, dir.path(), false);
+    let r = c.read(h, 0, &mut buf);
+    assert!(matches!(r, Err(FsError::Errno(libc::ESTALE))), "{r:?}");
+    assert_eq!(server.open_handles(), 0, "the file reopened in vain is closed");
 }
 
 #[test]
