@@ -6,6 +6,16 @@ use std::time::Duration;
 use vipc_engine::*;
 use vipc_wire::PacketType;
 
+/// A filter that lets through only the first data packet of type `ptype` (and everything else).
+fn first_only(ptype: PacketType) -> Filter {
+    let mut seen = 0;
+    Box::new(move |_, _, bytes: &[u8]| {
+        let data = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == ptype);
+        seen += usize::from(data);
+        usize::from(!data || seen == 1)
+    })
+}
+
 fn pattern(n: usize, salt: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt ^ (i >> 9) as u8)).collect()
 }
@@ -294,12 +304,7 @@ fn the_next_placement_is_known_after_many_finished_moves() {
         assert_eq!(net.take_move(0, server), Ok(Vec::new()));
     }
     // One more, of which only the first data packet arrives.
-    let mut data_packets = 0;
-    net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
-        let data = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveFromData);
-        data_packets += usize::from(data);
-        usize::from(!data || data_packets == 1)
-    }));
+    net.filter = Some(first_only(PacketType::MoveFromData));
     let now = net.now;
     net.nodes[0].move_from_lent(now, server, client, 0, size as u32).unwrap();
     net.settle();
@@ -596,12 +601,7 @@ fn a_stream_of_an_ended_exchange_is_not_where_the_next_one_places() {
     net.settle();
     net.take_received(0, server);
     // Only the first data packet of the MoveTo arrives; then the server's node restarts.
-    let mut data_packets = 0;
-    net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
-        let data = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveToData);
-        data_packets += usize::from(data);
-        usize::from(!data || data_packets == 1)
-    }));
+    net.filter = Some(first_only(PacketType::MoveToData));
     let now = net.now;
     net.nodes[0].move_to(now, server, client, 0, pattern(size, 5)).unwrap();
     net.settle();
