@@ -11,6 +11,12 @@ pub enum Error {
     /// No reply or replyPending within T_t: the host is down or unreachable.
     #[error("no answer from {0} within the timeout")]
     Timeout(Pid),
+    /// The receiver's node restarted while the Send was outstanding: the
+    /// message may or may not have been received, and its request carried
+    /// out, by the node's previous life. Not retried, so that a request is
+    /// never carried out twice.
+    #[error("the node of {0} restarted during the exchange: the request may or may not have been carried out")]
+    ReceiverRestarted(Pid),
     /// The caller's own limit on a blocking primitive passed first
     /// ([`crate::Engine::limit`]); the primitive was abandoned. A Send's
     /// receiver may still have taken, or even answered, the message.

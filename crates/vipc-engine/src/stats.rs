@@ -48,6 +48,8 @@ pub struct Stats {
     pub remote_exchanges: u64,
     /// Appended segment data dropped for lack of buffer space.
     pub appended_dropped: u64,
+    /// Retransmitted Sends refused because they named a previous incarnation of this node.
+    pub restart_refusals: u64,
     /// Location-cache misses (sends that had to be broadcast).
     pub location_misses: u64,
     /// I-Am-Here: hosts that came up.
@@ -194,6 +196,7 @@ impl Stats {
             ("local_exchanges", self.local_exchanges),
             ("remote_exchanges", self.remote_exchanges),
             ("appended_dropped", self.appended_dropped),
+            ("restart_refusals", self.restart_refusals),
             ("location_misses", self.location_misses),
             ("active_exchanges", self.active_exchanges),
             ("active_aliens", self.active_aliens),

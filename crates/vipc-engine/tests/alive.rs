@@ -108,14 +108,7 @@ fn any_packet_from_a_host_shows_it_alive() {
     net.filter = Some(Box::new(|from, _, bytes| usize::from(!(from == 1 && is_i_am_here(bytes)))));
     let (server, client) = (net.proc(0), net.proc(1));
     for _ in 0..20 {
-        let now = net.now;
-        net.nodes[0].receive(now, server, None, 0).unwrap();
-        net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
-        net.settle();
-        net.take_received(0, server);
-        net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
-        net.settle();
-        net.take_send(1, client).unwrap();
+        complete_exchange(&mut net, server, client);
         net.advance(Duration::from_millis(50));
     }
     assert_eq!(hosts(&net, 0), vec![2], "a second of exchanges, no announcement");

@@ -502,14 +502,8 @@ fn a_late_duplicate_after_a_refused_send_is_not_executed_again() {
         }
         1
     }));
+    complete_exchange(&mut net, server, client);
     let now = net.now;
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
-    net.settle();
-    net.take_received(0, server);
-    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
-    net.settle();
-    net.take_send(1, client).unwrap();
     net.nodes[1].send(now, client, Pid::new(1, 999), msg(3), SendOptions::default(), None).unwrap();
     net.settle();
     assert_eq!(net.take_send(1, client), Err(Error::NoSuchProcess(Pid::new(1, 999))));
@@ -646,14 +640,7 @@ fn garbage_is_counted_not_obeyed() {
 fn a_later_exchange_still_retransmits_t_r_after_its_send() {
     let mut net = Net::new(2);
     let (server, client) = (net.proc(0), net.proc(1));
-    let now = net.now;
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
-    net.settle();
-    net.take_received(0, server);
-    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
-    net.settle();
-    net.take_send(1, client).unwrap();
+    complete_exchange(&mut net, server, client);
     net.advance(Duration::from_millis(5));
     net.filter = Some(Box::new(|_, _, _| 0)); // the second Send is lost, and every resend
     let now = net.now;
@@ -808,4 +795,98 @@ fn reply_room_is_what_the_reply_packet_to_the_sender_can_carry() {
     net.settle();
     assert_eq!(net.take_received(0, server).from, local);
     assert_eq!(net.nodes[0].reply_room(local), Config::default().local_data());
+}
+
+/// Node 0 (host 1) restarts: a fresh engine with the same host id and another incarnation.
+fn restart_node_0(net: &mut Net) {
+    net.nodes[0] = Engine::new(Config { seed: 77, ..config(1) }, net.now);
+}
+
+/// A client on node 1 sends a non-idempotent request to a server on node 0,
+/// which takes it and is still working on it. With `known`, the two nodes
+/// exchanged a message before, so the client knows the server's incarnation
+/// from the start.
+fn request_in_progress(net: &mut Net, known: bool, opts: SendOptions) -> (Pid, Pid) {
+    let (server, client) = (net.proc(0), net.proc(1));
+    if known {
+        complete_exchange(net, server, client);
+    }
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(2), opts, None).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(2));
+    (server, client)
+}
+
+/// The restarted node's server waits for requests again: it must get none.
+fn restarted_server_waits(net: &mut Net, server: Pid) {
+    restart_node_0(net);
+    assert_eq!(net.proc(0), server, "the restarted node's first process has the old pid");
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+}
+
+#[test]
+fn a_request_taken_by_a_receiver_that_restarts_is_not_carried_out_again() {
+    // The node restarts before the client heard anything of this exchange:
+    // the client knew the receiver's incarnation from its earlier traffic.
+    let mut net = Net::new(2);
+    let (server, client) = request_in_progress(&mut net, true, SendOptions::default());
+    restarted_server_waits(&mut net, server);
+    net.advance(Duration::from_millis(30)); // one retransmission
+    assert_eq!(net.take_send(1, client), Err(Error::ReceiverRestarted(server)));
+    assert!(net.take(0, server).is_none(), "the new life did not take the request");
+    assert_eq!(net.stats(0).restart_refusals, 1);
+}
+
+#[test]
+fn the_receiver_incarnation_is_learned_from_reply_pending() {
+    // No traffic before: the first Send went out on the broadcast channel, and
+    // the client learns who took it from the ReplyPending to a retransmission.
+    let mut net = Net::new(2);
+    let (server, client) = request_in_progress(&mut net, false, SendOptions::default());
+    net.advance(Duration::from_millis(50));
+    assert!(net.stats(1).received(PacketType::ReplyPending) >= 1);
+    assert!(net.take(1, client).is_none(), "still waiting");
+    restarted_server_waits(&mut net, server);
+    net.advance(Duration::from_millis(30));
+    assert_eq!(net.take_send(1, client), Err(Error::ReceiverRestarted(server)));
+    assert!(net.take(0, server).is_none(), "the new life did not take the request");
+}
+
+#[test]
+fn an_idempotent_request_is_carried_out_again_by_a_restarted_receiver() {
+    let mut net = Net::new(2);
+    let (server, client) = request_in_progress(&mut net, true, SendOptions { idempotent: true });
+    restarted_server_waits(&mut net, server);
+    net.advance(Duration::from_millis(30));
+    assert_eq!(net.take_received(0, server).msg, msg(2), "at least once: executed again");
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(3), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(3));
+    assert_eq!(net.stats(0).restart_refusals, 0);
+}
+
+#[test]
+fn a_request_first_sent_after_the_receiver_restarted_is_taken() {
+    // The client still holds the old incarnation, but a first transmission
+    // cannot be a copy of one the old life took; its retransmissions are
+    // answered by the new life, whose incarnation the client learns.
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    complete_exchange(&mut net, server, client);
+    restarted_server_waits(&mut net, server);
+    let now = net.now;
+    net.nodes[1].send(now, client, server, msg(2), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(2));
+    net.advance(Duration::from_millis(100)); // retransmissions, answered with ReplyPending
+    assert!(net.take(1, client).is_none(), "still waiting, not refused");
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(4), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(4));
+    assert_eq!(net.stats(0).restart_refusals, 0);
 }

@@ -105,6 +105,18 @@ fn unreached(e: &FsError) -> bool {
     matches!(e, FsError::Transport(_) | FsError::NotFound(_))
 }
 
+/// A request that may be carried out twice with the effect of once: every
+/// operation but the ones that create or remove a name, and an exclusive
+/// create. (A second WRITE rewrites the same bytes; a handle of the server's
+/// previous life is refused and reopened.)
+fn repeatable(req: &Req) -> bool {
+    match req.op() {
+        OP_MKDIR | OP_RMDIR | OP_UNLINK | OP_RENAME | OP_SYMLINK => false,
+        OP_OPEN => req.count() & libc::O_EXCL as u32 == 0,
+        _ => true,
+    }
+}
+
 fn bad(what: &str) -> FsError {
     FsError::Protocol(what.to_string())
 }
@@ -287,8 +299,10 @@ impl FsClient {
 
     /// One exchange with the server. A destination that no longer exists
     /// (the server restarted on a live node) is looked up again and the
-    /// request sent once more (it never ran); any other failure forgets the
-    /// server, so the next call looks it up.
+    /// request sent once more (it never ran). So is a request the server's
+    /// node refused because it restarted during the exchange, if doing it
+    /// twice does no harm (see [`repeatable`]). Any other failure forgets
+    /// the server, so the next call looks it up.
     fn call(&self, req: Req, mut seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
         let p = self.process()?;
         let r = (|| {
@@ -321,7 +335,11 @@ impl FsClient {
                     Ok(_) => return Ok((Rep(m), server)),
                     Err(e) => {
                         *lock(&self.server) = None;
-                        let gone = matches!(e, Error::Protocol(ProtocolError::NoSuchProcess(_)));
+                        let gone = match &e {
+                            Error::Protocol(ProtocolError::NoSuchProcess(_)) => true,
+                            Error::Protocol(ProtocolError::ReceiverRestarted(_)) => repeatable(&req),
+                            _ => false,
+                        };
                         if gone && attempt == 0 && req.op() != OP_HELLO {
                             server = self.resolve(&p, false)?;
                             continue;

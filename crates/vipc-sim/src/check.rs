@@ -19,8 +19,10 @@ pub enum Invariant {
     /// (1) Every blocking call completes: within T_t (plus a margin) of the
     /// last packet for it, and before the end of the run.
     Liveness,
-    /// (2) A non-idempotent request is executed at most once (per incarnation
-    /// of the executing node: nothing is promised across crashes).
+    /// (2) A non-idempotent request is executed at most once: by one node,
+    /// across its restarts too (a retransmission names the incarnation that
+    /// took it, and a later one refuses it), and by another node only after
+    /// the first one crashed (a Forward may be lost with it).
     AtMostOnce,
     /// (3) A server never receives a duplicate of a non-idempotent request.
     NoDuplicate,
@@ -304,19 +306,21 @@ pub fn check_receipt(
                 ),
             ));
         }
-        if epoch_now(old.node.0) == old.node.1 {
+        if old.node.0 == r.node.0 || epoch_now(old.node.0) == old.node.1 {
             return Err(v(
                 Invariant::AtMostOnce,
                 now,
                 format!(
-                    "non-idempotent request {} (hops left {}) executed by process #{} on node {} at {} and again by process #{} on node {}, with no crash in between",
+                    "non-idempotent request {} (hops left {}) executed by process #{} on node {} (incarnation {}) at {} and again by process #{} on node {} (incarnation {})",
                     rec.req.rid,
                     r.hops,
                     old.server,
                     old.node.0,
+                    old.node.1,
                     fmt_time(old.at),
                     r.server,
-                    r.node.0
+                    r.node.0,
+                    r.node.1
                 ),
             ));
         }
@@ -428,6 +432,11 @@ pub fn justify_send_error(
     let ok = match err {
         Error::NoSuchProcess(p) | Error::Destroyed(p) => chain.contains(p) && someone_died,
         Error::Timeout(_) => bogus || disturbed,
+        // The receiver's node restarted during the request, or before it while
+        // the client still knew the previous life (its first packet was lost).
+        Error::ReceiverRestarted(p) => {
+            chain.contains(p) && nodes_of(*p).is_some_and(|n| h.down_during(n, Time::ZERO, b))
+        }
         _ => false,
     };
     if ok {
@@ -608,9 +617,13 @@ mod tests {
         // Another process on the same incarnation: executed twice.
         let other = Receipt { at: Time(2), server: 8, node: (1, 0), hops: 0 };
         assert_eq!(check_receipt(Time(2), &r, &other, |_| 0).unwrap_err().invariant, Invariant::AtMostOnce);
-        // After a crash of node 1 the re-execution is allowed (V promises nothing across crashes).
+        // Node 1 restarted: its new life must not execute it again.
         let after_crash = Receipt { at: Time(3), server: 9, node: (1, 1), hops: 0 };
-        assert!(check_receipt(Time(3), &r, &after_crash, |_| 1).is_ok());
+        assert_eq!(check_receipt(Time(3), &r, &after_crash, |_| 1).unwrap_err().invariant, Invariant::AtMostOnce);
+        // Another node may, once node 1 crashed (a Forward it sent may be lost with it).
+        let elsewhere = Receipt { at: Time(3), server: 10, node: (2, 0), hops: 0 };
+        assert!(check_receipt(Time(3), &r, &elsewhere, |n| if n == 1 { 1 } else { 0 }).is_ok());
+        assert_eq!(check_receipt(Time(3), &r, &elsewhere, |_| 0).unwrap_err().invariant, Invariant::AtMostOnce);
         // Another hop (a forward) is not a duplicate.
         let fwd = Receipt { hops: 1, ..again.clone() };
         assert!(check_receipt(Time(2), &r, &fwd, |_| 0).is_ok());
@@ -723,6 +736,9 @@ mod tests {
         let mut hc = h.clone();
         hc.outages.push((1, Span { from: Time(0), to: None }));
         assert!(justify_send_error(end, &r, &Error::Timeout(r.target), &hc, node_of).is_ok());
+        // A restart of the target's node, and only that, excuses ReceiverRestarted.
+        assert!(justify_send_error(end, &r, &Error::ReceiverRestarted(r.target), &hc, node_of).is_ok());
+        assert!(justify_send_error(end, &r, &Error::ReceiverRestarted(r.target), &hp, node_of).is_err());
         // Server side: the client still waits and nothing failed.
         assert!(justify_server_error(end, Time(0), &r, 1, &Error::NotAwaitingReply(r.client_pid), &h).is_err());
         // Idempotence is no excuse while the client still waits for this execution.

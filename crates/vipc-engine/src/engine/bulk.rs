@@ -494,6 +494,7 @@ impl Engine {
         if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, exchange, false, offset, len) {
             return self.send_nack(from, h, reason, detail);
         }
+        self.heard_receiver(h.dst, exchange, h.src, h.incarnation);
         // The chunks are read from the client's segment as they are sent: no copy.
         let source = Source::Segment { exchange };
         self.start_stream_out(now, StreamKind::MoveFrom, 0, h.dst, h.src, h.seq, from, offset, source, len as usize);
@@ -568,6 +569,7 @@ impl Engine {
             {
                 return self.send_nack(from, h, reason, detail);
             }
+            self.heard_receiver(h.dst, exchange_of(h), h.src, h.incarnation);
             let lent = self.exchanges.get(&h.dst).is_some_and(|ex| ex.lent_write.is_some());
             if lent {
                 self.placing.push(key);

@@ -308,7 +308,7 @@ impl Engine {
             ex.segment = segment;
         }
         let retransmit = now + self.cfg.retransmit;
-        self.transmit_send(from);
+        self.transmit_send(from, false);
         self.stats.group_sends += 1;
         if mode == ReplyMode::None {
             self.exchanges.remove(&from);
@@ -349,7 +349,7 @@ impl Engine {
         };
         self.groups.collected.insert(from, collected);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
-        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
+        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver: 0 };
         let ex = Exchange {
             to: group,
             forwarder: from,

@@ -32,7 +32,7 @@ impl Engine {
         if h.src.is_group() || (h.src.host() == 0 && h.ptype != PacketType::GetPidReply) {
             return self.stray();
         }
-        self.location.learn(h.src.host(), from);
+        self.location.learn(h.src.host(), from, h.incarnation);
         self.alive_heard(now, h.src.host(), h.incarnation);
         if h.ptype == PacketType::IAmHere {
             return self.on_i_am_here(now, from, &h);
@@ -132,6 +132,12 @@ impl Engine {
                 self.stats.duplicates += 1;
                 return; // a stale retransmission of an exchange already superseded
             }
+        }
+        if h.remote_addr != 0 && h.remote_addr != u32::from(self.incarnation) {
+            // A retransmission of a Send this node's previous life may have
+            // taken: executing it now could execute it twice.
+            self.stats.restart_refusals += 1;
+            return self.send_nack(from, h, nack::RESTARTED, [0; 3]);
         }
         // A newer exchange from the same sender (implicitly acknowledging a
         // cached reply), or the sender's node restarted: the new alien takes
@@ -234,6 +240,7 @@ impl Engine {
         }
         ex.timer_at = Some(retransmit);
         self.arm(retransmit, TimerKey::Exchange(h.dst));
+        self.heard_receiver(h.dst, h.seq, h.src, h.incarnation);
     }
 
     fn on_nack(&mut self, h: &Header) {
@@ -245,6 +252,7 @@ impl Engine {
             nack::OUT_OF_SEGMENT => {
                 Error::OutOfSegment { offset: h.local_addr as u64, len: h.total_len as u64, size: h.remote_addr as u64 }
             }
+            nack::RESTARTED => Error::ReceiverRestarted(about),
             _ => Error::NoSuchProcess(about),
         };
         if self.fail_stream(h.src, h.seq, h.dst, err.clone()) {

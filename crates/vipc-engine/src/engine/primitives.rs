@@ -10,6 +10,9 @@ pub(crate) mod nack {
     pub const NO_READ_ACCESS: u8 = 3;
     pub const NO_WRITE_ACCESS: u8 = 4;
     pub const OUT_OF_SEGMENT: u8 = 5;
+    /// A retransmitted Send names another incarnation of this node: it may
+    /// have reached (and been executed by) the node's previous life.
+    pub const RESTARTED: u8 = 6;
 }
 
 /// What the sender's thread lends for the whole exchange.
@@ -223,11 +226,12 @@ impl Engine {
             let seq = self.fresh_seq();
             let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
             let timer = self.timer_entry(retransmit, TimerKey::Exchange(sender));
+            let receiver = self.location.incarnation(to.host()).unwrap_or(0);
             if let Some(ex) = self.exchanges.get_mut(&sender) {
-                ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline };
+                ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver };
                 ex.timer_at = Some(timer);
             }
-            self.transmit_send(sender);
+            self.transmit_send(sender, false);
         }
     }
 
@@ -248,13 +252,41 @@ impl Engine {
         self.dispatch_exchange(now, sender);
     }
 
-    /// (Re)transmits the Send packet of a remote exchange.
-    pub(crate) fn transmit_send(&mut self, sender: Pid) {
+    /// The node of `sender`'s receiver, as `incarnation`, answered (ReplyPending)
+    /// or moved data for its exchange `seq`: retransmissions name that life.
+    pub(crate) fn heard_receiver(&mut self, sender: Pid, seq: u32, from: Pid, incarnation: u16) {
+        let Some(ex) = self.exchanges.get_mut(&sender).filter(|ex| !ex.to.is_group() && ex.to.host() == from.host())
+        else {
+            return;
+        };
+        if let ExchangeState::Remote { seq: s, receiver, .. } = &mut ex.state {
+            if *s == seq {
+                *receiver = incarnation;
+            }
+        }
+    }
+
+    /// Before a retransmission: an exchange begun before anything was heard from
+    /// its receiver's host takes the incarnation heard since, if any. (Its first
+    /// Send went out on the broadcast channel and its answers were lost; that
+    /// life is most likely the one that took it.)
+    fn name_receiver_life(&mut self, sender: Pid) {
+        let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+        if let ExchangeState::Remote { receiver: receiver @ 0, .. } = &mut ex.state {
+            *receiver = self.location.incarnation(ex.to.host()).unwrap_or(0);
+        }
+    }
+
+    /// Transmits the Send packet of a remote exchange, or (`again`) retransmits it.
+    pub(crate) fn transmit_send(&mut self, sender: Pid, again: bool) {
+        if again {
+            self.name_receiver_life(sender);
+        }
         let Some(ex) = self.exchanges.get(&sender) else { return };
         if ex.to.is_group() {
             return self.transmit_group_send(sender);
         }
-        let ExchangeState::Remote { seq, .. } = ex.state else { return };
+        let ExchangeState::Remote { seq, receiver, .. } = ex.state else { return };
         // One lookup of the exchange: the fields used below are disjoint from it.
         let to = super::route_in(&mut self.location, &mut self.stats, ex.to);
         let limit = match to {
@@ -272,6 +304,9 @@ impl Engine {
         h.dst = ex.to;
         h.fwd = ex.forwarder;
         h.total_len = ex.segment_size() as u32;
+        // Only a retransmission can be a copy of one the receiver's previous life took;
+        // only a non-idempotent Send must not be carried out twice.
+        h.remote_addr = if again && !ex.opts.idempotent { u32::from(receiver) } else { 0 };
         h.message = ex.msg;
         let appended = match (&ex.segment, access.read) {
             (Some(s), true) => &s.data[..s.data.len().min(limit)],

@@ -56,7 +56,10 @@ pub(crate) enum ExchangeState {
     /// The destination is local: queued, then received by `received_by`.
     Local { received_by: Option<Pid> },
     /// The destination is remote: sent with sequence number `seq`, retransmitted until answered.
-    Remote { seq: u32, next_retransmit: Time, deadline: Time },
+    /// `receiver` is the incarnation of the receiver's node the exchange is with (0: not known):
+    /// the one last heard from that host when it was sent, then the one that answered
+    /// ReplyPending. Retransmissions carry it, so that a restarted receiver refuses them.
+    Remote { seq: u32, next_retransmit: Time, deadline: Time, receiver: u16 },
 }
 
 /// A Send in progress by a local process (keyed by the sender's pid).

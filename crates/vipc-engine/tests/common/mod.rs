@@ -172,6 +172,18 @@ impl Net {
     }
 }
 
+/// `client` on node 1 sends `server` on node 0 msg(1) and has its reply, msg(2).
+pub fn complete_exchange(net: &mut Net, server: Pid, client: Pid) {
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(2), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(2));
+}
+
 pub fn msg(b: u8) -> Message {
     [b; 32]
 }
