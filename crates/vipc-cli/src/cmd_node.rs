@@ -16,7 +16,7 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
     })
     .map_err(|e| CliError(format!("cannot install the signal handler: {e}")))?;
     let node = Node::start(cfg)?;
-    services::spawn_echo(&node, Some("echo"))?;
+    let echo = services::spawn_echo(&node, Some("echo"))?;
     for g in members {
         services::spawn_group_member(&node, *g)?;
     }
@@ -28,7 +28,7 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
         .into_iter()
         .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
         .collect::<CliResult<Vec<_>>>()?;
-    say!("vipc node: host {:#06x} listening on {}", node.host_id(), node.local_addr());
+    say!("vipc node: host {:#06x} listening on {}, echo {echo}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
     drop(servers);

@@ -13,17 +13,21 @@ struct NodeProc {
     guard: Guard,
     host: u16,
     addr: SocketAddr,
+    /// The echo service's pid, as the node prints it.
+    echo: String,
 }
 
 /// Starts `vipc node ARGS` and reads host and address from its "listening" line.
 fn start_node(args: &[&str]) -> NodeProc {
     let (guard, line) = start(&[&["node"], args].concat(), "vipc node: host ");
-    // "vipc node: host 0xHHHH listening on ADDR"
+    // "vipc node: host 0xHHHH listening on ADDR, echo HHHH.LLLL"
     let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.len(), 7, "unexpected first line {line:?}");
+    assert_eq!(words.len(), 9, "unexpected first line {line:?}");
     let host = u16::from_str_radix(words[3].trim_start_matches("0x"), 16).unwrap();
-    let addr = words[6].parse().unwrap();
-    NodeProc { guard, host, addr }
+    let addr = words[6].trim_end_matches(',').parse().unwrap();
+    let echo = words[8].to_string();
+    assert!(echo.starts_with(&format!("{host:04x}.")), "{line:?}");
+    NodeProc { guard, host, addr, echo }
 }
 
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
@@ -52,8 +56,7 @@ fn nodes_as_processes_answer_ping_and_stat_over_multicast() {
     assert!((2.0..3.0).contains(&ppe), "packets per exchange {ppe}: {out}");
 
     // A pid target with a bulk segment: the echo service moves it both ways.
-    let echo2 = format!("{:04x}.0002", n2.host);
-    let o = run(&["ping", &echo2, "-c", "3", "--size", "200000", "--group", &g]);
+    let o = run(&["ping", &n2.echo, "-c", "3", "--size", "200000", "--group", &g]);
     assert!(o.status.success(), "ping with a segment failed: {}", stderr(&o));
     assert!(stdout(&o).contains("200000-byte segment"), "{}", stdout(&o));
 
@@ -162,7 +165,7 @@ fn keyed_nodes_ignore_a_client_with_the_wrong_key() {
     assert!(run(&["keygen", k2s]).status.success());
     let addr = free_addrs(1)[0].to_string();
     let n = start_node(&["--listen", &addr, "--host-id", "21", "--no-multicast", "--key", k1s]);
-    let echo = "0015.0002";
+    let echo = n.echo.as_str();
     let common = ["--no-multicast", "--peer", &addr, "--host-id", "22", "--timeout-ms", "300"];
     let mut args = vec!["ping", echo, "-c", "5"];
     args.extend(common);
@@ -173,7 +176,7 @@ fn keyed_nodes_ignore_a_client_with_the_wrong_key() {
     args.extend(common);
     args.extend(["--key", k2s]);
     let o = run(&args);
-    assert_one_line_error(&o, "no answer from 0015.0002 (wrong key, or node not running?)");
+    assert_one_line_error(&o, &format!("no answer from {echo} (wrong key, or node not running?)"));
     let mut args = vec!["stat", "21"];
     args.extend(common);
     args.extend(["--key", k1s]);
@@ -249,7 +252,8 @@ fn ping_under_injected_loss_between_processes() {
     let mut args = vec!["--listen", a.as_str(), "--host-id", "41", "--no-multicast", "--fault-seed", "7"];
     args.extend(loss);
     let n = start_node(&args);
-    let mut args = vec!["ping", "0029.0002", "-c", "100", "--no-multicast", "--peer", a.as_str(), "--host-id", "42"];
+    let mut args =
+        vec!["ping", n.echo.as_str(), "-c", "100", "--no-multicast", "--peer", a.as_str(), "--host-id", "42"];
     args.extend(loss);
     args.extend(["--timeout-ms", "3000"]);
     let o = run(&args);

@@ -890,3 +890,34 @@ fn a_request_first_sent_after_the_receiver_restarted_is_taken() {
     assert_eq!(net.take_send(1, client).unwrap().reply, msg(4));
     assert_eq!(net.stats(0).restart_refusals, 0);
 }
+
+#[test]
+fn a_restarted_node_gives_its_processes_other_pids_but_the_first() {
+    let mut old = Engine::new(config(1), Time::ZERO);
+    let mut new = Engine::new(Config { seed: 77, ..config(1) }, Time::ZERO);
+    let lives: Vec<Vec<Pid>> =
+        [&mut old, &mut new].into_iter().map(|e| (0..50).map(|_| e.create_process().unwrap()).collect()).collect();
+    assert_eq!(lives[0][0], Pid::new(1, 1), "the kernel server's pid every node knows");
+    assert_eq!(lives[1][0], Pid::new(1, 1));
+    for life in &lives {
+        assert!(life[1..].windows(2).all(|w| w[1].local() == w[0].local().wrapping_add(1).max(2)), "in order");
+    }
+    assert!(lives[1][1..].iter().all(|p| !lives[0].contains(p)), "none of the previous life's: {lives:?}");
+}
+
+#[test]
+fn every_local_id_is_handed_out_once_and_then_again_when_free() {
+    let mut e = Engine::new(Config { max_processes: u16::MAX as usize, ..config(1) }, Time::ZERO);
+    let mut seen = std::collections::HashSet::new();
+    while let Ok(p) = e.create_process() {
+        assert!(p.local() != 0 && seen.insert(p), "{p} handed out twice");
+    }
+    assert_eq!(seen.len(), u16::MAX as usize - 1, "all but one id (the limit)");
+    let never = (1..=u16::MAX).map(|l| Pid::new(1, l)).find(|p| !seen.contains(p)).unwrap();
+    let free = [never, Pid::new(1, 300), Pid::new(1, 301)];
+    for p in &free[1..] {
+        e.destroy_process(Time::ZERO, *p).unwrap();
+    }
+    let again = [e.create_process().unwrap(), e.create_process().unwrap()];
+    assert!(again[0] != again[1] && again.iter().all(|p| free.contains(p)), "{again:?} of the free {free:?}");
+}

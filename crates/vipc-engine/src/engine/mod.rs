@@ -196,8 +196,15 @@ impl Engine {
         s
     }
 
-    /// Creates a local process (a V process is a thread with a pid). Local ids
-    /// are handed out in order from 1, skipping live ones.
+    /// Creates a local process (a V process is a thread with a pid). The first
+    /// gets local id 1 (the runtime's kernel server, at a pid every node
+    /// knows); the others get ids in order from a point drawn anew by each
+    /// incarnation, skipping live ones. So a node restarted with the same host
+    /// id is unlikely to give a process the pid of one of its previous life,
+    /// to which a client that missed the restart would send requests that
+    /// process never receives (a mount hung so for ever): a Send to a pid of
+    /// the previous life meets no such process, and the client finds its
+    /// server again.
     /// Errors: `NotReady` before the host id is known, `Limit`.
     pub fn create_process(&mut self) -> Result<Pid, Error> {
         let host = self.host.ok_or(Error::NotReady)?;
@@ -206,9 +213,13 @@ impl Engine {
         }
         loop {
             let pid = Pid::new(host, self.next_local);
-            self.next_local = self.next_local.checked_add(1).unwrap_or(1);
-            if pid.local() != 0 && !self.procs.contains_key(&pid) {
-                self.procs.insert(pid, Proc { blocked: Blocked::No, queue: VecDeque::new(), limit_at: None });
+            self.next_local = match self.next_local {
+                1 => self.rng.gen_range(2..=u16::MAX),
+                u16::MAX => 2,
+                n => n + 1,
+            };
+            if let std::collections::hash_map::Entry::Vacant(e) = self.procs.entry(pid) {
+                e.insert(Proc { blocked: Blocked::No, queue: VecDeque::new(), limit_at: None });
                 return Ok(pid);
             }
         }
