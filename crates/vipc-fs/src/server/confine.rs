@@ -13,6 +13,11 @@ use std::path::Path;
 /// An errno (the server's failures travel as Linux errno values).
 pub type Errno = i32;
 
+/// The errno of a failed system call.
+pub fn errno(e: rustix::io::Errno) -> Errno {
+    e.raw_os_error()
+}
+
 /// The exported directory, held open.
 #[derive(Debug)]
 pub struct Root {

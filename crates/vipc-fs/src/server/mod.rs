@@ -6,11 +6,13 @@
 
 mod confine;
 mod handles;
+mod listings;
 mod ops;
 mod worker;
 
 use crate::error::{FsError, FsResult};
 use crate::proto::{Rep, Req, OP_STOP};
+use listings::Listings;
 use ops::Service;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -130,6 +132,7 @@ impl FileServer {
             pending: AtomicUsize::new(0),
             behind: std::sync::Mutex::new(()),
             settled: std::sync::Condvar::new(),
+            listings: Listings::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let n = cfg.workers.max(1);

@@ -2,8 +2,9 @@
 //! file system, and produce the reply (or the errno). Transport concerns
 //! (receiving, moving large data, replying) are in [`super::worker`].
 
-use super::confine::{attr_of, fstat, proc_path, Errno, Root};
+use super::confine::{attr_of, errno, fstat, proc_path, Errno, Root};
 use super::handles::{Handles, OpenFile, ReadAhead};
+use super::listings::Listings;
 use crate::attr::{Reader, SetAttr, SetTime, StatFs};
 use crate::proto::*;
 use rustix::fd::{AsFd, BorrowedFd};
@@ -42,6 +43,8 @@ pub struct Service {
     pub behind: Mutex<()>,
     /// Signalled when `pending` reaches zero.
     pub settled: Condvar,
+    /// Sorted listings kept between the READDIR batches of a listing.
+    pub listings: Listings,
 }
 
 /// A write in flight behind its reply; dropping it marks the write done.
@@ -130,10 +133,6 @@ pub struct Input<'a> {
     pub seg_size: usize,
     /// The client may receive data in its segment.
     pub writable: bool,
-}
-
-fn errno(e: rustix::io::Errno) -> Errno {
-    e.raw_os_error()
 }
 
 fn io_errno(e: std::io::Error) -> Errno {
@@ -593,18 +592,7 @@ impl Service {
             return Err(libc::EINVAL);
         }
         let fd = self.root.open_at(path1(i)?, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK, 0)?;
-        let mut names: Vec<Vec<u8>> = Vec::new();
-        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
-        while let Some(e) = dir.read() {
-            let e = e.map_err(errno)?;
-            let name = e.file_name().to_bytes();
-            // A name that is not UTF-8 is not listed: no path can name it
-            // (paths travel as UTF-8), and shown lossily it named nothing.
-            if name != b"." && name != b".." && std::str::from_utf8(name).is_ok() {
-                names.push(name.to_vec());
-            }
-        }
-        names.sort_unstable();
+        let names = self.listings.names(&fd, req.offset())?;
         let mut out = Vec::new();
         let mut next = req.offset() as usize;
         let mut entries = 0u32;
