@@ -26,6 +26,32 @@ fn us(d: Duration) -> String {
 /// Most exchanges one `vipc ping` times (each latency is kept for the percentiles).
 const MAX_COUNT: u32 = 10_000_000;
 
+/// The segment's bytes: each depends on its offset, so data moved to the
+/// wrong place shows.
+fn pattern(size: usize) -> Vec<u8> {
+    (0..size).map(|k| (k * 31 + 7) as u8 ^ (k >> 8) as u8).collect()
+}
+
+/// Where the echoed segment differs from what was sent, if anywhere.
+fn first_difference(sent: &[u8], echoed: &[u8]) -> Option<usize> {
+    sent.iter()
+        .zip(echoed)
+        .position(|(a, b)| a != b)
+        .or((sent.len() != echoed.len()).then(|| sent.len().min(echoed.len())))
+}
+
+/// Checks the reply of exchange `i`: every service answering a ping (the
+/// echo service, a kernel server) replies with the request, bytes 8..12 (the
+/// exchange's number) included.
+fn check_reply(i: u32, reply: &[u8; 32]) -> Result<(), String> {
+    let got = u32::from_le_bytes(reply[8..12].try_into().expect("4 bytes"));
+    if got == i {
+        Ok(())
+    } else {
+        Err(format!("the reply to exchange {i} came back numbered {got}"))
+    }
+}
+
 /// Pings `target` `count` times with a `size`-byte read-write segment.
 pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<()> {
     if count == 0 || count > MAX_COUNT {
@@ -38,7 +64,8 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
     let node = Node::start(args.build()?)?;
     let p = node.attach()?;
     let pid = target.resolve(&p)?;
-    let mut seg = vec![0x5au8; size];
+    let sent = pattern(size);
+    let mut seg = sent.clone();
     let mut exchange = |i: u32| -> CliResult<()> {
         let mut msg = [0u8; 32];
         msg[0] = services::OP_PING;
@@ -48,7 +75,14 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
         } else {
             p.send(&mut msg, pid)
         };
-        r.map(|_| ()).map_err(|e| exchange_error(&target, e))
+        r.map_err(|e| exchange_error(&target, e))?;
+        Ok(check_reply(i, &msg)?)
+    };
+    let check_segment = |seg: &[u8]| -> CliResult<()> {
+        match first_difference(&sent, seg) {
+            None => Ok(()),
+            Some(at) => Err(format!("{target}: the echoed segment differs from the one sent at byte {at}").into()),
+        }
     };
     // One exchange first, so that the location cache is warm and not counted.
     exchange(u32::MAX)?;
@@ -60,6 +94,8 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
         lat.push(t.elapsed());
     }
     let after = packets(&node.stats());
+    // Bytes moved wrong in any exchange are moved back as they are: one look suffices.
+    check_segment(&seg)?;
     lat.sort();
     let (out, inn) = (after.0 - before.0, after.1 - before.1);
     say!("vipc ping: {pid} ({target}) from {}: {count} exchanges, 32-byte message, {size}-byte segment", p.pid());
@@ -71,7 +107,34 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
         us(lat[lat.len() - 1])
     );
     say!("packets per exchange: {:.2} (out {out}, in {inn})", (out + inn) as f64 / f64::from(count));
+    say!("every reply answered its own exchange{}", if size > 0 { "; the segment came back intact" } else { "" });
     drop(p);
     node.shutdown();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_exchange_is_an_error() {
+        let mut r = [0u8; 32];
+        r[8..12].copy_from_slice(&7u32.to_le_bytes());
+        assert!(check_reply(7, &r).is_ok());
+        assert_eq!(check_reply(8, &r).unwrap_err(), "the reply to exchange 8 came back numbered 7");
+    }
+
+    #[test]
+    fn a_changed_or_moved_byte_is_found() {
+        let sent = pattern(70_000);
+        assert_eq!(first_difference(&sent, &sent), None);
+        let mut moved = sent.clone();
+        moved.copy_within(1400..2800, 0); // one packet's data at another packet's place
+        assert_eq!(first_difference(&sent, &moved), Some(0));
+        let mut flipped = sent.clone();
+        flipped[65_536] ^= 1;
+        assert_eq!(first_difference(&sent, &flipped), Some(65_536));
+        assert_eq!(first_difference(&sent, &sent[..100]), Some(100));
+    }
 }
