@@ -77,3 +77,36 @@ fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
     };
     assert!(!status.success());
 }
+
+/// True while `pid` is a process that has not ended (a zombie has).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+#[test]
+fn a_command_dies_with_its_team_servers_node() {
+    let g = random_group();
+    let mut node = Command::new(VIPC)
+        .args(["node", "--team", "--group", &g])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(node.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut node = Guard(node);
+    let client = exec(&["--group", &g, "--", "sh", "-c", "echo $$; exec sleep 30"]).spawn().unwrap();
+    let mut client = Guard(client);
+    let mut line = String::new();
+    BufReader::new(client.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let command: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    assert!(running(command), "the command runs");
+    node.0.kill().unwrap(); // SIGKILL: the node cannot clean up
+    node.0.wait().unwrap();
+    let t = Instant::now();
+    while running(command) {
+        assert!(t.elapsed() < Duration::from_secs(5), "the command outlived its team server's node");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -38,7 +38,7 @@
 //! cluster whose packets are authenticated with a key (`--key`) or on a
 //! trusted network.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // one exception: the command's parent-death signal (server.rs)
 
 mod client;
 mod server;

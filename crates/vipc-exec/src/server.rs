@@ -114,6 +114,19 @@ fn exec_request(p: &Process, m: &Message, info: &vipc::ReceiveInfo, buf: &mut [u
     Ok(args)
 }
 
+/// In the command's process, before exec: it is killed when the thread that
+/// started it ends. That thread waits for the command, so it ends only with
+/// the node: a node killed, or stopped, takes its commands with it (they ran
+/// on, in their own process group, with nobody to read their output). Fails
+/// if the node is gone already.
+fn die_with_node(node: nix::unistd::Pid) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if nix::unistd::getppid() != node {
+        return Err(nix::errno::Errno::ESRCH.into());
+    }
+    Ok(())
+}
+
 /// How long a new worker waits for the Exec forwarded to it.
 const FORWARD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -125,13 +138,18 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
     let Ok(from) = vipc::within(FORWARD_WAIT, || w.receive_specific(&mut m, client)) else { return };
     debug_assert_eq!(from, client);
     let mut reply: Message = [0; 32];
-    let child = Command::new(&args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn();
+    let mut command = Command::new(&args[0]);
+    command.args(&args[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let node_pid = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it makes two plain system calls
+    // (prctl, getppid) and allocates nothing, takes no lock. Exercised by
+    // vipc-cli's test `a_command_dies_with_its_team_servers_node`.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || die_with_node(node_pid))
+    };
+    let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
