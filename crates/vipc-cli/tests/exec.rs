@@ -14,6 +14,20 @@ fn exec(args: &[&str]) -> Command {
     c
 }
 
+/// Starts `vipc node --team` in multicast group `g`, once it is up.
+fn team_node(g: &str) -> Guard {
+    let mut node = Command::new(VIPC)
+        .args(["node", "--team", "--group", g])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(node.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("vipc node: host "), "{line:?}");
+    Guard(node)
+}
+
 #[test]
 fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
     let g = random_group();
@@ -26,16 +40,7 @@ fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
     assert!(err.starts_with("vipc: error: exec: no team server answered"), "{err:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
 
-    let mut node = Command::new(VIPC)
-        .args(["node", "--team", "--group", &g])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(node.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let _node = Guard(node);
-    assert!(line.starts_with("vipc node: host "), "{line:?}");
+    let _node = team_node(&g);
 
     let o = exec(&["--group", &g, "--", "sh", "-c", "echo out; echo err >&2; exit 3"]).output().unwrap();
     assert_eq!(o.status.code(), Some(3), "{:?}", String::from_utf8_lossy(&o.stderr));
@@ -87,15 +92,7 @@ fn running(pid: u32) -> bool {
 #[test]
 fn a_command_dies_with_its_team_servers_node() {
     let g = random_group();
-    let mut node = Command::new(VIPC)
-        .args(["node", "--team", "--group", &g])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(node.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let mut node = Guard(node);
+    let mut node = team_node(&g);
     let client = exec(&["--group", &g, "--", "sh", "-c", "echo $$; exec sleep 30"]).spawn().unwrap();
     let mut client = Guard(client);
     let mut line = String::new();
