@@ -186,16 +186,21 @@ impl GroupAddrs {
 
 /// A socket that hears the broadcast channel and the groups with local
 /// members: bound to the wildcard address on the group port (so that it can
-/// join further group addresses later) with SO_REUSEADDR and SO_REUSEPORT (so
-/// every node on this machine hears it), joined on the configured interface
-/// only. IP_MULTICAST_ALL is off, so it hears only the groups it joined itself,
-/// not those other sockets of this machine joined on the same port. Our own
-/// datagrams, sent from `own`, are dropped by the kernel (see [`not_from`]).
+/// join further group addresses later) with SO_REUSEADDR (so every node on
+/// this machine can bind it and each gets its own copy), joined on the
+/// configured interface only. IP_MULTICAST_ALL is off, so it hears only the
+/// groups it joined itself, not those other sockets of this machine joined on
+/// the same port. Not SO_REUSEPORT: with it, a datagram from another host to
+/// a group that only some of the nodes on a machine joined went to *one*
+/// socket of the port's reuseport group, chosen by a hash of its addresses —
+/// half the time one that had not joined it, which dropped it (`vipc exec
+/// --on H` failed for about half the clients when a node without a team
+/// server shared H's address). Our own datagrams, sent from `own`, are
+/// dropped by the kernel (see [`not_from`]).
 fn open_multicast(m: &Multicast, buffer: usize, own: SocketAddrV4) -> Result<UdpSocket> {
     let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, m.group.port()));
     let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
     set_buffers(&sock, buffer);
     sock.bind(&addr.into()).map_err(bind_error(addr))?;
     sock.set_multicast_all_v4(false)?;
