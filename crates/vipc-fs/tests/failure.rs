@@ -368,3 +368,42 @@ fn stopping_a_server_leaves_its_name_to_a_newer_one() {
     let c = vipc_fs::FsClient::connect(&client_node, &name).expect("the newer server still answers");
     assert_eq!(c.lookup("f").unwrap().size, 3, "and it is the newer one");
 }
+
+/// Requests in flight when the server's node restarts (same host id and
+/// address, within T_t): the new node refuses their retransmissions, since
+/// its previous life may have carried them out. The client sends a lookup
+/// again to the new server; a mkdir fails (EIO), for done twice it would
+/// report EEXIST for a directory it made.
+#[test]
+fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
+    let tweak = |c: &mut vipc::NodeConfig| {
+        c.engine.retransmit = Duration::from_millis(20);
+        c.engine.timeout = Duration::from_secs(3);
+    };
+    let addrs = free_addrs(2);
+    let relay = Relay::new(addrs[0]);
+    let server_node = node(1, addrs[0], vec![relay.server_side], tweak);
+    let client_node = node(2, addrs[1], vec![relay.client_side], tweak);
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a"), b"here").unwrap();
+    let name = export_name("restartmid");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let c = Arc::new(FsClient::connect(&client_node, &name).unwrap());
+    relay.cut(true);
+    let (c1, c2) = (c.clone(), c.clone());
+    let lookup = std::thread::spawn(move || c1.lookup("a"));
+    let mkdir = std::thread::spawn(move || c2.mkdir("d", 0o755));
+    std::thread::sleep(Duration::from_millis(100)); // both sent, and sent again
+    server.stop();
+    server_node.shutdown();
+    drop(server_node);
+    let again = node_again(1, addrs[0], vec![relay.server_side], tweak);
+    let _server = serve(&again, &name, dir.path(), false);
+    relay.cut(false);
+    assert_eq!(lookup.join().unwrap().unwrap().size, 4, "the lookup was sent again, to the new server");
+    let e = mkdir.join().unwrap().unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("restarted"), "{e}");
+    assert!(!dir.path().join("d").exists(), "nothing ran it: its first transmission was cut off");
+    assert!(again.stats().restart_refusals >= 2, "both retransmissions were refused");
+}
