@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Local ids the simulation never lets a process keep (engines hand them
+/// out like any other): sends to them must meet no such process.
+pub(super) const UNUSED_LOCALS: std::ops::Range<u16> = 0x7FF0..0x7FF8;
+
 impl Sim {
     // ---------------------------------------------------------------- actors
 
@@ -53,10 +57,10 @@ impl Sim {
             // No node has this host: the send must time out.
             return Pid::new(BOGUS_HOST, 1);
         }
-        // A local id no node ever hands out: the send must fail with NoSuchProcess.
+        // A local id no process has (see `UNUSED_LOCALS`): the send must fail with NoSuchProcess.
         let hosts: Vec<HostId> = self.w.nodes.iter().filter_map(|n| n.host).collect();
         let h = *hosts.choose(&mut self.w.rng).expect("some node is up");
-        Pid::new(h, 0x7FF0 + self.w.rng.gen_range(0..8))
+        Pid::new(h, self.w.rng.gen_range(UNUSED_LOCALS))
     }
 
     pub(super) fn client_send(&mut self, id: ProcId) {

@@ -337,14 +337,17 @@ impl Sim {
                         .fail_with(Invariant::Success, format!("create_process on ready node {node} failed: {e}"));
                 }
             };
-            // Pid hygiene: after a restart the node hands out its old pids again.
-            // A client holding a pid that clients know as a server's would be
-            // sent requests it never receives (an application deadlock, not an
-            // engine fault), so such a pid is destroyed at once and skipped.
-            if kind == Kind::Server || !self.servers.contains(&pid) {
+            // Pid hygiene: a node restarted may hand out an old pid again (rarely:
+            // its local ids start at a random point), and any node one of the
+            // ids clients send to as nonexistent. A client holding a pid that
+            // clients know as a server's, or such an id, would be sent requests
+            // it never receives (an application deadlock, not an engine fault),
+            // so such a pid is destroyed at once and skipped.
+            let reserved = actors::UNUSED_LOCALS.contains(&pid.local());
+            if !reserved && (kind == Kind::Server || !self.servers.contains(&pid)) {
                 break pid;
             }
-            self.w.trace(|| format!("n{node} skips former server pid {pid}"));
+            self.w.trace(|| format!("n{node} skips pid {pid}"));
             let id = self.procs.hist.born(pid, node, self.w.now);
             self.procs.hist.died(id, self.w.now);
             if let Err(e) = self.w.with_engine(node, |e, now| e.destroy_process(now, pid)) {
