@@ -40,6 +40,15 @@ fn status(m: &Message) -> PipeResult<()> {
     }
 }
 
+/// [`status`] of a read or write on an end this client holds open: EBADF
+/// then means the server lost it.
+fn end_status(m: &Message) -> PipeResult<()> {
+    match m[0] {
+        proto::EBADF => Err(PipeError::EndLost),
+        _ => status(m),
+    }
+}
+
 impl End {
     fn open(node: &Node, name: &str, mode: u32) -> PipeResult<End> {
         let p = node.attach()?;
@@ -123,7 +132,7 @@ impl PipeReader {
         match m[0] {
             proto::EOF => Ok(0),
             _ => {
-                status(&m)?;
+                end_status(&m)?;
                 let got = get(&m, 8) as usize;
                 if got == 0 || got > n {
                     return Err(PipeError::Protocol(format!("read of {n} bytes answered {got}")));
@@ -180,7 +189,7 @@ impl PipeWriter {
         let mut m = proto::request(proto::OP_WRITE, self.end.id, 0);
         let e = &self.end;
         e.p.send_with(&mut m, e.server, Some(SegmentRef::Read(&data[..n])), SendOptions::default())?;
-        status(&m)?;
+        end_status(&m)?;
         let took = get(&m, 8) as usize;
         if took != n {
             return Err(PipeError::Protocol(format!("write of {n} bytes answered {took}")));
@@ -244,4 +253,22 @@ pub fn stat(p: &Process, name: &str) -> PipeResult<PipeStat> {
         held_writes: get(&m, 24) as usize,
         capacity: get(&m, 28) as usize,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ebadf_on_an_open_end_says_the_server_lost_it() {
+        let mut m: Message = [0; 32];
+        m[0] = proto::EBADF;
+        let e = end_status(&m).unwrap_err();
+        assert!(matches!(e, PipeError::EndLost), "{e}");
+        assert_eq!(e.errno(), 9, "EBADF");
+        assert!(e.to_string().contains("restarted"), "{e}");
+        assert!(matches!(status(&m), Err(PipeError::Errno(proto::EBADF))), "elsewhere it stays the errno");
+        m[0] = proto::EPIPE;
+        assert!(end_status(&m).unwrap_err().is_broken_pipe());
+    }
 }

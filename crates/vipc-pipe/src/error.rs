@@ -11,6 +11,12 @@ pub enum PipeError {
     /// The name is empty or longer than [`proto::MAX_NAME`] bytes.
     #[error("invalid pipe name {0:?}: 1 to 27 bytes")]
     BadName(String),
+    /// The server no longer has this open end: it restarted, or heard nothing
+    /// from this client (its heartbeats) for a whole lease (errno EBADF).
+    #[error(
+        "the pipe server no longer has this end open (it restarted, or heard nothing from this client for a lease)"
+    )]
+    EndLost,
     /// The pipe server refused the operation with this errno (EPIPE, EBADF, EINVAL, ...).
     #[error("pipe server: {}", std::io::Error::from_raw_os_error(i32::from(*.0)))]
     Errno(u8),
@@ -27,6 +33,7 @@ impl PipeError {
     pub fn errno(&self) -> i32 {
         match self {
             PipeError::Errno(e) => i32::from(*e),
+            PipeError::EndLost => i32::from(proto::EBADF),
             PipeError::NotFound(_) => 2, // ENOENT
             PipeError::BadName(_) => 22, // EINVAL
             _ => 5,                      // EIO
