@@ -35,6 +35,8 @@ pub mod kind {
     pub const NET_CALL: u8 = 0xC8;
     /// A port of this node was closed: its held messages and takers go (local only).
     pub const PORT_CLOSE: u8 = 0xC9;
+    /// Stop serving: the server answers OK and its process ends (local only).
+    pub const STOP: u8 = 0xCA;
 }
 
 /// Flags of a CALL request.
@@ -106,7 +108,7 @@ impl Request {
             fingerprint: u64::from_le_bytes(m[4..12].try_into().expect("8 bytes")),
             len: u32::from_le_bytes(m[12..16].try_into().expect("4 bytes")),
         };
-        (kind::CALL..=kind::PORT_CLOSE).contains(&r.kind).then_some(r)
+        (kind::CALL..=kind::STOP).contains(&r.kind).then_some(r)
     }
 
     /// The inline arguments of `m`, if they were carried inline.

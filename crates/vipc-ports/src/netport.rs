@@ -67,7 +67,7 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
     }
 
     /// Imports the port on `node`: a new process joins its group and answers
-    /// every call with `handler` until the node stops.
+    /// every call with `handler` until the node stops or [`NetPort::unimport`].
     pub fn import(&self, node: &Node, handler: impl Fn(T) -> R + Send + Sync + 'static) -> Result<Pid> {
         let d = Importer { key: self.key, handler, _types: PhantomData };
         let group = self.group;
@@ -76,6 +76,13 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
             serve(&p, &d)
         })?;
         Ok(pid)
+    }
+
+    /// Stops the importer `importer` (as [`NetPort::import`] returned it) of
+    /// `node`: its process ends and leaves the port's group, so calls no
+    /// longer count on it.
+    pub fn unimport(&self, node: &Node, importer: Pid) -> Result<()> {
+        crate::rpc::stop_server(node, importer)
     }
 
     /// Calls every importer with `message`; waits until all importers on

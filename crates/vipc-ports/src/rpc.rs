@@ -5,7 +5,7 @@
 //! How the bytes travel (inline, segments, MORE/FETCH) is in `transfer.rs`.
 
 use crate::codec::{decode, encode, encode_into};
-use crate::frame::{answer, flags, kind, status, Request, REQUEST_INLINE};
+use crate::frame::{answer, flags, kind, read_answer, status, Request, REQUEST_INLINE};
 use crate::transfer::{fetched, read_args_into, read_bulk, send_result, status_error, Caller, Failure, Grant, Kept};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
@@ -169,6 +169,8 @@ pub struct Server<'a> {
     /// The encoded result, reused the same way.
     result: Vec<u8>,
     kept: Kept,
+    /// A process of this node asked it to stop (`kind::STOP`).
+    stopped: bool,
 }
 
 /// The largest argument or result buffer a server keeps between calls.
@@ -184,13 +186,15 @@ impl<'a> Server<'a> {
             args: Vec::new(),
             result: Vec::new(),
             kept: Kept::default(),
+            stopped: false,
         }
     }
 
-    /// Receives and answers requests until the node stops or the process is
-    /// destroyed (then `Ok`); a client that gave up is skipped, not an error.
+    /// Receives and answers requests until the node stops, the process is
+    /// destroyed or a process of its node asks it to stop ([`stop_server`])
+    /// (then `Ok`); a client that gave up is skipped, not an error.
     pub fn run(&mut self) -> Result<()> {
-        loop {
+        while !self.stopped {
             let mut msg = [0u8; 32];
             let info = match self.process.receive_with_segment(&mut msg, &mut self.rbuf) {
                 Ok(i) => i,
@@ -205,6 +209,7 @@ impl<'a> Server<'a> {
                 }
             }
         }
+        Ok(())
     }
 
     /// Answers one received request.
@@ -250,6 +255,10 @@ impl<'a> Server<'a> {
                 answered
             }
             kind::FETCH => fetched(self.process, Grant::of(&info), &mut self.kept),
+            kind::STOP if from.host() == self.process.pid().host() => {
+                self.stopped = true;
+                self.answer(from, status::OK, &[])
+            }
             _ => self.answer(from, status::NOT_A_REQUEST, &[]),
         }
     }
@@ -262,6 +271,21 @@ impl<'a> Server<'a> {
 /// Serves `dispatch` in `process` until the node stops (see [`Server::run`]).
 pub fn serve(process: &Process, dispatch: &dyn Dispatch) -> Result<()> {
     Server::new(process, dispatch).run()
+}
+
+/// Stops the server process `server` of `node` (one that [`serve`]s, as
+/// [`spawn_server`] and `NetPort::import` start): it answers, then its
+/// process ends, and with it its name and group memberships. It must be a
+/// process of `node`: a server of another node refuses (an error).
+pub fn stop_server(node: &vipc::Node, server: Pid) -> Result<()> {
+    let p = node.attach()?;
+    let req = Request { kind: kind::STOP, flags: 0, method: 0, fingerprint: 0, len: 0 };
+    let mut msg = req.encode(&[]);
+    p.send(&mut msg, server)?;
+    match read_answer(&msg).0 {
+        status::OK => Ok(()),
+        st => Err(status_error(st, "stop")),
+    }
 }
 
 /// Starts a server process for `dispatch` on `node`, registered as `name`

@@ -118,3 +118,24 @@ fn an_importer_answering_garbage_is_named_missing_and_the_others_results_are_kep
     assert_eq!(g.results.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(g.missing, vec![3]);
 }
+
+#[test]
+fn an_importer_stopped_is_no_longer_called_and_only_its_own_node_stops_it() {
+    let nodes = cluster(2);
+    let port = NetPort::<u64, u16>::new("stoppable");
+    let importers: Vec<_> = nodes.iter().map(|n| (n.host_id(), port.import(n, move |_| 7).unwrap())).collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    assert_eq!(port.call_all(&me, &1, Duration::from_secs(5)).unwrap().complete().unwrap().len(), 2);
+    let (host, importer) = importers[1];
+    assert!(port.unimport(&nodes[0], importer).is_err(), "another node's importer is not ours to stop");
+    let processes = nodes[1].stats().processes;
+    port.unimport(&nodes[1], importer).unwrap();
+    let t = Instant::now();
+    while nodes[1].stats().processes >= processes {
+        assert!(t.elapsed() < Duration::from_secs(5), "the importer's process did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let got = port.call_all(&me, &1, Duration::from_secs(5)).unwrap().complete().unwrap();
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![nodes[0].host_id()], "host {host} no longer answers");
+}
