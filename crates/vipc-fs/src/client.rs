@@ -107,8 +107,9 @@ fn unreached(e: &FsError) -> bool {
 
 /// A request that may be carried out twice with the effect of once: every
 /// operation but the ones that create or remove a name, and an exclusive
-/// create. (A second WRITE rewrites the same bytes; a handle of the server's
-/// previous life is refused and reopened.)
+/// create. (A second WRITE rewrites the same bytes, unless its handle
+/// appends: see [`FsClient::write`]; a handle of the server's previous life
+/// is refused and reopened.)
 fn repeatable(req: &Req) -> bool {
     match req.op() {
         OP_MKDIR | OP_RMDIR | OP_UNLINK | OP_RENAME | OP_SYMLINK => false,
@@ -303,7 +304,13 @@ impl FsClient {
     /// node refused because it restarted during the exchange, if doing it
     /// twice does no harm (see [`repeatable`]). Any other failure forgets
     /// the server, so the next call looks it up.
-    fn call(&self, req: Req, mut seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
+    fn call(&self, req: Req, seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
+        self.call_as(req, seg, repeatable(&req))
+    }
+
+    /// [`FsClient::call`], sending a request refused by a restarted node
+    /// again only if `repeat`.
+    fn call_as(&self, req: Req, mut seg: Option<SegmentRef<'_>>, repeat: bool) -> FsResult<(Rep, Server)> {
         let p = self.process()?;
         let r = (|| {
             let known = *lock(&self.server);
@@ -337,7 +344,7 @@ impl FsClient {
                         *lock(&self.server) = None;
                         let gone = match &e {
                             Error::Protocol(ProtocolError::NoSuchProcess(_)) => true,
-                            Error::Protocol(ProtocolError::ReceiverRestarted(_)) => repeatable(&req),
+                            Error::Protocol(ProtocolError::ReceiverRestarted(_)) => repeat,
                             _ => false,
                         };
                         if gone && attempt == 0 && req.op() != OP_HELLO {
@@ -356,7 +363,12 @@ impl FsClient {
 
     /// [`FsClient::call`], failing with the server's errno.
     fn call_ok(&self, req: Req, seg: Option<SegmentRef<'_>>) -> FsResult<(Rep, Server)> {
-        let (rep, s) = self.call(req, seg)?;
+        self.call_ok_as(req, seg, repeatable(&req))
+    }
+
+    /// [`FsClient::call_ok`] with [`FsClient::call_as`]'s `repeat`.
+    fn call_ok_as(&self, req: Req, seg: Option<SegmentRef<'_>>, repeat: bool) -> FsResult<(Rep, Server)> {
+        let (rep, s) = self.call_as(req, seg, repeat)?;
         match rep.error() {
             0 => Ok((rep, s)),
             e if e > 0 => Err(FsError::Errno(e)),
@@ -511,7 +523,10 @@ impl FsClient {
     }
 
     /// Writes `data` at `offset` (an O_APPEND handle appends); returns the bytes written.
+    /// A write refused by the server's restarted node is sent again, unless
+    /// the handle appends (the data would be appended twice): that one fails.
     pub fn write(&self, h: Handle, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let appends = lock(&self.opens).get(&h.0).is_some_and(|o| o.flags & libc::O_APPEND != 0);
         let mut done = 0;
         while done < data.len() {
             let n = (data.len() - done).min(MAX_IO);
@@ -522,7 +537,7 @@ impl FsClient {
                 req.set_offset(offset + done as u64);
                 req.set_count(n as u32);
                 req.set_a(self.unit as u32);
-                let (rep, _) = self.call_ok(req, Some(SegmentRef::Read(piece)))?;
+                let (rep, _) = self.call_ok_as(req, Some(SegmentRef::Read(piece)), !appends)?;
                 Ok(rep.count() as usize)
             })?;
             if put == 0 || put > n {

@@ -372,8 +372,10 @@ fn stopping_a_server_leaves_its_name_to_a_newer_one() {
 /// Requests in flight when the server's node restarts (same host id and
 /// address, within T_t): the new node refuses their retransmissions, since
 /// its previous life may have carried them out. The client sends a lookup
-/// again to the new server; a mkdir fails (EIO), for done twice it would
-/// report EEXIST for a directory it made.
+/// and a write again to the new server (the write through its handle
+/// reopened); a mkdir fails (EIO), for done twice it would report EEXIST for
+/// a directory it made, and so does a write that appends (done twice it
+/// would append the data twice).
 #[test]
 fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
     let tweak = |c: &mut vipc::NodeConfig| {
@@ -389,10 +391,14 @@ fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
     let name = export_name("restartmid");
     let server = serve(&server_node, &name, dir.path(), false);
     let c = Arc::new(FsClient::connect(&client_node, &name).unwrap());
+    let (w, _) = c.open("a", libc::O_WRONLY, 0).unwrap();
+    let (log, _) = c.open("log", libc::O_CREAT | libc::O_WRONLY | libc::O_APPEND, 0o644).unwrap();
     relay.cut(true);
-    let (c1, c2) = (c.clone(), c.clone());
+    let (c1, c2, c3, c4) = (c.clone(), c.clone(), c.clone(), c.clone());
     let lookup = std::thread::spawn(move || c1.lookup("a"));
     let mkdir = std::thread::spawn(move || c2.mkdir("d", 0o755));
+    let write = std::thread::spawn(move || c3.write(w, 0, b"HE"));
+    let append = std::thread::spawn(move || c4.write(log, 0, b"line\n"));
     std::thread::sleep(Duration::from_millis(100)); // both sent, and sent again
     server.stop();
     server_node.shutdown();
@@ -401,9 +407,17 @@ fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
     let _server = serve(&again, &name, dir.path(), false);
     relay.cut(false);
     assert_eq!(lookup.join().unwrap().unwrap().size, 4, "the lookup was sent again, to the new server");
-    let e = mkdir.join().unwrap().unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "{e}");
-    assert!(e.to_string().contains("restarted"), "{e}");
+    assert_eq!(write.join().unwrap().unwrap(), 2, "the write was sent again, through the handle reopened");
+    assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"HEre");
+    for (what, r) in [("mkdir", mkdir.join().unwrap().map(|_| 0)), ("append", append.join().unwrap())] {
+        let e = r.unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{what}: {e}");
+        assert!(e.to_string().contains("restarted"), "{what}: {e}");
+    }
     assert!(!dir.path().join("d").exists(), "nothing ran it: its first transmission was cut off");
-    assert!(again.stats().restart_refusals >= 2, "both retransmissions were refused");
+    assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"", "not appended");
+    assert!(again.stats().restart_refusals >= 4, "every retransmission was refused");
+    // Before the new server goes (the drops below): a handle left open waits T_t at the client's drop.
+    c.close(w).unwrap();
+    c.close(log).unwrap();
 }
