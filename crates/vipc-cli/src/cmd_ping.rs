@@ -6,8 +6,9 @@ use crate::target::{exchange_error, Target};
 use std::time::{Duration, Instant};
 use vipc::{services, Node, SegmentRef, SendOptions, Stats};
 
-fn packets(s: &Stats) -> (u64, u64) {
-    (s.ipc_sent(), s.ipc_received())
+/// Packets sent and received, and bytes received.
+fn packets(s: &Stats) -> (u64, u64, u64) {
+    (s.ipc_sent(), s.ipc_received(), s.bytes_in)
 }
 
 /// The `q`-quantile of sorted samples.
@@ -97,7 +98,7 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
     // Bytes moved wrong in any exchange are moved back as they are: one look suffices.
     check_segment(&seg)?;
     lat.sort();
-    let (out, inn) = (after.0 - before.0, after.1 - before.1);
+    let (out, inn, bytes_in) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
     say!("vipc ping: {pid} ({target}) from {}: {count} exchanges, 32-byte message, {size}-byte segment", p.pid());
     say!(
         "latency µs: min {}  median {}  p99 {}  max {}",
@@ -107,7 +108,13 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
         us(lat[lat.len() - 1])
     );
     say!("packets per exchange: {:.2} (out {out}, in {inn})", (out + inn) as f64 / f64::from(count));
-    say!("every reply answered its own exchange{}", if size > 0 { "; the segment came back intact" } else { "" });
+    // The segment came back only if at least its bytes arrived per exchange.
+    let segment = match size {
+        0 => "",
+        _ if bytes_in >= size as u64 * u64::from(count) => "; the segment came back unchanged",
+        _ => "; the segment was not sent back (the target only replied)",
+    };
+    say!("every reply answered its own exchange{segment}");
     drop(p);
     node.shutdown();
     Ok(())

@@ -143,6 +143,12 @@ fn expect_err(r: vipc::Result<Pid>, want: impl Fn(&ProtocolError) -> bool) -> Re
     }
 }
 
+/// A pid of `node` that no process has: one that existed a moment ago (local
+/// ids come round again only after all 65,534 were handed out).
+fn gone_pid(node: &vipc::Node) -> Result<Pid, String> {
+    Ok(node.attach().map_err(|e| e.to_string())?.pid())
+}
+
 /// Runs the demo; an error if any step failed.
 pub fn run() -> CliResult<()> {
     let nodes = start_cluster()?;
@@ -303,11 +309,11 @@ pub fn run() -> CliResult<()> {
         expect(got == members, format!("replies from {} and {}", got[0], got[got.len() - 1]), format!("got {got:?}"))
     });
     d.step("Send to a nonexistent local pid (host 2)", || {
-        let r = send(&client, OP_ECHO, Pid::new(n2.host_id(), 999)).map(|x| x.1);
+        let r = send(&client, OP_ECHO, gone_pid(&n2)?).map(|x| x.1);
         expect_err(r, |e| matches!(e, ProtocolError::NoSuchProcess(_)))
     });
     d.step("Send to a nonexistent remote pid (host 3: nAck)", || {
-        let r = send(&client, OP_ECHO, Pid::new(n3.host_id(), 999)).map(|x| x.1);
+        let r = send(&client, OP_ECHO, gone_pid(&n3)?).map(|x| x.1);
         expect_err(r, |e| matches!(e, ProtocolError::NoSuchProcess(_)))
     });
     d.step("Send to a process destroyed while the sender waits (host 2 -> host 3)", || {

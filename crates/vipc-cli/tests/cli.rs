@@ -105,8 +105,12 @@ fn static_peers_without_multicast() {
     // node claiming host 11, a port already in use.
     let o = run(&["ping", "nosuchname", "--no-multicast", "--peer", &a]);
     assert_one_line_error(&o, "no process is registered as \"nosuchname\"");
-    let o = run(&["ping", "000b.0777", "--no-multicast", "--peer", &a]);
-    assert_one_line_error(&o, "no process 000b.0777");
+    // Half the id space from the echo service's local id: a node hands out
+    // consecutive ids from a random start, and this one has a few processes.
+    let echo: vipc::Pid = n1.echo.parse().unwrap();
+    let nobody = vipc::Pid::new(11, ((u32::from(echo.local()) + 0x8000) % 0xFFFE + 2) as u16).to_string();
+    let o = run(&["ping", &nobody, "--no-multicast", "--peer", &a]);
+    assert_one_line_error(&o, &format!("no process {nobody}"));
     let o = run(&["node", "--host-id", "11", "--peer", &a, "--no-multicast"]);
     assert_one_line_error(&o, &format!("logical host 11 is already in use by {a}"));
     let o = run(&["node", "--listen", &a, "--no-multicast"]);
