@@ -58,6 +58,7 @@ impl Listings {
         let now = Instant::now();
         if offset > 0 {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            kept.retain(|l| now.duration_since(l.used) < MAX_IDLE);
             if let Some(l) = kept.iter_mut().find(|l| l.state == state) {
                 l.used = now;
                 return Ok(l.names.clone());
