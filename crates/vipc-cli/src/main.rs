@@ -183,7 +183,7 @@ enum Cmd {
     Ls {
         /// The directory or file: NAME:PATH.
         path: String,
-        /// Long format: mode, links, owner, group, size, mtime (seconds), name.
+        /// Long format: mode, links, owner, group, size, mtime (local time, to the minute), name.
         #[arg(short = 'l')]
         long: bool,
         #[command(flatten)]
@@ -212,6 +212,22 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Clap's usage error on one line: what is wrong, with what it names on the
+/// lines below (the missing arguments, a tip), without the usage summary.
+fn usage_error_line(text: &str) -> String {
+    let parts: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = parts.join(" ").replace(" tip: ", "; ");
+    match line.strip_prefix("error: ").unwrap_or(&line) {
+        "" => "invalid arguments".to_string(),
+        rest => rest.to_string(),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -225,10 +241,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("vipc: error: {first}");
+            eprintln!("vipc: error: {}", usage_error_line(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -271,5 +284,19 @@ fn main() -> ExitCode {
             eprintln!("vipc: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usage_error_keeps_what_it_names_on_one_line() {
+        let missing = "error: the following required arguments were not provided:\n  <TARGET>\n\nUsage: vipc ping <TARGET>\n\nFor more information, try '--help'.\n";
+        assert_eq!(usage_error_line(missing), "the following required arguments were not provided: <TARGET>");
+        let typo = "error: unexpected argument '--cout' found\n\n  tip: a similar argument exists: '--count'\n\nUsage: vipc ping --count <COUNT> <TARGET>\n";
+        assert_eq!(usage_error_line(typo), "unexpected argument '--cout' found; a similar argument exists: '--count'");
+        assert_eq!(usage_error_line(""), "invalid arguments");
     }
 }
