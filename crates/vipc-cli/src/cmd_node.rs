@@ -3,7 +3,7 @@
 use crate::error::{CliError, CliResult};
 use crate::opts::NodeArgs;
 use std::io::Write;
-use vipc::{services, Node};
+use vipc::{services, Node, Scope};
 
 /// Runs a node (serving pipes `pipes` and directories `exports`, and with a
 /// member of each of `members`, and a team server if `team`) until SIGINT or SIGTERM.
@@ -24,6 +24,9 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
         vipc_exec::serve(&node).map_err(|e| CliError(e.to_string()))?;
     }
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
+    for e in &exports {
+        check_name_free(&node, &vipc_fs::service_name(&e.name), &format!("export {}", e.name))?;
+    }
     let files = exports
         .into_iter()
         .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
@@ -35,4 +38,17 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
     files.into_iter().for_each(vipc_fs::FileServer::stop);
     node.shutdown();
     Ok(())
+}
+
+/// Refuses to serve `registered` (a service's name) when a node already does:
+/// clients would find one or the other at random. One GetPid broadcast, so
+/// starting waits T_getpid (300 ms) when nobody answers.
+pub fn check_name_free(node: &Node, registered: &str, what: &str) -> CliResult<()> {
+    let p = node.attach()?;
+    match p.get_pid(registered, Scope::Remote)? {
+        Some(pid) => {
+            Err(CliError(format!("{what} is already served by {pid}: stop that server, or choose another name")))
+        }
+        None => Ok(()),
+    }
 }

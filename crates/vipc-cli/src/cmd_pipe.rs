@@ -92,6 +92,9 @@ pub fn config(capacity: usize, lease_ms: u64) -> CliResult<PipeConfig> {
 
 /// Starts the servers of pipes `names` on `node`.
 pub fn start_servers(node: &Node, names: &[String], cfg: &PipeConfig) -> CliResult<Vec<PipeServer>> {
+    for n in names {
+        crate::cmd_node::check_name_free(node, &vipc_pipe::proto::service_name(n), &format!("pipe {n}"))?;
+    }
     names.iter().map(|n| PipeServer::start(node, n, cfg.clone()).map_err(|e| pipe_error(n, e))).collect()
 }
 

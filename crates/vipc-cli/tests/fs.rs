@@ -124,3 +124,15 @@ fn bad_exports_are_one_line_errors() {
     assert_one_line_error(&run(&["node", "--group", &g, "--export", "bad name=/tmp"]), "invalid export name");
     assert_one_line_error(&run(&["cp", "a:x"]), "required");
 }
+
+#[test]
+fn a_second_node_may_not_serve_an_export_or_pipe_name_already_served() {
+    let g = random_group();
+    let data = tempfile::tempdir().unwrap();
+    let e = format!("data={}", data.path().display());
+    let _n = start_node(&["--group", &g, "--export", &e, "--pipe", "p1"]);
+    let o = run(&["node", "--group", &g, "--export", &e]);
+    assert_one_line_error(&o, "export data is already served by ");
+    let o = run(&["pipe", "serve", "p1", "--group", &g]);
+    assert_one_line_error(&o, "pipe p1 is already served by ");
+}
