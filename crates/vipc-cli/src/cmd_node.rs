@@ -24,13 +24,18 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
         vipc_exec::serve(&node).map_err(|e| CliError(e.to_string()))?;
     }
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
-    for e in &exports {
-        check_name_free(&node, &vipc_fs::service_name(&e.name), &format!("export {}", e.name))?;
-    }
+    let names: Vec<String> = exports.iter().map(|e| e.name.clone()).collect();
     let files = exports
         .into_iter()
         .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
         .collect::<CliResult<Vec<_>>>()?;
+    // Serving already: a server restarted at once is found by clients still retrying.
+    if let Some(e) =
+        names.iter().find_map(|n| check_name_free(&node, &vipc_fs::service_name(n), &format!("export {n}")).err())
+    {
+        files.into_iter().for_each(vipc_fs::FileServer::stop);
+        return Err(e);
+    }
     say!("vipc node: host {:#06x} listening on {}, echo {echo}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
@@ -40,9 +45,9 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
     Ok(())
 }
 
-/// Refuses to serve `registered` (a service's name) when a node already does:
-/// clients would find one or the other at random. One GetPid broadcast, so
-/// starting waits T_getpid (300 ms) when nobody answers.
+/// Refuses to serve `registered` (a service's name) when another node does
+/// too: clients would find one or the other at random. One GetPid broadcast
+/// (T_getpid, 300 ms, when nobody answers), made once the server serves.
 pub fn check_name_free(node: &Node, registered: &str, what: &str) -> CliResult<()> {
     let p = node.attach()?;
     match p.get_pid(registered, Scope::Remote)? {

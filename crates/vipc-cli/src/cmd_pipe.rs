@@ -92,10 +92,15 @@ pub fn config(capacity: usize, lease_ms: u64) -> CliResult<PipeConfig> {
 
 /// Starts the servers of pipes `names` on `node`.
 pub fn start_servers(node: &Node, names: &[String], cfg: &PipeConfig) -> CliResult<Vec<PipeServer>> {
+    let servers = names
+        .iter()
+        .map(|n| PipeServer::start(node, n, cfg.clone()).map_err(|e| pipe_error(n, e)))
+        .collect::<CliResult<Vec<_>>>()?;
+    // Serving already (see `check_name_free`); dropped, they stop.
     for n in names {
         crate::cmd_node::check_name_free(node, &vipc_pipe::proto::service_name(n), &format!("pipe {n}"))?;
     }
-    names.iter().map(|n| PipeServer::start(node, n, cfg.clone()).map_err(|e| pipe_error(n, e))).collect()
+    Ok(servers)
 }
 
 fn serve(name: &str, capacity: usize, lease_ms: u64, args: &NodeArgs) -> CliResult<()> {
