@@ -315,9 +315,11 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     } else {
         let b = ProgressBar::new(size);
         b.set_style(
-            ProgressStyle::with_template("{bytes}/{total_bytes} [{wide_bar}] {binary_bytes_per_sec} eta {eta}")
-                .map_err(|e| CliError(e.to_string()))?
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{decimal_bytes}/{decimal_total_bytes} [{wide_bar}] {decimal_bytes_per_sec} eta {eta}",
+            )
+            .map_err(|e| CliError(e.to_string()))?
+            .progress_chars("=> "),
         );
         b.set_position(start);
         b

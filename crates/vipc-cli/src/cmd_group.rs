@@ -2,6 +2,7 @@
 //! reliability mode, and report what each Send reached.
 
 use crate::cmd_ping::quantile;
+use crate::demo::fmt_dur;
 use crate::error::{CliError, CliResult};
 use crate::opts::NodeArgs;
 use std::time::{Duration, Instant};
@@ -108,17 +109,17 @@ pub fn run(group: Pid, mode: Mode, count: u32, listen: Duration, interval: Durat
         let took = took.unwrap_or_else(|| start.elapsed());
         times.push(took);
         if count <= 10 {
-            say!("send {i}: {line} in {took:?}");
+            say!("send {i}: {line} in {}", fmt_dur(took));
         } else if i + 1 == count {
             say!("last send: {line}");
         }
     }
     times.sort();
     say!(
-        "vipc gsend: {count} sends to {group}, {} met, {missed} not; median {:?}, p99 {:?}",
+        "vipc gsend: {count} sends to {group}, {} met, {missed} not; median {}, p99 {}",
         count - missed,
-        quantile(&times, 0.5),
-        quantile(&times, 0.99)
+        fmt_dur(quantile(&times, 0.5)),
+        fmt_dur(quantile(&times, 0.99))
     );
     drop(p);
     node.shutdown();

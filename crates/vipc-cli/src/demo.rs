@@ -96,7 +96,8 @@ fn wire(nodes: &[Node]) -> u64 {
     nodes.iter().map(|n| n.stats().ipc_sent()).sum()
 }
 
-fn fmt_dur(d: Duration) -> String {
+/// A short time as people read it: µs below a millisecond, else ms.
+pub fn fmt_dur(d: Duration) -> String {
     if d < Duration::from_millis(1) {
         format!("{:.0} µs", d.as_secs_f64() * 1e6)
     } else {

@@ -14,6 +14,15 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("invalid address {s:?}: expected IP:PORT (e.g. 127.0.0.1:7701 or [::1]:7701)"))
 }
 
+/// Parses a peer: `IP:PORT`, or `HOST:PORT` resolved now (its first
+/// address), as `vipc mount SERVER:EXPORT` takes it.
+pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    s.parse().or_else(|_| s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or(())).map_err(|_| {
+        format!("invalid peer {s:?}: expected IP:PORT or HOST:PORT (e.g. 127.0.0.1:7701, [::1]:7701, server:7701)")
+    })
+}
+
 /// Parses an IPv4 `IP:PORT` for the multicast group.
 pub fn parse_group(s: &str) -> Result<SocketAddrV4, String> {
     s.parse().map_err(|_| format!("invalid multicast group {s:?}: expected IPv4:PORT (e.g. 239.255.86.73:7700)"))
@@ -49,8 +58,8 @@ pub struct NodeArgs {
     /// Fixed logical host id (decimal or 0x hex) [default: allocated on the broadcast channel].
     #[arg(long, value_name = "N", value_parser = parse_host)]
     pub host_id: Option<u16>,
-    /// Static peer that gets every broadcast (repeatable).
-    #[arg(long = "peer", value_name = "ADDR", value_parser = parse_addr)]
+    /// Static peer that gets every broadcast, IP:PORT or HOST:PORT (repeatable).
+    #[arg(long = "peer", value_name = "ADDR", value_parser = parse_peer)]
     pub peers: Vec<SocketAddr>,
     /// Multicast group of the broadcast channel [default: 239.255.86.73:7700].
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_group)]
@@ -143,7 +152,7 @@ impl NodeArgs {
 
         let mut peers = self.peers.clone();
         for p in &file.peers {
-            peers.push(parse_addr(p)?);
+            peers.push(parse_peer(p)?);
         }
         let group = match (self.group, &file.group) {
             (Some(g), _) => Some(g),

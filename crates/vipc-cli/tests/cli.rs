@@ -141,7 +141,7 @@ fn node_not_running_and_bad_arguments_are_one_line_errors() {
     let o = run(&["ping", "echo", "--listen", "not-an-address"]);
     assert_one_line_error(&o, "invalid address \"not-an-address\"");
     let o = run(&["node", "--peer", "1.2.3.4"]);
-    assert_one_line_error(&o, "expected IP:PORT");
+    assert_one_line_error(&o, "expected IP:PORT or HOST:PORT");
     let o = run(&["node", "--host-id", "0"]);
     assert_one_line_error(&o, "invalid logical host");
     let o = run(&["stat", "zz.1"]);
