@@ -27,12 +27,6 @@ fn us(d: Duration) -> String {
 /// Most exchanges one `vipc ping` times (each latency is kept for the percentiles).
 const MAX_COUNT: u32 = 10_000_000;
 
-/// The segment's bytes: each depends on its offset, so data moved to the
-/// wrong place shows.
-fn pattern(size: usize) -> Vec<u8> {
-    (0..size).map(|k| (k * 31 + 7) as u8 ^ (k >> 8) as u8).collect()
-}
-
 /// Where the echoed segment differs from what was sent, if anywhere.
 fn first_difference(sent: &[u8], echoed: &[u8]) -> Option<usize> {
     sent.iter()
@@ -65,7 +59,7 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
     let node = Node::start(args.build()?)?;
     let p = node.attach()?;
     let pid = target.resolve(&p)?;
-    let sent = pattern(size);
+    let sent = crate::demo::pattern(size, 0x5a);
     let mut seg = sent.clone();
     let mut exchange = |i: u32| -> CliResult<()> {
         let mut msg = [0u8; 32];
@@ -134,7 +128,7 @@ mod tests {
 
     #[test]
     fn a_changed_or_moved_byte_is_found() {
-        let sent = pattern(70_000);
+        let sent = crate::demo::pattern(70_000, 0x5a);
         assert_eq!(first_difference(&sent, &sent), None);
         let mut moved = sent.clone();
         moved.copy_within(1400..2800, 0); // one packet's data at another packet's place

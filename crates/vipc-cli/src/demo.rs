@@ -22,8 +22,9 @@ const PAGE: usize = 1024;
 /// Size of the bulk moves.
 const BULK: usize = 1 << 20;
 
-/// Deterministic test bytes.
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
+/// Deterministic test bytes; each depends on its offset (period 251), so
+/// data moved to the wrong place shows.
+pub fn pattern(len: usize, salt: u8) -> Vec<u8> {
     (0..len).map(|i| ((i * 31 + 7) % 251) as u8 ^ salt).collect()
 }
 

@@ -819,6 +819,16 @@ fn request_in_progress(net: &mut Net, known: bool, opts: SendOptions) -> (Pid, P
     (server, client)
 }
 
+/// The restarted node's server replies msg(`b`): the client has it, and the
+/// new life refused nothing.
+fn replied_without_refusal(net: &mut Net, server: Pid, client: Pid, b: u8) {
+    let now = net.now;
+    net.nodes[0].reply(now, server, client, msg(b), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(b));
+    assert_eq!(net.stats(0).restart_refusals, 0);
+}
+
 /// The restarted node's server waits for requests again: it must get none.
 fn restarted_server_waits(net: &mut Net, server: Pid) {
     restart_node_0(net);
@@ -862,11 +872,7 @@ fn an_idempotent_request_is_carried_out_again_by_a_restarted_receiver() {
     restarted_server_waits(&mut net, server);
     net.advance(Duration::from_millis(30));
     assert_eq!(net.take_received(0, server).msg, msg(2), "at least once: executed again");
-    let now = net.now;
-    net.nodes[0].reply(now, server, client, msg(3), None).unwrap();
-    net.settle();
-    assert_eq!(net.take_send(1, client).unwrap().reply, msg(3));
-    assert_eq!(net.stats(0).restart_refusals, 0);
+    replied_without_refusal(&mut net, server, client, 3);
 }
 
 #[test]
@@ -884,11 +890,7 @@ fn a_request_first_sent_after_the_receiver_restarted_is_taken() {
     assert_eq!(net.take_received(0, server).msg, msg(2));
     net.advance(Duration::from_millis(100)); // retransmissions, answered with ReplyPending
     assert!(net.take(1, client).is_none(), "still waiting, not refused");
-    let now = net.now;
-    net.nodes[0].reply(now, server, client, msg(4), None).unwrap();
-    net.settle();
-    assert_eq!(net.take_send(1, client).unwrap().reply, msg(4));
-    assert_eq!(net.stats(0).restart_refusals, 0);
+    replied_without_refusal(&mut net, server, client, 4);
 }
 
 #[test]
