@@ -82,6 +82,9 @@ pub struct NodeArgs {
     /// T_t: timeout in milliseconds [default: 1000].
     #[arg(long, value_name = "N")]
     pub timeout_ms: Option<u64>,
+    /// MoveTo/MoveFrom fail if slower than N KiB/s after a first T_t [default: 256; 0: never].
+    #[arg(long, value_name = "N")]
+    pub min_stream_kib: Option<u64>,
     /// Testing: drop this fraction (0..1) of outgoing datagrams.
     #[arg(long, value_name = "P", value_parser = parse_probability, default_value_t = 0.0)]
     pub loss: f64,
@@ -127,6 +130,8 @@ pub struct FileConfig {
     pub retransmit_ms: Option<u64>,
     /// T_t in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// Slowest bulk transfer in KiB/s (0: no limit).
+    pub min_stream_kib: Option<u64>,
 }
 
 /// Reads a key file.
@@ -222,6 +227,9 @@ impl NodeArgs {
                 return Err("--timeout-ms must be at least 1".into());
             }
             cfg.engine.timeout = Duration::from_millis(ms);
+        }
+        if let Some(kib) = self.min_stream_kib.or(file.min_stream_kib) {
+            cfg.engine.min_stream_rate = kib.saturating_mul(1024);
         }
         Ok(cfg)
     }

@@ -222,7 +222,7 @@ fn config_file_and_sigterm() {
     let cfg = dir.path().join("node.toml");
     std::fs::write(
         &cfg,
-        format!("listen = \"{addr}\"\nhost_id = 31\nmulticast = false\nretransmit_ms = 10\ntimeout_ms = 500\n"),
+        format!("listen = \"{addr}\"\nhost_id = 31\nmulticast = false\nretransmit_ms = 10\ntimeout_ms = 500\nmin_stream_kib = 64\n"),
     )
     .unwrap();
     let mut n = start_node(&["--config", cfg.to_str().unwrap()]);

@@ -43,6 +43,12 @@ pub struct Config {
     /// `min(window, window_bytes / chunk)` (at least 2) chunks unacknowledged.
     /// Keep it within the receiver's socket buffer.
     pub window_bytes: usize,
+    /// Bulk transfers must move at least this many bytes per second on
+    /// average, beyond a first T_t: a MoveTo or MoveFrom of `n` bytes fails
+    /// with `Timeout` after `T_t + n / min_stream_rate` however it
+    /// progresses, so a peer that drips one small chunk per T_t cannot hold
+    /// a mover for hours. 0: no limit.
+    pub min_stream_rate: u64,
     /// Host-location cache capacity (logical hosts).
     pub location_cache: usize,
     /// Bytes of appended segment data kept for receivers not yet waiting.
@@ -105,6 +111,7 @@ impl Default for Config {
             loopback_packet: None,
             window: 64,
             window_bytes: 4 << 20,
+            min_stream_rate: 256 << 10,
             location_cache: 256,
             buffer_limit: 4 << 20,
             max_aliens: 4096,

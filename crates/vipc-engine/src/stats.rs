@@ -40,6 +40,9 @@ pub struct Stats {
     pub stray: u64,
     /// Sends that failed with a timeout.
     pub timeouts: u64,
+    /// Bulk transfers failed for moving slower than `min_stream_rate`
+    /// (also counted in `timeouts` where a mover was waiting).
+    pub slow_streams: u64,
     /// Blocking primitives abandoned because the caller's own limit passed.
     pub deadlines: u64,
     /// Local sends completed (no packets).
@@ -192,6 +195,7 @@ impl Stats {
             ("bad_version", self.bad_version),
             ("stray", self.stray),
             ("timeouts", self.timeouts),
+            ("slow_streams", self.slow_streams),
             ("deadlines", self.deadlines),
             ("local_exchanges", self.local_exchanges),
             ("remote_exchanges", self.remote_exchanges),

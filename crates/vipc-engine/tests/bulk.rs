@@ -619,3 +619,76 @@ fn a_stream_of_an_ended_exchange_is_not_where_the_next_one_places() {
     net.nodes[1].send_lending_write(now, client, server, msg(2), SendOptions::default(), size as u32).unwrap();
     assert_eq!(net.nodes[1].next_placement(client), None);
 }
+
+/// A hostile client's node that sends one fresh 64-byte chunk of a MoveFrom
+/// (or acknowledges one more chunk of a MoveTo) just before each T_t makes
+/// progress, so T_t alone would hold the mover for hours (1 MiB: 4.5 h).
+/// The stream's cap fails it at T_t + 1 MiB / 256 KiB/s = 5 s.
+#[test]
+fn a_peer_dripping_chunks_or_acks_cannot_hold_a_mover_past_the_streams_cap() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    const TOTAL: u32 = 1 << 20;
+    for kind in [PacketType::MoveFromRequest, PacketType::MoveToData] {
+        let mut net = Net::new(2);
+        let client_life = Rc::new(Cell::new(0u16));
+        let life = client_life.clone();
+        net.filter = Some(Box::new(move |from, _, bytes| {
+            if from == 1 {
+                life.set(vipc_wire::parse(bytes, None).unwrap().header.incarnation);
+            }
+            1
+        }));
+        let (server, client) = exchange_with_segment(&mut net, TOTAL as usize, Access::READ_WRITE);
+        let first = first_packet_of(&mut net, kind);
+        let now = net.now;
+        let started = now;
+        if kind == PacketType::MoveFromRequest {
+            net.nodes[0].move_from(now, server, client, 0, TOTAL).unwrap();
+        } else {
+            net.nodes[0].move_to(now, server, client, 0, vec![5; TOTAL as usize]).unwrap();
+        }
+        net.settle();
+        let model = vipc_wire::parse(&first.borrow().clone().unwrap(), None).unwrap().header;
+        let mut drip = 0u32;
+        let failed_at = loop {
+            net.advance(Duration::from_millis(900));
+            if let Some(done) = net.take(0, server) {
+                assert_eq!(done, Completion::Move(Err(Error::Timeout(client))), "{kind:?}");
+                break net.now - started;
+            }
+            assert!(net.now - started < Duration::from_secs(30), "{kind:?}: still held after 30 s");
+            let mut h = vipc_wire::Header::new(if kind == PacketType::MoveFromRequest {
+                PacketType::MoveFromData
+            } else {
+                PacketType::MoveToAck
+            });
+            (h.incarnation, h.seq, h.src, h.dst, h.fwd) = (client_life.get(), model.seq, client, server, client);
+            h.total_len = TOTAL;
+            if kind == PacketType::MoveFromRequest {
+                // Fresh chunk `drip` of 64 bytes.
+                h.local_addr = model.local_addr;
+                h.remote_addr = drip * 64;
+                h.message[..4].copy_from_slice(&64u32.to_be_bytes());
+                h.message[4..8].copy_from_slice(&model.message[4..8]);
+                let packet = vipc_wire::to_vec(&h, &[9; 64], None);
+                let now = net.now;
+                net.nodes[0].handle_datagram(now, addr(1), &packet);
+            } else {
+                // One more chunk acknowledged.
+                h.local_addr = drip + 1;
+                let packet = vipc_wire::to_vec(&h, &[], None);
+                let now = net.now;
+                net.nodes[0].handle_datagram(now, addr(1), &packet);
+            }
+            drip += 1;
+        };
+        assert!(drip >= 4, "{kind:?}: the drip was taken as progress ({drip} drops)");
+        assert!(
+            failed_at <= Duration::from_millis(5_900),
+            "{kind:?}: failed after {failed_at:?}, past the 5 s cap and one drip interval"
+        );
+        assert_eq!(net.stats(0).slow_streams, 1, "{kind:?}");
+        assert_eq!(net.stats(0).malformed, 0, "{kind:?}: the forged packets were valid");
+    }
+}

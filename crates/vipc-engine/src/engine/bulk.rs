@@ -16,6 +16,7 @@
 
 use super::primitives::{check_range, nack};
 use super::*;
+use std::time::Duration;
 use vipc_wire::{Flags, HEADER_LEN};
 
 /// [`Engine::next_placement`] answers only while at most this many incoming
@@ -63,6 +64,8 @@ pub(crate) struct StreamOut {
     acked_order: u64,
     next_retransmit: Time,
     deadline: Time,
+    /// The latest `deadline` may be: see [`Engine::stream_cap`].
+    cap: Time,
     timer_at: Option<Time>,
 }
 
@@ -103,6 +106,8 @@ pub(crate) struct StreamIn {
     lent: bool,
     done: bool,
     last_heard: Time,
+    /// The stream fails here even if it is still progressing: see [`Engine::stream_cap`].
+    cap: Time,
     /// MoveFrom: when to resend the request if no data has come.
     next_retransmit: Time,
     timer_at: Option<Time>,
@@ -142,6 +147,20 @@ fn chunks(total: usize, chunk: usize) -> usize {
 }
 
 impl Engine {
+    /// When a stream of `total` bytes started at `now` fails however it
+    /// progresses: after T_t plus the time `total` takes at
+    /// `min_stream_rate`. Without it, a peer that sends (or acknowledges)
+    /// one fresh 64-byte chunk every T_t would hold a mover's MoveFrom (or
+    /// MoveTo) open for hours.
+    fn stream_cap(&self, now: Time, total: usize) -> Time {
+        match self.cfg.min_stream_rate {
+            0 => Time(u64::MAX),
+            rate => {
+                now + self.cfg.timeout + Duration::from_nanos((total as u128 * 1_000_000_000 / rate as u128) as u64)
+            }
+        }
+    }
+
     /// The segment grant of `client`, which must be awaiting a reply from `mover`.
     fn grant(&self, mover: Pid, client: Pid) -> Result<Grant, Error> {
         if let Some(ex) = self.exchanges.get(&client) {
@@ -333,6 +352,7 @@ impl Engine {
                 lent,
                 done: false,
                 last_heard: now,
+                cap: self.stream_cap(now, len as usize),
                 next_retransmit: retransmit,
                 timer_at: Some(retransmit),
             },
@@ -392,6 +412,7 @@ impl Engine {
                 acked_order: 0,
                 next_retransmit: retransmit,
                 deadline,
+                cap: self.stream_cap(now, total),
                 timer_at: Some(retransmit),
             },
         );
@@ -591,6 +612,7 @@ impl Engine {
                     lent,
                     done: false,
                     last_heard: now,
+                    cap: self.stream_cap(now, total),
                     next_retransmit: now,
                     timer_at: None,
                 },
@@ -723,7 +745,7 @@ impl Engine {
         // Only an ack of something new is progress: a repeated one must not
         // keep a stalled stream (and the MoveTo waiting on it) alive forever.
         if s.acked_count > acked_before {
-            s.deadline = deadline;
+            s.deadline = deadline.min(s.cap);
         }
         if s.acked_count == n {
             let s = self.streams_out.remove(&key).expect("present");
@@ -788,6 +810,7 @@ impl Engine {
         if now >= s.deadline {
             let s = self.streams_out.remove(&key).expect("present");
             self.stats.timeouts += 1;
+            self.stats.slow_streams += u64::from(now >= s.cap);
             if s.kind == StreamKind::MoveTo {
                 self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));
             }
@@ -812,11 +835,15 @@ impl Engine {
         if s.timer_at != Some(at) {
             return;
         }
-        let expiry = s.last_heard + self.cfg.timeout;
+        let mut expiry = s.last_heard + self.cfg.timeout;
+        if !s.done {
+            expiry = expiry.min(s.cap);
+        }
         if now >= expiry {
             let s = self.remove_stream_in(key).expect("present");
             if s.kind == StreamKind::MoveFrom && !s.done {
                 self.stats.timeouts += 1;
+                self.stats.slow_streams += u64::from(now >= s.cap);
                 self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));
             }
             return;
