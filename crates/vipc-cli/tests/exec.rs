@@ -93,17 +93,40 @@ fn running(pid: u32) -> bool {
 fn a_command_dies_with_its_team_servers_node() {
     let g = random_group();
     let mut node = team_node(&g);
-    let client = exec(&["--group", &g, "--", "sh", "-c", "echo $$; exec sleep 30"]).spawn().unwrap();
+    // The command, and a process it started that writes nothing (no SIGPIPE to end it).
+    let script = "sleep 30 >/dev/null 2>&1 & echo $$ $!; exec sleep 30";
+    let client = exec(&["--group", &g, "--", "sh", "-c", script]).spawn().unwrap();
     let mut client = Guard(client);
     let mut line = String::new();
     BufReader::new(client.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let command: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-    assert!(running(command), "the command runs");
+    let pids: Vec<u32> = line.split_whitespace().map(|p| p.parse().unwrap_or_else(|_| panic!("{line:?}"))).collect();
+    assert_eq!(pids.len(), 2, "{line:?}");
+    assert!(pids.iter().all(|&p| running(p)), "the command and its child run");
     node.0.kill().unwrap(); // SIGKILL: the node cannot clean up
     node.0.wait().unwrap();
     let t = Instant::now();
-    while running(command) {
-        assert!(t.elapsed() < Duration::from_secs(5), "the command outlived its team server's node");
-        std::thread::sleep(Duration::from_millis(20));
+    for (pid, what) in pids.into_iter().zip(["the command", "the command's child"]) {
+        while running(pid) {
+            assert!(t.elapsed() < Duration::from_secs(5), "{what} outlived its team server's node");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
+}
+
+/// A command's children that outlive the command itself are no longer the
+/// node's: they are left running when the node goes, as a shell leaves its
+/// background jobs.
+#[test]
+fn a_finished_commands_background_child_is_left_alone() {
+    let g = random_group();
+    let mut node = team_node(&g);
+    let out = exec(&["--group", &g, "--", "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let child: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    node.0.kill().unwrap();
+    node.0.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let alive = running(child);
+    let _ = Command::new("kill").arg(child.to_string()).status();
+    assert!(alive, "the finished command's background child was killed with the node");
 }

@@ -41,6 +41,7 @@
 #![deny(unsafe_code)] // one exception: the command's parent-death signal (server.rs)
 
 mod client;
+mod guard;
 mod server;
 
 pub use client::{least_loaded, query_loads, start, team_server_on, ExitStatus, HostLoad, Job};

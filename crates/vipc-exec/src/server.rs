@@ -1,6 +1,7 @@
 //! The team server: answers load queries, hands each Exec to a worker
 //! process of its own, and signals running commands.
 
+use crate::guard::Guard;
 use crate::*;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid as OsPid;
@@ -30,7 +31,7 @@ pub fn serve(node: &Node) -> Result<Pid> {
         let ok = r.is_ok();
         let _ = joined.send(r);
         if ok {
-            team_server(&n, &p, &Jobs::default());
+            team_server(&n, &p, &Jobs::default(), &Arc::new(Guard::start()));
         }
     })?;
     match join.recv() {
@@ -48,7 +49,7 @@ fn load_average() -> u32 {
         .unwrap_or(0)
 }
 
-fn team_server(node: &Node, p: &Process, jobs: &Jobs) {
+fn team_server(node: &Node, p: &Process, jobs: &Jobs, guard: &Arc<Guard>) {
     let mut argv = vec![0u8; MAX_ARGV];
     loop {
         let mut m: Message = [0; 32];
@@ -65,8 +66,8 @@ fn team_server(node: &Node, p: &Process, jobs: &Jobs) {
             OP_EXEC => match exec_request(p, &m, &info, &mut argv) {
                 Ok(args) => {
                     let sink = Pid(le32(&m, 4));
-                    let (jobs2, client, n) = (jobs.clone(), info.from, node.clone());
-                    let spawned = node.spawn(move |w| worker(w, &n, args, sink, client, &jobs2));
+                    let (jobs2, guard2, client, n) = (jobs.clone(), guard.clone(), info.from, node.clone());
+                    let spawned = node.spawn(move |w| worker(w, &n, args, sink, client, &jobs2, &guard2));
                     match spawned.map_err(ExecError::from).and_then(|(wp, _)| Ok(p.forward(&m, info.from, wp)?)) {
                         Ok(()) => continue, // the worker replies
                         Err(e) => {
@@ -132,7 +133,7 @@ const FORWARD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One job: receives the forwarded Exec, runs the command, pumps its output
 /// to the sink, and replies with how it ended.
-fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jobs: &Jobs) {
+fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jobs: &Jobs, guard: &Guard) {
     let mut m: Message = [0; 32];
     // The Exec forwarded to it; if the forward failed, none comes.
     let Ok(from) = vipc::within(FORWARD_WAIT, || w.receive_specific(&mut m, client)) else { return };
@@ -159,8 +160,9 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
             return;
         }
     };
-    lock(jobs).insert(client, child.id());
     let os = child.id();
+    guard.watch(os);
+    lock(jobs).insert(client, os);
     let streams: [(u8, Option<Box<dyn Read + Send>>); 2] = [
         (1, child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
         (2, child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
@@ -181,6 +183,7 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
         let _ = h.join();
     }
     lock(jobs).remove(&client);
+    guard.release(os);
     match status {
         Ok(s) => {
             put32(&mut reply, 8, s.code().unwrap_or(0) as u32);
