@@ -3,6 +3,8 @@
 //! local path. Long copies show a progress bar; `--resume` continues a
 //! partial copy from the size the destination already has. A local
 //! destination's blocks are reserved before the copy, its size untouched.
+//! A sparse source (fewer blocks than its size needs) keeps its holes, as
+//! with cp(1)'s `--sparse=auto`: its pages of zeros are not written.
 //! A source that grows during the copy is copied to its end, as by cp(1);
 //! one that shrinks is an error. A symlink as the source is followed. A
 //! destination that is the source under another name (a symlink, a hard
@@ -106,12 +108,12 @@ impl End<'_> {
         }
     }
 
-    /// Cuts the open file to nothing.
-    fn truncate(&self) -> CliResult<()> {
+    /// Sets the open file's size: cuts it, or extends it with a hole.
+    fn set_len(&self, size: u64) -> CliResult<()> {
         match self {
-            End::Local(f, what) => f.set_len(0).map_err(|e| local_error(what, e)),
+            End::Local(f, what) => f.set_len(size).map_err(|e| local_error(what, e)),
             End::Remote(c, h, what) => {
-                let set = vipc_fs::SetAttr { size: Some(0), ..Default::default() };
+                let set = vipc_fs::SetAttr { size: Some(size), ..Default::default() };
                 c.setattr("", Some(*h), &set).map(drop).map_err(|e| fs_error(what, e))
             }
         }
@@ -149,6 +151,8 @@ struct Found {
     ino: u64,
     /// Last modification (seconds, nanoseconds).
     mtime: (i64, u32),
+    /// Fewer bytes allocated than its size: it has holes.
+    sparse: bool,
 }
 
 impl Found {
@@ -163,12 +167,14 @@ impl Found {
             FileKind::Other // a device, FIFO or socket has no size to copy
         };
         let mtime = (m.mtime(), m.mtime_nsec() as u32);
-        Found { kind, size: m.len(), place: format!("dev {}", m.dev()), ino: m.ino(), mtime }
+        let sparse = m.blocks().saturating_mul(512) < m.len();
+        Found { kind, size: m.len(), place: format!("dev {}", m.dev()), ino: m.ino(), mtime, sparse }
     }
 
     fn remote(export: &str, a: &vipc_fs::Attr) -> Found {
         let mtime = (a.mtime.secs, a.mtime.nanos);
-        Found { kind: a.kind, size: a.size, place: format!("{export}:"), ino: a.ino, mtime }
+        let sparse = a.blocks.saturating_mul(512) < a.size;
+        Found { kind: a.kind, size: a.size, place: format!("{export}:"), ino: a.ino, mtime, sparse }
     }
 
     /// Surely or most likely the same file: the same inode in one place, or
@@ -308,7 +314,7 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         return Err(same());
     }
     if !resume && opened.kind == FileKind::File && opened.size > 0 {
-        to.truncate()?;
+        to.set_len(0)?;
     }
     let bar = if quiet || size - start < BAR_MIN {
         ProgressBar::hidden()
@@ -325,11 +331,17 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         b
     };
     let t = Instant::now();
-    if let End::Local(f, _) = &to {
-        preallocate(f, start, size);
+    let holes = source.sparse;
+    match &to {
+        End::Local(f, _) if !holes => preallocate(f, start, size),
+        _ => {}
     }
-    let mut copied = pump(&from, &to, start, size, &bar)?;
+    let mut copied = pump(&from, &to, start, size, holes, &bar)?;
     copied += copy_growth(&from, &to, start + copied, &bar)?;
+    if holes {
+        // A hole at the end was not written: the size says where the file ends.
+        to.set_len(start + copied)?;
+    }
     bar.finish_and_clear();
     to.finish()?;
     from.close();
@@ -366,7 +378,8 @@ fn preallocate(f: &File, start: u64, size: u64) {
 /// short at any moment leaves a destination whose size is what it holds,
 /// which `--resume` goes on from (written out of order, a later chunk
 /// could land before an earlier one, and the hole would be kept).
-fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) -> CliResult<u64> {
+/// With `holes`, pages of zeros are not written ([`write_keeping_holes`]).
+fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &ProgressBar) -> CliResult<u64> {
     let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Chunk)>>(READERS);
     let next = AtomicU64::new(start);
     // Written up to here: readers stay within AHEAD chunks of it.
@@ -416,7 +429,11 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
                 early.insert(off, buf);
                 // Every chunk that now continues the written prefix.
                 while let Some(buf) = early.remove(&at) {
-                    to.write_at(at, buf.bytes())?;
+                    if holes {
+                        write_keeping_holes(to, at, buf.bytes())?;
+                    } else {
+                        to.write_at(at, buf.bytes())?;
+                    }
                     at += buf.len as u64;
                     written.store(at, Ordering::Relaxed);
                     bar.inc(buf.len as u64);
@@ -433,6 +450,32 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, bar: &ProgressBar) 
         }
         result.map(|()| at - start)
     })
+}
+
+/// Pages of a sparse copy: the file systems' block size here, and where
+/// chunks start (a multiple of it).
+const PAGE: usize = 4096;
+
+/// Writes `data` at `off` (a multiple of [`PAGE`]) but its whole pages of
+/// zeros, which stay holes: the destination holds nothing past its size,
+/// having been cut to nothing or being resumed from its end.
+fn write_keeping_holes(to: &End<'_>, off: u64, data: &[u8]) -> CliResult<()> {
+    let mut run: Option<usize> = None; // where the current run of data pages began
+    for (i, page) in data.chunks(PAGE).enumerate() {
+        let zero = page.iter().all(|&b| b == 0);
+        match (run, zero) {
+            (None, false) => run = Some(i * PAGE),
+            (Some(begin), true) => {
+                to.write_at(off + begin as u64, &data[begin..i * PAGE])?;
+                run = None;
+            }
+            _ => {}
+        }
+    }
+    match run {
+        Some(begin) => to.write_at(off + begin as u64, &data[begin..]),
+        None => Ok(()),
+    }
 }
 
 /// Copies what the source gained past `at` while it was copied, reading on
@@ -481,12 +524,38 @@ mod tests {
         let to = super::End::Local(std::fs::File::create(&dst).unwrap(), "dst".into());
         let bar = indicatif::ProgressBar::hidden();
         // The size the copy began with: a chunk and a bit; the rest came later.
-        let first = super::pump(&from, &to, 0, super::CHUNK as u64 + 10, &bar).unwrap();
+        let first = super::pump(&from, &to, 0, super::CHUNK as u64 + 10, false, &bar).unwrap();
         assert_eq!(first, super::CHUNK as u64 + 10);
         let rest = super::copy_growth(&from, &to, first, &bar).unwrap();
         assert_eq!(first + rest, data.len() as u64);
         assert!(std::fs::read(&dst).unwrap() == data, "the copy differs from the source");
         assert_eq!(super::copy_growth(&from, &to, data.len() as u64, &bar).unwrap(), 0, "nothing more at the end");
+    }
+
+    /// Data pages are written, runs of zero pages left holes, a partly zero
+    /// page written whole.
+    #[test]
+    fn a_sparse_copy_writes_only_pages_with_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dst");
+        let to = super::End::Local(std::fs::File::create(&path).unwrap(), "dst".into());
+        const P: usize = super::PAGE;
+        let mut data = vec![0u8; 300 * P + 100];
+        data[5] = 1; // page 0
+        data[P] = 2; // page 1: one run with page 0
+        data[150 * P + P - 1] = 3; // page 150 alone
+        data[300 * P + 99] = 4; // the last, partial page
+        super::write_keeping_holes(&to, 4 * P as u64, &data).unwrap();
+        to.set_len(4 * P as u64 + data.len() as u64).unwrap();
+        let got = std::fs::read(&path).unwrap();
+        assert!(got[..4 * P].iter().all(|&b| b == 0) && got[4 * P..] == data[..], "the copy differs");
+        let m = std::fs::metadata(&path).unwrap();
+        // 4 data pages among 305: allocation far below the size (ext4, xfs, tmpfs keep holes).
+        assert!(m.blocks() * 512 <= 16 * P as u64, "{} blocks of 512 bytes for 4 data pages", m.blocks());
+        let to_all_zero = dir.path().join("zero");
+        let z = super::End::Local(std::fs::File::create(&to_all_zero).unwrap(), "zero".into());
+        super::write_keeping_holes(&z, 0, &vec![0; 10 * P]).unwrap();
+        assert_eq!(std::fs::metadata(&to_all_zero).unwrap().len(), 0, "nothing written for zeros only");
     }
 
     #[test]

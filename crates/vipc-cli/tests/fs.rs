@@ -136,3 +136,41 @@ fn a_second_node_may_not_serve_an_export_or_pipe_name_already_served() {
     let o = run(&["pipe", "serve", "p1", "--group", &g]);
     assert_one_line_error(&o, "pipe p1 is already served by ");
 }
+
+/// A sparse file copied down from an export and up again keeps its holes;
+/// a dense one of the same bytes stays dense (as with cp(1)'s `--sparse=auto`).
+#[test]
+fn cp_keeps_the_holes_of_a_sparse_file_both_ways() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let g = random_group();
+    let data = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    // 64 KiB of data, a 40 MiB hole, 4 KiB of data, and a 20 MiB hole at the end.
+    let size: u64 = (64 << 10) + (40 << 20) + 4096 + (20 << 20);
+    let f = std::fs::File::create(data.path().join("sparse")).unwrap();
+    f.write_all_at(&pattern(64 << 10), 0).unwrap();
+    f.write_all_at(&pattern(4096), (64 << 10) + (40 << 20)).unwrap();
+    f.set_len(size).unwrap();
+    std::fs::write(data.path().join("dense-zeros"), vec![0u8; 1 << 20]).unwrap();
+    let e = format!("data={}", data.path().display());
+    let _n = start_node(&["--group", &g, "--export", &e]);
+    let allocated = |p: &std::path::Path| std::fs::metadata(p).unwrap().blocks() * 512;
+
+    let down = local.path().join("sparse");
+    let o = run(&["cp", "-q", "data:sparse", down.to_str().unwrap(), "--group", &g]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&down).unwrap() == std::fs::read(data.path().join("sparse")).unwrap(), "down: differs");
+    assert!(allocated(&down) < 1 << 20, "down: {} bytes allocated of {size}", allocated(&down));
+
+    let o = run(&["cp", "-q", down.to_str().unwrap(), "data:up", "--group", &g]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let up = data.path().join("up");
+    assert_eq!(std::fs::metadata(&up).unwrap().len(), size, "up: the trailing hole counts in the size");
+    assert!(std::fs::read(&up).unwrap() == std::fs::read(&down).unwrap(), "up: differs");
+    assert!(allocated(&up) < 1 << 20, "up: {} bytes allocated of {size}", allocated(&up));
+
+    // A file of zeros without holes is copied block for block.
+    let o = run(&["cp", "-q", "data:dense-zeros", local.path().join("z").to_str().unwrap(), "--group", &g]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(allocated(&local.path().join("z")) >= 1 << 20, "a dense source stays dense");
+}
