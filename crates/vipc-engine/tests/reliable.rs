@@ -101,6 +101,20 @@ fn all_reply_succeeds_when_every_member_of_the_snapshot_replied() {
     }
 }
 
+/// A K_REPLY decided before a replying host acknowledged (its ACK rides on
+/// its last reply) still counts that host's repliers among the members
+/// known to have the message: "2 replies of 1 member" is never reported.
+#[test]
+fn the_members_known_include_repliers_whose_host_has_not_acknowledged() {
+    let mut s = setup();
+    send(&mut s, Reliable::KReply(2));
+    reply(&mut s, 2); // node 2 has two members: no ACK yet
+    reply(&mut s, 0); // the sender's own node
+    let o = outcome(&mut s).expect("two replies");
+    assert!(o.met);
+    assert_eq!((o.count, o.receivers, o.hosts_acked), (2, 2, 1), "{o:?}");
+}
+
 #[test]
 fn k_reply_succeeds_at_k_and_fails_early_when_k_members_do_not_exist() {
     let mut s = setup();

@@ -71,7 +71,9 @@ pub struct GroupOutcome {
     pub first_replier: Pid,
     /// The first reply (the message sent if there was none).
     pub reply: Message,
-    /// Members known to have got the message: local ones plus the counts acknowledged.
+    /// Members known to have got the message: the local ones, each host's
+    /// acknowledged count, and on a host whose acknowledgement had not come
+    /// (it rides on its last reply) the members that replied.
     pub receivers: u32,
     /// Hosts of the alive-host snapshot that acknowledged, of `hosts`.
     pub hosts_acked: u32,
@@ -161,6 +163,16 @@ impl ReliableSend {
         v
     }
 
+    /// The members acknowledged, and the repliers on each host beyond its
+    /// acknowledged count: a K_REPLY is decided at its K-th reply, often
+    /// before the replying host's acknowledgement.
+    fn known_receivers(&self) -> u32 {
+        self.snapshot.iter().fold(self.receivers, |n, (h, _)| {
+            let acked = self.acked.get(h).copied().unwrap_or(0);
+            n.saturating_add(self.replies_from(*h).saturating_sub(acked))
+        })
+    }
+
     fn outcome(&self, met: bool) -> GroupOutcome {
         let (first_replier, reply) = self.first.unwrap_or((Pid::NONE, self.msg));
         GroupOutcome {
@@ -168,7 +180,7 @@ impl ReliableSend {
             count: self.count,
             first_replier,
             reply,
-            receivers: self.receivers,
+            receivers: self.known_receivers(),
             hosts_acked: self.acked.len() as u32,
             hosts: self.snapshot.len() as u32,
         }
