@@ -200,9 +200,14 @@ enum Cmd {
     },
 }
 
+/// Warnings and errors, but fuser's session's warning: its only one is its
+/// own unmount of a mount somebody unmounted from outside (`fusermount3
+/// -u`), which fails and is no fault; `vipc mount` reports its unmounts itself.
+const DEFAULT_LOG: &str = "warn,fuser::session=error";
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("VIPC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

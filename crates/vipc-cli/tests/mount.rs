@@ -70,6 +70,8 @@ impl Drop for Server {
 struct MountProc {
     child: Child,
     mnt: std::path::PathBuf,
+    /// What it wrote to stderr so far (also passed on to the test's).
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Drop for MountProc {
@@ -89,9 +91,18 @@ fn start_mount(spec: &str, mnt: &Path) -> MountProc {
         .arg(mnt)
         .args(["--host-id", "2", "--no-multicast"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn vipc mount");
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (err, errors) = (child.stderr.take().unwrap(), stderr.clone());
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{line}");
+            errors.lock().unwrap().push_str(&(line + "\n"));
+        }
+    });
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -100,7 +111,7 @@ fn start_mount(spec: &str, mnt: &Path) -> MountProc {
             let _ = tx.send(line);
         }
     });
-    let proc = MountProc { child, mnt: mnt.to_path_buf() };
+    let proc = MountProc { child, mnt: mnt.to_path_buf(), stderr };
     let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc mount printed nothing");
     assert!(line.contains("mounted on"), "unexpected first line {line:?}");
     proc
@@ -151,6 +162,23 @@ fn mount_serves_files_and_unmounts_on_sigterm_even_when_busy() {
     signal(&p, nix::sys::signal::Signal::SIGINT);
     assert!(wait_exit(&mut p, Duration::from_secs(10)).success());
     assert!(!vipc_mount::is_mount_point(mnt.path()));
+}
+
+/// `fusermount3 -u` from outside ends `vipc mount` with status 0, saying so, and nothing on stderr
+/// (fuser's own unmount of what was already unmounted logged a warning).
+#[test]
+fn an_unmount_from_outside_ends_vipc_mount_quietly() {
+    require_fuse!();
+    let server = Server::start();
+    let mnt = tempfile::tempdir().unwrap();
+    let mut p = start_mount(&server.spec(), mnt.path());
+    let o = Command::new("fusermount3").arg("-u").arg(mnt.path()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = wait_exit(&mut p, Duration::from_secs(10));
+    assert!(st.success(), "vipc mount exited with {st}");
+    std::thread::sleep(Duration::from_millis(100)); // the last of stderr
+    let errors = p.stderr.lock().unwrap().clone();
+    assert!(errors.is_empty(), "vipc mount wrote to stderr: {errors}");
 }
 
 #[test]
