@@ -841,9 +841,9 @@ impl Engine {
         }
         if now >= expiry {
             let s = self.remove_stream_in(key).expect("present");
+            self.stats.slow_streams += u64::from(!s.done && now >= s.cap);
             if s.kind == StreamKind::MoveFrom && !s.done {
                 self.stats.timeouts += 1;
-                self.stats.slow_streams += u64::from(now >= s.cap);
                 self.wake(s.local, Completion::Move(Err(Error::Timeout(key.0))));
             }
             return;
