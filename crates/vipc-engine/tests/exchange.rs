@@ -866,6 +866,36 @@ fn the_receiver_incarnation_is_learned_from_reply_pending() {
 }
 
 #[test]
+fn a_request_sent_on_the_broadcast_channel_learns_its_receiver_at_once() {
+    // No traffic before, and the node restarts before any retransmission:
+    // the ReplyPending that answered the first transmission (LOCATE) named
+    // the life that took it. Without it the client would name the first
+    // life it heard of since, here the new one, which would take it again.
+    let mut net = Net::new(2);
+    let (server, client) = request_in_progress(&mut net, false, SendOptions::default());
+    assert_eq!(net.stats(1).received(PacketType::ReplyPending), 1, "answered at once");
+    restarted_server_waits(&mut net, server);
+    net.advance(Duration::from_millis(30));
+    assert_eq!(net.take_send(1, client), Err(Error::ReceiverRestarted(server)));
+    assert!(net.take(0, server).is_none(), "the new life did not take the request");
+    // An idempotent request, or one whose receiver's address is known, gets no early ReplyPending.
+    let mut net = Net::new(2);
+    request_in_progress(&mut net, false, SendOptions { idempotent: true });
+    assert_eq!(net.stats(1).received(PacketType::ReplyPending), 0);
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    complete_exchange(&mut net, server, client); // itself broadcast, and answered at once
+    let before = net.stats(1).received(PacketType::ReplyPending);
+    assert_eq!(before, 1);
+    let now = net.now;
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(2), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(2));
+    assert_eq!(net.stats(1).received(PacketType::ReplyPending), before, "sent to the known address");
+}
+
+#[test]
 fn an_idempotent_request_is_carried_out_again_by_a_restarted_receiver() {
     let mut net = Net::new(2);
     let (server, client) = request_in_progress(&mut net, true, SendOptions { idempotent: true });

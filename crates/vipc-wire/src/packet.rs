@@ -182,6 +182,11 @@ impl Flags {
     pub const NOTIFY: u16 = 1 << 8;
     /// MemWrite: the answer to the requester's MemRead or MemCas of the same seq.
     pub const ANSWER: u16 = 1 << 9;
+    /// Send on the broadcast channel (the sender knew no address for the
+    /// receiver's host), not idempotent: the receiving node answers at once
+    /// with ReplyPending, so that the sender learns which life of the node
+    /// took it before any retransmission has to name one.
+    pub const LOCATE: u16 = 1 << 10;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
@@ -195,6 +200,7 @@ impl Flags {
         | Self::NACK
         | Self::NOTIFY
         | Self::ANSWER
+        | Self::LOCATE
         | Self::MAC;
 
     /// True when every bit of `bits` is set.

@@ -93,14 +93,7 @@ impl Engine {
                 self.stats.duplicates += 1;
                 a.last_heard = now;
                 match &a.state {
-                    AlienState::Queued | AlienState::Received { .. } => {
-                        let mut p = self.header(PacketType::ReplyPending);
-                        p.seq = h.seq;
-                        p.src = h.dst;
-                        p.dst = h.src;
-                        self.emit(Destination::Addr(from), &p, &[]);
-                        return;
-                    }
+                    AlienState::Queued | AlienState::Received { .. } => return self.send_reply_pending(from, h),
                     AlienState::Replied { by, offset, data } => {
                         let (reply, data) = (
                             primitives::reply_header(
@@ -148,12 +141,7 @@ impl Engine {
             if !exists {
                 return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
             }
-            let mut p = self.header(PacketType::ReplyPending);
-            p.seq = h.seq;
-            p.src = h.dst;
-            p.dst = h.src;
-            self.emit(Destination::Addr(from), &p, &[]);
-            return;
+            return self.send_reply_pending(from, h);
         }
         let read = h.flags.has(Flags::SEG_READ);
         let appended = if !exists || !read || data.is_empty() {
@@ -192,6 +180,10 @@ impl Engine {
             // Remembered as a tombstone, so that a late retransmission of this
             // sender's previous request is still recognised as stale.
             return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
+        }
+        if h.flags.has(Flags::LOCATE) {
+            // Before any Reply, so that it cannot arrive after one.
+            self.send_reply_pending(from, h);
         }
         self.procs.get_mut(&h.dst).expect("checked above").queue.push_back(Incoming::Remote(h.src));
         self.try_deliver(h.dst);

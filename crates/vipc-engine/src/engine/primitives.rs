@@ -298,7 +298,8 @@ impl Engine {
         h.flags = Flags(0)
             .with(Flags::IDEMPOTENT, ex.opts.idempotent)
             .with(Flags::SEG_READ, access.read)
-            .with(Flags::SEG_WRITE, access.write);
+            .with(Flags::SEG_WRITE, access.write)
+            .with(Flags::LOCATE, matches!(to, Destination::Broadcast) && !ex.opts.idempotent);
         h.seq = seq;
         h.src = sender;
         h.dst = ex.to;
@@ -635,6 +636,15 @@ impl Engine {
             }
             _ => self.stats.duplicates += 1,
         }
+    }
+
+    /// Answers Send `h` from `addr` with ReplyPending: this node has it.
+    pub(crate) fn send_reply_pending(&mut self, addr: SocketAddr, h: &Header) {
+        let mut p = self.header(PacketType::ReplyPending);
+        p.seq = h.seq;
+        p.src = h.dst;
+        p.dst = h.src;
+        self.emit(Destination::Addr(addr), &p, &[]);
     }
 
     /// Sends an nAck for a packet `h` that came from `addr`.
