@@ -3,8 +3,9 @@
 //! local path. Long copies show a progress bar; `--resume` continues a
 //! partial copy from the size the destination already has. A local
 //! destination's blocks are reserved before the copy, its size untouched.
-//! A sparse source (fewer blocks than its size needs) keeps its holes, as
-//! with cp(1)'s `--sparse=auto`: its pages of zeros are not written.
+//! A sparse source (fewer blocks than its size needs) copied to a regular
+//! file keeps its holes, as with cp(1)'s `--sparse=auto`: its runs of zero
+//! pages are not written.
 //! A source that grows during the copy is copied to its end, as by cp(1);
 //! one that shrinks is an error. A symlink as the source is followed. A
 //! destination that is the source under another name (a symlink, a hard
@@ -116,6 +117,15 @@ impl End<'_> {
                 let set = vipc_fs::SetAttr { size: Some(size), ..Default::default() };
                 c.setattr("", Some(*h), &set).map(drop).map_err(|e| fs_error(what, e))
             }
+        }
+    }
+
+    /// The shortest run of zeros a sparse copy leaves a hole: a page
+    /// locally; 64 KiB on an export, where each write is a round trip.
+    fn shortest_hole(&self) -> usize {
+        match self {
+            End::Local(..) => PAGE,
+            End::Remote(..) => 64 << 10,
         }
     }
 
@@ -331,7 +341,10 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         b
     };
     let t = Instant::now();
-    let holes = source.sparse;
+    // Holes only in a regular file, cut to nothing or resumed from its end
+    // (GNU cp's rule): a device would keep its old bytes where zeros were
+    // skipped, a FIFO would lose them.
+    let holes = source.sparse && opened.kind == FileKind::File;
     match &to {
         End::Local(f, _) if !holes => preallocate(f, start, size),
         _ => {}
@@ -378,7 +391,7 @@ fn preallocate(f: &File, start: u64, size: u64) {
 /// short at any moment leaves a destination whose size is what it holds,
 /// which `--resume` goes on from (written out of order, a later chunk
 /// could land before an earlier one, and the hole would be kept).
-/// With `holes`, pages of zeros are not written ([`write_keeping_holes`]).
+/// With `holes`, runs of zero pages are not written ([`write_keeping_holes`]).
 fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &ProgressBar) -> CliResult<u64> {
     let (tx, rx) = mpsc::sync_channel::<CliResult<(u64, Chunk)>>(READERS);
     let next = AtomicU64::new(start);
@@ -430,7 +443,7 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &
                 // Every chunk that now continues the written prefix.
                 while let Some(buf) = early.remove(&at) {
                     if holes {
-                        write_keeping_holes(to, at, buf.bytes())?;
+                        write_keeping_holes(to, at, buf.bytes(), to.shortest_hole())?;
                     } else {
                         to.write_at(at, buf.bytes())?;
                     }
@@ -456,24 +469,30 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &
 /// chunks start (a multiple of it).
 const PAGE: usize = 4096;
 
-/// Writes `data` at `off` (a multiple of [`PAGE`]) but its whole pages of
-/// zeros, which stay holes: the destination holds nothing past its size,
-/// having been cut to nothing or being resumed from its end.
-fn write_keeping_holes(to: &End<'_>, off: u64, data: &[u8]) -> CliResult<()> {
-    let mut run: Option<usize> = None; // where the current run of data pages began
+/// Writes `data` at `off` (a multiple of [`PAGE`]) but its runs of zero
+/// pages at least `shortest` long, which stay holes: the destination holds
+/// nothing past its size, having been cut to nothing or being resumed from
+/// its end. Shorter runs between data are written with it (one write).
+fn write_keeping_holes(to: &End<'_>, off: u64, data: &[u8], shortest: usize) -> CliResult<()> {
+    let mut run: Option<usize> = None; // where the bytes still to write begin
+    let mut zeros: Option<usize> = None; // where the zero pages after them begin
     for (i, page) in data.chunks(PAGE).enumerate() {
-        let zero = page.iter().all(|&b| b == 0);
-        match (run, zero) {
-            (None, false) => run = Some(i * PAGE),
-            (Some(begin), true) => {
-                to.write_at(off + begin as u64, &data[begin..i * PAGE])?;
-                run = None;
+        let at = i * PAGE;
+        if page.iter().all(|&b| b == 0) {
+            zeros.get_or_insert(at);
+            continue;
+        }
+        match (run, zeros.take()) {
+            (Some(begin), Some(z)) if at - z >= shortest => {
+                to.write_at(off + begin as u64, &data[begin..z])?;
+                run = Some(at);
             }
-            _ => {}
+            (None, _) => run = Some(at),
+            _ => {} // more data, or a short run of zeros written with it
         }
     }
     match run {
-        Some(begin) => to.write_at(off + begin as u64, &data[begin..]),
+        Some(begin) => to.write_at(off + begin as u64, &data[begin..zeros.unwrap_or(data.len())]),
         None => Ok(()),
     }
 }
@@ -545,7 +564,7 @@ mod tests {
         data[P] = 2; // page 1: one run with page 0
         data[150 * P + P - 1] = 3; // page 150 alone
         data[300 * P + 99] = 4; // the last, partial page
-        super::write_keeping_holes(&to, 4 * P as u64, &data).unwrap();
+        super::write_keeping_holes(&to, 4 * P as u64, &data, P).unwrap();
         to.set_len(4 * P as u64 + data.len() as u64).unwrap();
         let got = std::fs::read(&path).unwrap();
         assert!(got[..4 * P].iter().all(|&b| b == 0) && got[4 * P..] == data[..], "the copy differs");
@@ -554,8 +573,35 @@ mod tests {
         assert!(m.blocks() * 512 <= 16 * P as u64, "{} blocks of 512 bytes for 4 data pages", m.blocks());
         let to_all_zero = dir.path().join("zero");
         let z = super::End::Local(std::fs::File::create(&to_all_zero).unwrap(), "zero".into());
-        super::write_keeping_holes(&z, 0, &vec![0; 10 * P]).unwrap();
+        super::write_keeping_holes(&z, 0, &vec![0; 10 * P], P).unwrap();
         assert_eq!(std::fs::metadata(&to_all_zero).unwrap().len(), 0, "nothing written for zeros only");
+    }
+
+    /// With a longer shortest hole, short runs of zeros go with the data
+    /// around them: fewer writes (each a round trip to an export).
+    #[test]
+    fn short_runs_of_zeros_are_written_with_their_data() {
+        const P: usize = super::PAGE;
+        let mut data = vec![0u8; 64 * P];
+        for p in [0, 3, 5, 40] {
+            data[p * P] = 1; // zero runs: 1-2 (2 pages), 4 (1), 6-39 (34), 41-63 (23)
+        }
+        let writes = |shortest: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("dst");
+            let f = std::fs::File::create(&path).unwrap();
+            let to = super::End::Local(f, "dst".into());
+            super::write_keeping_holes(&to, 0, &data, shortest).unwrap();
+            to.set_len(data.len() as u64).unwrap();
+            assert!(std::fs::read(&path).unwrap() == data, "the copy differs ({shortest})");
+            std::fs::metadata(&path).unwrap().blocks() * 512
+        };
+        // Allocation tells which ranges were written: each data page alone
+        // with 1-page holes; pages 0-5 and 40 with 4-page holes.
+        let alone = writes(P);
+        assert!(alone <= 6 * P as u64, "{alone} bytes allocated");
+        let merged = writes(4 * P);
+        assert!((7 * P as u64..=12 * P as u64).contains(&merged), "{merged} bytes allocated");
     }
 
     #[test]

@@ -234,3 +234,25 @@ impl NodeArgs {
         Ok(cfg)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--min-stream-kib` and the file's `min_stream_kib` set the engine's
+    /// rate in bytes (the flag winning); 0 turns the cap off; unset, the default.
+    #[test]
+    fn min_stream_kib_sets_the_engines_rate() {
+        let build = |kib: Option<u64>, config: Option<PathBuf>| {
+            NodeArgs { min_stream_kib: kib, config, ..NodeArgs::default() }.build().unwrap().engine.min_stream_rate
+        };
+        assert_eq!(build(None, None), vipc::EngineConfig::default().min_stream_rate);
+        assert_eq!(build(Some(64), None), 64 << 10);
+        assert_eq!(build(Some(0), None), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        std::fs::write(&file, "min_stream_kib = 8\n").unwrap();
+        assert_eq!(build(None, Some(file.clone())), 8 << 10);
+        assert_eq!(build(Some(16), Some(file)), 16 << 10, "the flag wins");
+    }
+}

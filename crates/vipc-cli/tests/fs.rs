@@ -169,6 +169,18 @@ fn cp_keeps_the_holes_of_a_sparse_file_both_ways() {
     assert!(std::fs::read(&up).unwrap() == std::fs::read(&down).unwrap(), "up: differs");
     assert!(allocated(&up) < 1 << 20, "up: {} bytes allocated of {size}", allocated(&up));
 
+    // A copy cut short after its first 64 KiB, resumed: the same bytes, the holes kept.
+    let resumed = local.path().join("resumed");
+    std::fs::write(&resumed, &std::fs::read(&down).unwrap()[..64 << 10]).unwrap();
+    let o = run(&["cp", "-q", "--resume", "data:sparse", resumed.to_str().unwrap(), "--group", &g]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&resumed).unwrap() == std::fs::read(&down).unwrap(), "resumed: differs");
+    assert!(allocated(&resumed) < 1 << 20, "resumed: {} bytes allocated of {size}", allocated(&resumed));
+
+    // Holes only in a regular file: a device gets every byte (and no size to set).
+    let o = run(&["cp", "-q", "data:sparse", "/dev/null", "--group", &g]);
+    assert!(o.status.success(), "to /dev/null: {}", stderr(&o));
+
     // A file of zeros without holes is copied block for block.
     let o = run(&["cp", "-q", "data:dense-zeros", local.path().join("z").to_str().unwrap(), "--group", &g]);
     assert!(o.status.success(), "{}", stderr(&o));

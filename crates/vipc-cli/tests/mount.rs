@@ -72,6 +72,8 @@ struct MountProc {
     mnt: std::path::PathBuf,
     /// What it wrote to stderr so far (also passed on to the test's).
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The thread reading it, done once the process has exited.
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for MountProc {
@@ -96,7 +98,7 @@ fn start_mount(spec: &str, mnt: &Path) -> MountProc {
         .expect("spawn vipc mount");
     let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let (err, errors) = (child.stderr.take().unwrap(), stderr.clone());
-    std::thread::spawn(move || {
+    let stderr_reader = std::thread::spawn(move || {
         for line in BufReader::new(err).lines() {
             let Ok(line) = line else { break };
             eprintln!("{line}");
@@ -111,7 +113,7 @@ fn start_mount(spec: &str, mnt: &Path) -> MountProc {
             let _ = tx.send(line);
         }
     });
-    let proc = MountProc { child, mnt: mnt.to_path_buf(), stderr };
+    let proc = MountProc { child, mnt: mnt.to_path_buf(), stderr, stderr_reader: Some(stderr_reader) };
     let line = rx.recv_timeout(Duration::from_secs(20)).expect("vipc mount printed nothing");
     assert!(line.contains("mounted on"), "unexpected first line {line:?}");
     proc
@@ -176,7 +178,7 @@ fn an_unmount_from_outside_ends_vipc_mount_quietly() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let st = wait_exit(&mut p, Duration::from_secs(10));
     assert!(st.success(), "vipc mount exited with {st}");
-    std::thread::sleep(Duration::from_millis(100)); // the last of stderr
+    p.stderr_reader.take().unwrap().join().unwrap(); // all of stderr
     let errors = p.stderr.lock().unwrap().clone();
     assert!(errors.is_empty(), "vipc mount wrote to stderr: {errors}");
 }

@@ -40,8 +40,9 @@ pub struct Stats {
     pub stray: u64,
     /// Sends that failed with a timeout.
     pub timeouts: u64,
-    /// Bulk transfers failed for moving slower than `min_stream_rate`
-    /// (also counted in `timeouts` where a mover was waiting).
+    /// Bulk transfers dropped at their cap, for moving slower than
+    /// `min_stream_rate` (also counted in `timeouts`, but a MoveTo's
+    /// receiving end, which no process here waits on).
     pub slow_streams: u64,
     /// Blocking primitives abandoned because the caller's own limit passed.
     pub deadlines: u64,

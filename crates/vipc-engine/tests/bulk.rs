@@ -685,8 +685,8 @@ fn a_peer_dripping_chunks_or_acks_cannot_hold_a_mover_past_the_streams_cap() {
         };
         assert!(drip >= 4, "{kind:?}: the drip was taken as progress ({drip} drops)");
         assert!(
-            failed_at <= Duration::from_millis(5_900),
-            "{kind:?}: failed after {failed_at:?}, past the 5 s cap and one drip interval"
+            (Duration::from_secs(5)..=Duration::from_millis(5_900)).contains(&failed_at),
+            "{kind:?}: failed after {failed_at:?}, not at the 5 s cap (within one drip interval)"
         );
         assert_eq!(net.stats(0).slow_streams, 1, "{kind:?}");
         assert_eq!(net.stats(0).malformed, 0, "{kind:?}: the forged packets were valid");

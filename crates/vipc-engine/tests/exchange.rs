@@ -852,10 +852,19 @@ fn a_request_taken_by_a_receiver_that_restarts_is_not_carried_out_again() {
 
 #[test]
 fn the_receiver_incarnation_is_learned_from_reply_pending() {
-    // No traffic before: the first Send went out on the broadcast channel, and
-    // the client learns who took it from the ReplyPending to a retransmission.
+    // No traffic before: the first Send went out on the broadcast channel,
+    // and its early ReplyPending is lost: the client learns who took it from
+    // the ReplyPending to a retransmission.
     let mut net = Net::new(2);
+    let mut lost = false;
+    net.filter = Some(Box::new(move |from, _, bytes: &[u8]| {
+        let pending = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::ReplyPending);
+        let drop = from == 0 && pending && !lost;
+        lost |= drop;
+        usize::from(!drop)
+    }));
     let (server, client) = request_in_progress(&mut net, false, SendOptions::default());
+    assert_eq!(net.stats(1).received(PacketType::ReplyPending), 0, "the early one lost");
     net.advance(Duration::from_millis(50));
     assert!(net.stats(1).received(PacketType::ReplyPending) >= 1);
     assert!(net.take(1, client).is_none(), "still waiting");
@@ -868,7 +877,7 @@ fn the_receiver_incarnation_is_learned_from_reply_pending() {
 #[test]
 fn a_request_sent_on_the_broadcast_channel_learns_its_receiver_at_once() {
     // No traffic before, and the node restarts before any retransmission:
-    // the ReplyPending that answered the first transmission (LOCATE) named
+    // the ReplyPending that answered the first transmission (EARLY_PENDING) named
     // the life that took it. Without it the client would name the first
     // life it heard of since, here the new one, which would take it again.
     let mut net = Net::new(2);

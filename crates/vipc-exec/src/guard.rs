@@ -9,15 +9,13 @@
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Mutex;
 
 /// Lines `+ PGID` and `- PGID` on standard input; at its end, SIGKILL to
-/// every group still listed. It ignores the terminal's signals, which
-/// reach the node's process group, so that Ctrl-C on the node is seen as
-/// the node's end, not the guard's.
-const SCRIPT: &str = r#"trap '' INT HUP QUIT TSTP
-groups=' '
+/// every group still listed. (In a process group of its own, it does not
+/// get the terminal's Ctrl-C with the node.)
+const SCRIPT: &str = r#"groups=' '
 while read -r op pg; do
   case $op in
     +) groups="$groups$pg " ;;
@@ -27,11 +25,13 @@ done
 for pg in $groups; do kill -s KILL -- "-$pg" 2>/dev/null; done
 "#;
 
-/// The node's end of the guard's pipe.
+/// The node's end of the guard's pipe, and the guard, reaped on drop (the
+/// pipe closed: it kills what is left and ends).
 #[derive(Debug)]
 pub(crate) struct Guard {
     /// `None` if the guard could not be started, or has gone.
     pipe: Mutex<Option<ChildStdin>>,
+    child: Option<Child>,
 }
 
 impl Guard {
@@ -45,14 +45,13 @@ impl Guard {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn();
-        let pipe = match child {
-            Ok(mut c) => c.stdin.take(),
+        match child {
+            Ok(mut c) => Guard { pipe: Mutex::new(c.stdin.take()), child: Some(c) },
             Err(e) => {
                 tracing::warn!("team server: no command guard ({e}): a command's children may outlive the node");
-                None
+                Guard { pipe: Mutex::new(None), child: None }
             }
-        };
-        Guard { pipe: Mutex::new(pipe) }
+        }
     }
 
     /// The command leading process group `pgid` has started.
@@ -69,12 +68,22 @@ impl Guard {
     fn tell(&self, op: char, pgid: u32) {
         let mut pipe = self.pipe.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = pipe.as_mut() {
-            if let Err(e) = writeln!(p, "{op} {pgid}") {
+            // One write, shorter than PIPE_BUF: whole or not at all, even if the node dies.
+            if let Err(e) = p.write_all(format!("{op} {pgid}\n").as_bytes()) {
                 tracing::warn!(
                     "team server: the command guard is gone ({e}): a command's children may outlive the node"
                 );
                 *pipe = None;
             }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.pipe.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
         }
     }
 }

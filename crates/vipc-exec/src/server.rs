@@ -4,6 +4,7 @@
 use crate::guard::Guard;
 use crate::*;
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid as OsPid;
 use std::collections::HashMap;
 use std::io::Read;
@@ -174,6 +175,11 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
         .collect();
     let (job_over, over) = std::sync::mpsc::channel::<()>();
     let watchdog = node.spawn(move |p| watchdog(&p, sink, os, &over)).ok().map(|(_, h)| h);
+    // Once the command has ended (seen, not yet reaped, so that its pid and
+    // group id cannot be reused meanwhile) what is left of its group is no
+    // longer the node's.
+    let _ = waitid(Id::Pid(OsPid::from_raw(os as i32)), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT);
+    guard.release(os);
     let status = child.wait();
     for h in pumps {
         let _ = h.join();
@@ -183,7 +189,6 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
         let _ = h.join();
     }
     lock(jobs).remove(&client);
-    guard.release(os);
     match status {
         Ok(s) => {
             put32(&mut reply, 8, s.code().unwrap_or(0) as u32);

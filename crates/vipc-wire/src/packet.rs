@@ -186,7 +186,7 @@ impl Flags {
     /// receiver's host), not idempotent: the receiving node answers at once
     /// with ReplyPending, so that the sender learns which life of the node
     /// took it before any retransmission has to name one.
-    pub const LOCATE: u16 = 1 << 10;
+    pub const EARLY_PENDING: u16 = 1 << 10;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
@@ -200,7 +200,7 @@ impl Flags {
         | Self::NACK
         | Self::NOTIFY
         | Self::ANSWER
-        | Self::LOCATE
+        | Self::EARLY_PENDING
         | Self::MAC;
 
     /// True when every bit of `bits` is set.

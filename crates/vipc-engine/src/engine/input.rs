@@ -181,8 +181,8 @@ impl Engine {
             // sender's previous request is still recognised as stale.
             return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
         }
-        if h.flags.has(Flags::LOCATE) {
-            // Before any Reply, so that it cannot arrive after one.
+        if h.flags.has(Flags::EARLY_PENDING) {
+            // Before any Reply (one arriving after it is only `stray`).
             self.send_reply_pending(from, h);
         }
         self.procs.get_mut(&h.dst).expect("checked above").queue.push_back(Incoming::Remote(h.src));

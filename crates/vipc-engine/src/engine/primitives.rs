@@ -299,7 +299,7 @@ impl Engine {
             .with(Flags::IDEMPOTENT, ex.opts.idempotent)
             .with(Flags::SEG_READ, access.read)
             .with(Flags::SEG_WRITE, access.write)
-            .with(Flags::LOCATE, matches!(to, Destination::Broadcast) && !ex.opts.idempotent);
+            .with(Flags::EARLY_PENDING, matches!(to, Destination::Broadcast) && !ex.opts.idempotent);
         h.seq = seq;
         h.src = sender;
         h.dst = ex.to;
