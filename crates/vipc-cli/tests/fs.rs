@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::time::{Duration, Instant};
 
 /// Starts `vipc node ARGS` and waits for its "listening" line.
 fn start_node(args: &[&str]) -> Guard {
@@ -185,4 +186,39 @@ fn cp_keeps_the_holes_of_a_sparse_file_both_ways() {
     let o = run(&["cp", "-q", "data:dense-zeros", local.path().join("z").to_str().unwrap(), "--group", &g]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(allocated(&local.path().join("z")) >= 1 << 20, "a dense source stays dense");
+}
+
+/// A transfer that fails while its client waits on (here: a server node
+/// with T_t of 30 ms losing half its datagrams; the client's Send lives on,
+/// answered with ReplyPending): the request is answered with an error. The
+/// server used to answer nothing, and the client waited for ever.
+#[test]
+fn a_read_whose_transfer_fails_is_answered_not_left_waiting() {
+    let g = random_group();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("big"), pattern(64 << 20)).unwrap();
+    let e = format!("data={}", data.path().display());
+    let lossy = ["--timeout-ms", "30", "--retransmit-ms", "20", "--loss", "0.5", "--min-stream-kib", "1000000000"];
+    let _n = start_node(&[&["--group", g.as_str(), "--export", e.as_str()][..], &lossy[..]].concat());
+    let mut cat = std::process::Command::new(VIPC)
+        .args(["cat", "data:big", "--group", &g])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = cat.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            let _ = cat.kill();
+            panic!("vipc cat still waiting after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut cat.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success() || err.lines().count() == 1, "{status}: {err}");
+    eprintln!("ended in {:?}: {status} {err}", t.elapsed());
 }

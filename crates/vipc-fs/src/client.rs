@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use vipc::{Error, Node, Pid, Process, ProtocolError, SegmentRef, SendOptions};
 
 /// An open file of an [`FsClient`]: a client-side id, valid across server restarts.
@@ -27,6 +28,13 @@ pub struct Handle(pub u64);
 const READDIR_BATCH: usize = 32 << 10;
 /// Longest symlink target read back.
 const READLINK_MAX: usize = 4096;
+/// How long a client looks for its server again when it went away in the
+/// middle of a call (its node said no such process, or that it restarted):
+/// a restarted node answers for the export's name only once the export
+/// serves again, a moment after the node itself.
+const FIND_AGAIN: Duration = Duration::from_secs(3);
+/// Between two of those lookups.
+const FIND_AGAIN_PAUSE: Duration = Duration::from_millis(50);
 
 /// The server as last resolved.
 #[derive(Clone, Copy, Debug)]
@@ -284,6 +292,18 @@ impl FsClient {
         Ok(s)
     }
 
+    /// [`FsClient::resolve`] of a server that went away mid-call, tried
+    /// again for [`FIND_AGAIN`] while nobody answers for its name.
+    fn resolve_again(&self, p: &Process) -> FsResult<Server> {
+        let deadline = Instant::now() + FIND_AGAIN;
+        loop {
+            match self.resolve(p, false) {
+                Err(FsError::NotFound(_)) if Instant::now() < deadline => std::thread::sleep(FIND_AGAIN_PAUSE),
+                r => return r,
+            }
+        }
+    }
+
     fn process(&self) -> FsResult<Process> {
         if let Some(p) = lock(&self.pool).pop() {
             return Ok(p);
@@ -348,7 +368,7 @@ impl FsClient {
                             _ => false,
                         };
                         if gone && attempt == 0 && req.op() != OP_HELLO {
-                            server = self.resolve(&p, false)?;
+                            server = self.resolve_again(&p)?;
                             continue;
                         }
                         return Err(FsError::Transport(e));

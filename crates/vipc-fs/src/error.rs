@@ -5,7 +5,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// The server refused the operation with this errno (ENOENT, EACCES, EROFS, EXDEV, ...).
-    #[error("{}", std::io::Error::from_raw_os_error(*.0))]
+    #[error("{}", errno_text(*.0))]
     Errno(i32),
     /// The server could not be reached or failed mid-call (maps to EIO).
     #[error("file server unreachable: {0}")]
@@ -17,6 +17,13 @@ pub enum FsError {
     /// server is down or was never started.
     #[error("no file server registered as {0:?}")]
     NotFound(String),
+}
+
+/// The errno's words ("Read-only file system"), without the " (os error 30)"
+/// that `std::io::Error` adds.
+fn errno_text(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    text.split(" (os error").next().unwrap_or(&text).to_string()
 }
 
 impl FsError {
@@ -43,3 +50,12 @@ impl From<std::io::Error> for FsError {
 
 /// Result with an [`FsError`].
 pub type FsResult<T> = Result<T, FsError>;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_errno_reads_as_its_words_alone() {
+        assert_eq!(super::FsError::Errno(libc::EROFS).to_string(), "Read-only file system");
+        assert_eq!(super::FsError::Errno(libc::EIO).to_string(), "Input/output error");
+    }
+}

@@ -421,3 +421,34 @@ fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
     c.close(w).unwrap();
     c.close(log).unwrap();
 }
+
+/// A server that went away mid-call and comes back a moment later (a
+/// restarted node serves its export again only after a short start-up): the
+/// client looks for it again for a while instead of failing at once with
+/// "no file server registered" (cp, cat and mount writes failed across
+/// restarts in a soak).
+#[test]
+fn a_call_finds_a_server_that_comes_back_a_moment_after_it_went() {
+    let (server_node, client_node, _) = pair(short);
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("f"), pattern(100_000, 5)).unwrap();
+    let name = export_name("comeback");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let c = FsClient::connect(&client_node, &name).unwrap();
+    let (h, _) = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(c.read(h, 0, &mut buf).unwrap(), 4096);
+    server.stop();
+    let back = {
+        let (node, name, dir) = (server_node.clone(), name.clone(), dir.path().to_path_buf());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            serve(&node, &name, &dir, false)
+        })
+    };
+    let t = Instant::now();
+    assert_eq!(c.read(h, 4096, &mut buf).unwrap(), 4096, "the new server answers, the handle reopened");
+    assert_eq!(buf, pattern(100_000, 5)[4096..8192]);
+    assert!(t.elapsed() >= Duration::from_millis(600), "answered before the new server existed");
+    back.join().unwrap().stop();
+}

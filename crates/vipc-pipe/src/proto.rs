@@ -36,6 +36,9 @@ pub const MODE_WRITE: u32 = 2;
 pub const OK: u8 = 0;
 /// Status: end of file (the pipe is empty and every writer has closed).
 pub const EOF: u8 = 255;
+/// Status: the data could not be moved (the transfer to or from the
+/// client failed, or was slower than the stream cap); the end is closed.
+pub const EIO: u8 = 5;
 /// Status: no such end (closed, expired, or never opened).
 pub const EBADF: u8 = 9;
 /// Status: bad request (wrong mode for the end, missing segment, unknown mode).

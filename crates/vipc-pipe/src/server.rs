@@ -398,6 +398,8 @@ impl Server {
                     Err(e) if gave_up(&e) => {}
                     Err(e) => {
                         tracing::debug!("pipe server: writing from {} failed: {e}", w.from);
+                        // A writer still waiting (behind a slow link) is told, not left waiting.
+                        self.answer(p, w.from, reply_msg(&w.msg, proto::EIO, 0));
                         self.close_end(p, w.end);
                     }
                 }
@@ -424,6 +426,7 @@ impl Server {
                         Err(e) if gave_up(&e) => {}
                         Err(e) => {
                             tracing::debug!("pipe server: reading to {from} failed: {e}");
+                            self.answer(p, from, reply_msg(&msg, proto::EIO, 0));
                             self.close_end(p, end);
                         }
                     }

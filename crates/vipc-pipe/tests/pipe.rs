@@ -435,6 +435,35 @@ fn a_reader_that_gives_up_a_read_keeps_its_end_and_loses_no_bytes() {
     assert_eq!(got, b"abc");
 }
 
+/// A READ whose MoveTo fails (here: the server's node loses half its
+/// datagrams with T_t of 30 ms and a stream cap of about T_t) is answered
+/// EIO, its end closed; the reader used to wait for ever.
+#[test]
+fn a_read_whose_transfer_fails_is_answered_eio() {
+    let nodes = vipc::loopback_cluster(2, 0x171, |k, cfg| {
+        cfg.engine.timeout = Duration::from_millis(if k == 0 { 30 } else { 500 });
+        if k == 0 {
+            cfg.engine.min_stream_rate = u64::MAX;
+            cfg.faults = vipc::FaultConfig { loss: 0.5, seed: 7, ..vipc::FaultConfig::default() };
+        }
+    })
+    .unwrap();
+    let _s = PipeServer::start(&nodes[0], "lossy", small(4 << 20)).unwrap();
+    let mut w = PipeWriter::open(&nodes[0], "lossy").unwrap(); // local: no datagrams
+    w.write_all(&pattern(2 << 20, 1)).unwrap();
+    let reader_node = nodes[1].clone();
+    let r = within(30, move || {
+        let mut r = PipeReader::open(&reader_node, "lossy")?;
+        let mut buf = vec![0; 2 << 20];
+        r.read_chunk(&mut buf)
+    });
+    match r {
+        Err(PipeError::Errno(proto::EIO)) => {}
+        Ok(n) => panic!("read {n} bytes through a node losing half its datagrams"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[test]
 fn settings_a_pipe_cannot_run_with_are_refused() {
     let nodes = cluster(1, 0x1d1);

@@ -46,6 +46,11 @@ pub enum Error {
     /// regions take some, an activator as many processes as its node may run.
     #[error("{0} holds as much as it may; try again later")]
     Full(String),
+    /// The answer could not be moved into this caller's segment (the
+    /// transfer failed, or was slower than the stream cap); nothing of it
+    /// was delivered (a port's message stays for the next take).
+    #[error("{0}: the answer could not be moved to this caller (the transfer failed or was too slow)")]
+    Undelivered(String),
     /// The peer answered with something this crate does not speak.
     #[error("malformed answer: {0}")]
     Malformed(String),

@@ -67,6 +67,9 @@ pub mod status {
     pub const NOT_A_REQUEST: u8 = 7;
     /// The port keeper holds as many messages as it may; try again later.
     pub const FULL: u8 = 8;
+    /// The answer's MoveTo into the caller's segment failed (a transfer cut
+    /// off, or slower than the stream cap): nothing was delivered.
+    pub const UNDELIVERED: u8 = 9;
 }
 
 /// A decoded request header.

@@ -22,7 +22,9 @@
 
 use crate::codec::{decode, encode, fingerprint};
 use crate::frame::{answer, kind, read_answer, status, Request, ANSWER_INLINE};
-use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept, MAX_ARGUMENTS};
+use crate::transfer::{
+    fetched, move_then_reply, read_args, send_result, status_error, Caller, Failure, Grant, Kept, MAX_ARGUMENTS,
+};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -408,7 +410,8 @@ impl Keeper {
                     }
                     _ => {}
                 },
-                // Too large for the taker's buffer (it asks again with more room), or it is gone.
+                // Too large for the taker's buffer (it asks again with more
+                // room), undelivered, or the taker is gone.
                 Ok(false) | Err(_) => {
                     self.held.insert(id, h);
                 }
@@ -460,9 +463,8 @@ impl Keeper {
         let ok = answer(status::OK, n, &head);
         if n as usize <= 1024 {
             self.process.reply_with_segment(&ok, t.pid, 0, &h.payload)?;
-        } else {
-            self.process.move_to(t.pid, 0, &h.payload)?;
-            self.process.reply(&ok, t.pid)?;
+        } else if !move_then_reply(&self.process, t.pid, &h.payload, &ok)? {
+            return Ok(false); // undelivered: held for the next take
         }
         Ok(true)
     }

@@ -200,6 +200,7 @@ pub(crate) fn status_error(st: u8, what: &str) -> Error {
     match st {
         status::BAD_ARGUMENTS => Error::Decode(format!("{what}: the receiver could not decode the arguments")),
         status::GONE => Error::Malformed(format!("{what}: the kept result was gone")),
+        status::UNDELIVERED => Error::Undelivered(what.to_string()),
         other => Error::Malformed(format!("{what}: status {other}")),
     }
 }
@@ -254,16 +255,26 @@ pub(crate) fn send_result(p: &Process, g: Grant, result: &[u8], kept: &mut Kept)
     if n <= REPLY_SEGMENT_MAX {
         return Ok(p.reply_with_segment(&ok, g.to, 0, result)?);
     }
-    p.move_to(g.to, 0, result)?;
-    Ok(p.reply(&ok, g.to)?)
+    move_then_reply(p, g.to, result, &ok).map(drop)
+}
+
+/// MoveTo of `data` into `to`'s segment, then `reply`: `Ok(true)`. If the
+/// MoveTo fails (the caller cut off, or slower than the stream cap), a
+/// caller still waiting is answered UNDELIVERED rather than left waiting:
+/// `Ok(false)`.
+pub(crate) fn move_then_reply(p: &Process, to: Pid, data: &[u8], reply: &Message) -> Result<bool> {
+    match p.move_to(to, 0, data) {
+        Ok(()) => Ok(p.reply(reply, to).map(|()| true)?),
+        Err(e @ vipc::Error::NodeStopped) => Err(e.into()),
+        Err(_) => Ok(p.reply(&answer(status::UNDELIVERED, 0, &[]), to).map(|()| false)?),
+    }
 }
 
 /// Answers a FETCH with the result kept for its sender.
 pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<()> {
     match kept.take(g.to) {
         Some(bytes) if g.write && bytes.len() <= g.size as usize => {
-            p.move_to(g.to, 0, &bytes)?;
-            Ok(p.reply(&answer(status::OK, bytes.len() as u32, &[]), g.to)?)
+            move_then_reply(p, g.to, &bytes, &answer(status::OK, bytes.len() as u32, &[])).map(drop)
         }
         _ => Ok(p.reply(&answer(status::GONE, 0, &[]), g.to)?),
     }

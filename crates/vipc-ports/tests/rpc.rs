@@ -122,6 +122,26 @@ fn remote_calls_in_every_size_class_return_the_right_values() {
     }
 }
 
+/// A result whose MoveTo fails (the server's node loses 80% of its
+/// datagrams, with T_t of 30 ms and a stream cap of about T_t) is a typed
+/// error, not a caller waiting for ever; small results still come back.
+#[test]
+fn a_result_that_cannot_be_moved_is_an_error_not_a_wait() {
+    let mut cfg = NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![]);
+    cfg.engine.timeout = Duration::from_millis(30);
+    cfg.engine.min_stream_rate = u64::MAX;
+    cfg.faults = vipc::FaultConfig { loss: 0.8, seed: 3, ..vipc::FaultConfig::default() };
+    let server = Node::start(cfg).unwrap();
+    let client = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![server.local_addr()])).unwrap();
+    start(&server, "lossy-store");
+    let me = client.attach().unwrap();
+    let s = StoreClient::connect(&me, "lossy-store").unwrap();
+    assert_eq!(s.make(3, 7).unwrap(), vec![7, 8, 9]);
+    let t = Instant::now();
+    let r = vipc::within(Duration::from_secs(20), || s.make(4 << 20, 1));
+    assert!(matches!(r, Err(Error::Undelivered(_))), "{:?} after {:?}", r.map(|v| v.len()), t.elapsed());
+}
+
 #[test]
 fn the_dispatcher_takes_a_last_byte_vector_apart_from_the_other_arguments() {
     use vipc_ports::rpc::{Dispatch, DispatchError};

@@ -173,7 +173,7 @@ impl Process {
             // A read-only segment to a remote process: this thread lends `b`
             // for the exchange; the node copies only what the Send packet
             // appends, and MoveFrom chunks leave straight from `b`.
-            Some(SegmentRef::Read(b)) if lead == Lead::Yes && !self.shared.keyed() => {
+            Some(SegmentRef::Read(b)) if lead == Lead::Yes && self.shared.lends() => {
                 self.shared.block(me, lead, Lend::Read(b), |e, now| e.send_lending(now, me, to, m, opts, b))?
             }
             // A write-only segment to a remote process: the node keeps no copy;
@@ -284,11 +284,11 @@ impl Process {
     /// MoveTo: writes `data` at `offset` of the write-granted segment of
     /// `dest`, which must be awaiting a reply from this process. Blocks until done.
     ///
-    /// To a remote process (on a node without a key) the data are sent
+    /// To a remote process (on a node without a key or fault injection) the data are sent
     /// straight from `data`, chunk by chunk, without being copied first.
     pub fn move_to(&self, dest: Pid, offset: u32, data: &[u8]) -> Result<()> {
         let me = self.pid;
-        let c = if self.lead_to(dest) == Lead::Yes && !self.shared.keyed() {
+        let c = if self.lead_to(dest) == Lead::Yes && self.shared.lends() {
             let len = u32_len(data.len(), "move_to data")?;
             self.shared.block(me, Lead::Yes, Lend::Read(data), |e, now| e.move_to_lent(now, me, dest, offset, len))?
         } else {
@@ -300,7 +300,7 @@ impl Process {
 
     /// MoveTo of `len` bytes of `file` from `file_offset`: as
     /// [`Process::move_to`] of those bytes, but to a remote process on a
-    /// node without a key they go from the file's page cache straight into
+    /// node without a key or fault injection they go from the file's page cache straight into
     /// the datagrams, never copied into this process (elsewhere they are
     /// read into a buffer first). Bytes past the end of the file — also of
     /// a file cut short during the call — arrive as zeros. A failure to
@@ -308,7 +308,7 @@ impl Process {
     /// been sent as zeros).
     pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
         let me = self.pid;
-        if len > 0 && self.lead_to(dest) == Lead::Yes && !self.shared.keyed() {
+        if len > 0 && self.lead_to(dest) == Lead::Yes && self.shared.lends() {
             if let Ok(window) = FileWindow::map(file, file_offset, len as usize) {
                 let c = self
                     .shared

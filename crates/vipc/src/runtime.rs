@@ -215,7 +215,8 @@ pub(crate) struct Shared {
     /// [`coarse_now`] when the node started: the engine's time zero.
     epoch: u64,
     pub(crate) poll_spin: Option<Duration>,
-    keyed: bool,
+    /// Outgoing data may be sent straight from a caller's buffer (see [`Shared::lends`]).
+    lends: bool,
 }
 
 /// What [`Shared::new`] needs besides the engine.
@@ -236,6 +237,7 @@ pub(crate) struct Parts {
 
 impl Shared {
     pub(crate) fn new(engine: Engine, p: Parts) -> Shared {
+        let lends = !p.keyed && p.faults.is_none();
         Shared {
             state: Mutex::new(State {
                 engine,
@@ -294,13 +296,16 @@ impl Shared {
             local: p.local,
             epoch: coarse_now(),
             poll_spin: p.poll_spin.filter(|d| !d.is_zero()),
-            keyed: p.keyed,
+            lends,
         }
     }
 
-    /// True if the cluster has a key (packets are MACed).
-    pub(crate) fn keyed(&self) -> bool {
-        self.keyed
+    /// Whether data a caller lends may leave straight from its buffer, by
+    /// the lending thread: not with a cluster key (the MAC needs the data in
+    /// the engine), nor with fault injection, which must see every datagram
+    /// (lent MoveTo chunks went out unharmed by `--loss`).
+    pub(crate) fn lends(&self) -> bool {
+        self.lends
     }
 
     /// Now on the node's clock: CLOCK_MONOTONIC_COARSE, which reads in a

@@ -227,7 +227,8 @@ pub fn worker(p: Process, svc: Arc<Service>, pool: Arc<Pool>, index: usize) {
 }
 
 /// Serves one request; if the exchange with the client fails (it died or
-/// vanished), releases its files. Errs only when the node has stopped.
+/// vanished, or a transfer failed or was too slow), answers EIO and releases
+/// its files. Errs only when the node has stopped.
 fn handle(
     p: &Process,
     svc: &Service,
@@ -245,6 +246,10 @@ fn handle(
         Ok(()) => Ok(()),
         Err(e) if stopped(&e) => Err(e),
         Err(e) => {
+            // A client still there (stopped a while, or behind a link slower
+            // than the stream cap) must not wait for ever: it gets EIO, and
+            // reopens its handles by path. A gone one gets nothing.
+            let _ = p.reply(&Rep::errno(libc::EIO).0, info.from);
             let n = owner_to_release(owner, info.from).map_or(0, |o| svc.handles.release_owner(o));
             tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
             Ok(())
