@@ -45,11 +45,13 @@ struct Chunk {
     /// Where the page-aligned bytes start in `raw`.
     at: usize,
     len: usize,
+    /// A hole of a sparse source: `len` zeros, not read (and not written).
+    hole: bool,
 }
 
 impl Chunk {
     fn new() -> Chunk {
-        Chunk { raw: Vec::new(), at: 0, len: 0 }
+        Chunk { raw: Vec::new(), at: 0, len: 0, hole: false }
     }
 
     /// Makes it `len` bytes long (their contents unspecified).
@@ -117,6 +119,27 @@ impl End<'_> {
                 let set = vipc_fs::SetAttr { size: Some(size), ..Default::default() };
                 c.setattr("", Some(*h), &set).map(drop).map_err(|e| fs_error(what, e))
             }
+        }
+    }
+
+    /// Whether `off..off + len` is all hole: no data at or after `off`
+    /// before its end (SEEK_DATA), so that a sparse copy need not read it.
+    /// `false` when that cannot be told (an export too old to answer).
+    fn is_hole(&self, off: u64, len: usize) -> bool {
+        let next_data = match self {
+            End::Local(f, _) => match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(off)) {
+                Err(rustix::io::Errno::NXIO) => None,
+                r => Some(r.ok()),
+            },
+            End::Remote(c, h, _) => match c.seek(*h, off, false) {
+                Err(vipc_fs::FsError::Errno(libc::ENXIO)) => None,
+                r => Some(r.ok()),
+            },
+        };
+        match next_data {
+            None => true,                             // only a hole from here to the end
+            Some(Some(at)) => at >= off + len as u64, // data, but past this range
+            Some(None) => false,                      // unknown: read it
         }
     }
 
@@ -420,7 +443,9 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &
                     }
                     let mut buf = pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(Chunk::new);
                     buf.set_len(CHUNK.min((size - off) as usize));
-                    let r = from.read_at(off, buf.bytes_mut()).and_then(|n| {
+                    buf.hole = holes && from.is_hole(off, buf.len);
+                    let read = if buf.hole { Ok(buf.len) } else { from.read_at(off, buf.bytes_mut()) };
+                    let r = read.and_then(|n| {
                         if n < buf.len {
                             Err(CliError("the source shrank during the copy".into()))
                         } else {
@@ -442,7 +467,9 @@ fn pump(from: &End<'_>, to: &End<'_>, start: u64, size: u64, holes: bool, bar: &
                 early.insert(off, buf);
                 // Every chunk that now continues the written prefix.
                 while let Some(buf) = early.remove(&at) {
-                    if holes {
+                    if buf.hole {
+                        // Nothing to write: the destination holds nothing here.
+                    } else if holes {
                         write_keeping_holes(to, at, buf.bytes(), to.shortest_hole())?;
                     } else {
                         to.write_at(at, buf.bytes())?;

@@ -368,7 +368,9 @@ impl FsClient {
                             _ => false,
                         };
                         if gone && attempt == 0 && req.op() != OP_HELLO {
-                            server = self.resolve_again(&p)?;
+                            // A CLOSE has nothing to close on a new server: it need not wait for one.
+                            server =
+                                if req.op() == OP_CLOSE { self.resolve(&p, false)? } else { self.resolve_again(&p)? };
                             continue;
                         }
                         return Err(FsError::Transport(e));
@@ -617,6 +619,20 @@ impl FsClient {
             }
         }
         r
+    }
+
+    /// lseek's SEEK_DATA (`hole` false) or SEEK_HOLE (`hole` true) on an
+    /// open file: where the next data or hole begins at or after `offset`
+    /// (every file ends with a hole). `Errno(ENXIO)`: nothing such there
+    /// (no data after `offset`, or `offset` past the end).
+    pub fn seek(&self, h: Handle, offset: u64, hole: bool) -> FsResult<u64> {
+        self.with_handle(h, |remote| {
+            let mut req = Req::new(OP_SEEK);
+            req.set_handle(remote);
+            req.set_offset(offset);
+            req.set_a(if hole { libc::SEEK_HOLE } else { libc::SEEK_DATA } as u32);
+            self.call_ok(req, None).map(|(rep, _)| rep.value())
+        })
     }
 
     /// Attributes of an open file.

@@ -38,6 +38,9 @@ pub const OP_SYMLINK: u8 = 15;
 pub const OP_READLINK: u8 = 16;
 /// STATFS: usage of the export's file system.
 pub const OP_STATFS: u8 = 17;
+/// SEEK: the next data (`a` = 3, SEEK_DATA) or hole (`a` = 4, SEEK_HOLE) of
+/// an open file at or after `offset`; the reply's value is its offset.
+pub const OP_SEEK: u8 = 18;
 /// Sent by a server to a client's owner process: is it alive (reply = yes).
 pub const OP_PING_OWNER: u8 = 0x70;
 /// Internal: tells a server process to stop (accepted from its own node only).

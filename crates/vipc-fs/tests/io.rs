@@ -249,3 +249,23 @@ fn an_open_brings_back_the_beginning_of_the_file() {
     assert!(head.is_empty());
     c.close(h).unwrap();
 }
+
+/// SEEK_DATA and SEEK_HOLE through the service answer as the server's file
+/// does: where data and holes begin, ENXIO past the last data.
+#[test]
+fn seek_finds_the_data_and_holes_of_a_sparse_file() {
+    use std::os::unix::fs::FileExt;
+    let s = setup(false);
+    let f = std::fs::File::create(s.dir.path().join("sparse")).unwrap();
+    f.write_all_at(&pattern(64 << 10, 1), 0).unwrap();
+    f.write_all_at(&pattern(4096, 2), 8 << 20).unwrap();
+    f.set_len(16 << 20).unwrap();
+    let (h, _) = s.client.open("sparse", libc::O_RDONLY, 0).unwrap();
+    let c = &s.client;
+    assert_eq!(c.seek(h, 0, false).unwrap(), 0, "data at the start");
+    assert_eq!(c.seek(h, 0, true).unwrap(), 64 << 10, "the first hole");
+    assert_eq!(c.seek(h, 100 << 10, false).unwrap(), 8 << 20, "the next data");
+    assert_eq!(c.seek(h, 8 << 20, true).unwrap(), (8 << 20) + 4096);
+    assert_eq!(c.seek(h, (8 << 20) + 4096, false).unwrap_err().errno(), libc::ENXIO, "no data after");
+    assert_eq!(c.seek(h, 20 << 20, true).unwrap_err().errno(), libc::ENXIO, "past the end");
+}

@@ -725,10 +725,23 @@ impl Filesystem for VipcFs {
         reply.error(Errno::ENOTTY);
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _off: i64, _whence: i32, reply: fuser::ReplyLseek) {
-        // ENOSYS: the kernel seeks by itself from now on (SEEK_DATA and
-        // SEEK_HOLE then see the whole file as data, as docs/FILES.md says).
-        reply.error(Errno::ENOSYS);
+    /// SEEK_DATA and SEEK_HOLE, answered by the server's file (the kernel
+    /// handles the other kinds of seek itself).
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, off: i64, whence: i32, reply: fuser::ReplyLseek) {
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(off) = u64::try_from(off) else { return reply.error(Errno::ENXIO) };
+        let f = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.seek(f.handle, off, hole) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn fallocate(

@@ -222,3 +222,19 @@ fn unserved_calls_answer_as_a_local_file_system_would() {
     assert_eq!(rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(0)), Ok(0), "all data");
     assert_eq!(rustix::fs::seek(&f, rustix::fs::SeekFrom::Hole(0)), Ok(4), "the hole at the end");
 }
+
+/// SEEK_DATA and SEEK_HOLE see the holes of the server's file (cp --sparse,
+/// tar -S and rsync find them), and ENXIO past the last data.
+#[test]
+fn seek_data_and_seek_hole_see_the_servers_holes() {
+    use rustix::fs::{seek, SeekFrom};
+    require_fuse!();
+    let s = Served::start(MountOptions::default());
+    let f =
+        OpenOptions::new().create(true).truncate(true).read(true).write(true).open(s.root().join("sparse")).unwrap();
+    f.set_len(16 << 20).unwrap();
+    f.write_all_at(&[7; 4096], 8 << 20).unwrap();
+    assert_eq!(seek(&f, SeekFrom::Data(0)), Ok(8 << 20), "the first data");
+    assert_eq!(seek(&f, SeekFrom::Hole(8 << 20)), Ok((8 << 20) + 4096), "the hole after it");
+    assert_eq!(seek(&f, SeekFrom::Data((8 << 20) + 4096)), Err(rustix::io::Errno::NXIO), "no data after");
+}

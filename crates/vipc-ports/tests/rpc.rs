@@ -135,7 +135,8 @@ fn a_result_that_cannot_be_moved_is_an_error_not_a_wait() {
     let client = Node::start(NodeConfig::fixed(2, "127.0.0.1:0".parse().unwrap(), vec![server.local_addr()])).unwrap();
     start(&server, "lossy-store");
     let me = client.attach().unwrap();
-    let s = StoreClient::connect(&me, "lossy-store").unwrap();
+    // The lookup's answers are lost four times in five: a few lookups may be needed.
+    let s = (0..10).find_map(|_| StoreClient::connect(&me, "lossy-store").ok()).expect("found in 10 lookups");
     assert_eq!(s.make(3, 7).unwrap(), vec![7, 8, 9]);
     let t = Instant::now();
     let r = vipc::within(Duration::from_secs(20), || s.make(4 << 20, 1));

@@ -295,6 +295,19 @@ impl Service {
                 let f = self.file(req.handle())?;
                 Ok(Answer::with(Rep::errno(0), attr_bytes(&fstat(&f.file)?)))
             }
+            OP_SEEK => {
+                let f = self.file(req.handle())?;
+                let whence = match req.a() as i32 {
+                    libc::SEEK_DATA => rustix::fs::SeekFrom::Data(req.offset()),
+                    libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(req.offset()),
+                    _ => return Err(libc::EINVAL),
+                };
+                // The handle's file position is nobody's: reads and writes are positional.
+                let at = rustix::fs::seek(&f.file, whence).map_err(errno)?;
+                let mut rep = Rep::errno(0);
+                rep.set_value(at);
+                Ok(Answer::plain(rep))
+            }
             OP_FSYNC => {
                 self.take_deferred(req.handle())?;
                 let f = self.file(req.handle())?;

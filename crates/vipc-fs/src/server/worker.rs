@@ -226,9 +226,10 @@ pub fn worker(p: Process, svc: Arc<Service>, pool: Arc<Pool>, index: usize) {
     }
 }
 
-/// Serves one request; if the exchange with the client fails (it died or
-/// vanished, or a transfer failed or was too slow), answers EIO and releases
-/// its files. Errs only when the node has stopped.
+/// Serves one request; if the exchange with the client fails (a transfer
+/// failed or was too slow, or the client died or vanished), answers EIO; a
+/// client that cannot even be answered has its files released. Errs only
+/// when the node has stopped.
 fn handle(
     p: &Process,
     svc: &Service,
@@ -239,17 +240,22 @@ fn handle(
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Error> {
     let owner = match req.op() {
-        OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_CLOSE => svc.handles.owner_of(req.handle()),
+        OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_SEEK | OP_CLOSE => svc.handles.owner_of(req.handle()),
         _ => Pid(req.b()),
     };
     match serve_one(p, svc, info, req, appended, io, wbuf) {
         Ok(()) => Ok(()),
         Err(e) if stopped(&e) => Err(e),
         Err(e) => {
-            // A client still there (stopped a while, or behind a link slower
-            // than the stream cap) must not wait for ever: it gets EIO, and
-            // reopens its handles by path. A gone one gets nothing.
-            let _ = p.reply(&Rep::errno(libc::EIO).0, info.from);
+            // A client still waiting (stopped a while, or behind a link slower
+            // than the stream cap) must not wait for ever: it gets EIO and
+            // keeps its files (and their deferred write errors); if it is in
+            // fact gone, the reaper releases them. One that no longer waits
+            // is gone: its files are released now.
+            if p.reply(&Rep::errno(libc::EIO).0, info.from).is_ok() {
+                tracing::debug!("file server: exchange with {} failed ({e}); answered EIO", info.from);
+                return Ok(());
+            }
             let n = owner_to_release(owner, info.from).map_or(0, |o| svc.handles.release_owner(o));
             tracing::debug!("file server: exchange with {} failed ({e}); released {n} handles", info.from);
             Ok(())
