@@ -4,8 +4,8 @@
 //! partial copy from the size the destination already has. A local
 //! destination's blocks are reserved before the copy, its size untouched.
 //! A sparse source (fewer blocks than its size needs) copied to a regular
-//! file keeps its holes, as with cp(1)'s `--sparse=auto`: its runs of zero
-//! pages are not written.
+//! file keeps its holes, as with cp(1)'s `--sparse=auto`: the holes it
+//! reports are neither read nor written, other runs of zero pages not written.
 //! A source that grows during the copy is copied to its end, as by cp(1);
 //! one that shrinks is an error. A symlink as the source is followed. A
 //! destination that is the source under another name (a symlink, a hard
