@@ -24,18 +24,7 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
         vipc_exec::serve(&node).map_err(|e| CliError(e.to_string()))?;
     }
     let servers = crate::cmd_pipe::start_servers(&node, pipes, &crate::cmd_pipe::config(1 << 20, 5000)?)?;
-    let names: Vec<String> = exports.iter().map(|e| e.name.clone()).collect();
-    let files = exports
-        .into_iter()
-        .map(|e| vipc_fs::FileServer::start(&node, e).map_err(|e| CliError(e.to_string())))
-        .collect::<CliResult<Vec<_>>>()?;
-    // Serving already: a server restarted at once is found by clients still retrying.
-    if let Some(e) =
-        names.iter().find_map(|n| check_name_free(&node, &vipc_fs::service_name(n), &format!("export {n}")).err())
-    {
-        files.into_iter().for_each(vipc_fs::FileServer::stop);
-        return Err(e);
-    }
+    let files = start_exports(&node, exports)?;
     say!("vipc node: host {:#06x} listening on {}, echo {echo}", node.host_id(), node.local_addr());
     let _ = std::io::stdout().flush();
     let _ = rx.recv();
@@ -43,6 +32,21 @@ pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vip
     files.into_iter().for_each(vipc_fs::FileServer::stop);
     node.shutdown();
     Ok(())
+}
+
+/// Starts the file servers of `exports` on `node`.
+fn start_exports(node: &Node, exports: Vec<vipc_fs::ExportConfig>) -> CliResult<Vec<vipc_fs::FileServer>> {
+    let names: Vec<String> = exports.iter().map(|e| e.name.clone()).collect();
+    let files = exports
+        .into_iter()
+        .map(|e| vipc_fs::FileServer::start(node, e).map_err(|e| CliError(e.to_string())))
+        .collect::<CliResult<Vec<_>>>()?;
+    // Serving already: a server restarted at once is found by clients still
+    // retrying. Dropped on a refusal, they stop.
+    for n in &names {
+        check_name_free(node, &vipc_fs::service_name(n), &format!("export {n}"))?;
+    }
+    Ok(files)
 }
 
 /// Refuses to serve `registered` (a service's name) when another node does
