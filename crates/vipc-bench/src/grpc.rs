@@ -5,7 +5,7 @@ use crate::error::{BenchError, Result};
 use crate::pb::echo_client::EchoClient;
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::Payload;
-use crate::peer::{announce, stdin_lines, PeerArgs};
+use crate::peer::{announce, exit_when_stdin_closes, PeerArgs};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
@@ -37,7 +37,7 @@ pub fn server_peer(_a: &PeerArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None).map_err(grpc_err)?;
         announce(&[("addr", addr.to_string())]);
-        let _stdin = stdin_lines();
+        exit_when_stdin_closes();
         Server::builder()
             .add_service(EchoServer::new(EchoService))
             .serve_with_incoming(incoming)

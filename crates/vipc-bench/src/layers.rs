@@ -10,7 +10,7 @@
 
 use crate::error::{BenchError, Result};
 use crate::ipc::{label, local, mbps, server_time, spawn_server, timed, Ctx};
-use crate::peer::{announce, say, stdin_lines, Peer, PeerArgs};
+use crate::peer::{announce, exit_when_stdin_closes, say, stdin_lines, Peer, PeerArgs};
 use crate::probe::{find, interleave, Probe};
 use crate::rmem::{hex, unhex};
 use crate::tcp::TcpClient;
@@ -80,7 +80,7 @@ pub fn rapid_peer(a: &PeerArgs) -> Result<()> {
     let mut server = RapidServer::export(&node, RapidParams { slots: 4, max_args: 1024, max_result: 1024 })
         .map_err(|e| BenchError::Other(e.to_string()))?;
     announce(&[("addr", node.local_addr().to_string()), ("name", hex(&server.name()))]);
-    let _stdin = stdin_lines(); // the process exits when stdin closes
+    exit_when_stdin_closes();
     loop {
         let r = server.serve_for(Duration::from_secs(1), |proc, args| match proc {
             1 => Ok(args.to_vec()),

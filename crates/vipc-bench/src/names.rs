@@ -50,9 +50,7 @@ pub fn clerk_peer(a: &PeerArgs) -> Result<()> {
     let opts = SegmentOptions { access: Access::READ, ..Default::default() };
     let _seg = clerk.export_segment(TARGET, 4096, opts).map_err(names_err)?;
     announce(&[("addr", node.local_addr().to_string()), ("host", node.host_id().to_string())]);
-    let lines = stdin_lines();
-    while lines.recv().is_ok() {}
-    Ok(())
+    stdin_lines().wait_for_close()
 }
 
 /// Item `names`.

@@ -3,8 +3,9 @@
 //! The bench spawns its own executable with a hidden subcommand (for the
 //! `vipc` binary: `vipc bench-peer KIND --key value …`). A peer prints one
 //! line `READY key=value …` on stdout when it is serving, may then be driven
-//! by lines on its stdin (`GO`), and exits when its stdin closes, so that no
-//! peer outlives the bench even if the bench is killed.
+//! by lines on its stdin (`GO`), and exits when its stdin closes (once it has
+//! answered the lines it read), so that no peer outlives the bench even if
+//! the bench is killed.
 
 use crate::error::{BenchError, Result};
 use std::collections::HashMap;
@@ -157,22 +158,52 @@ pub fn say(line: &str) {
     let _ = out.flush();
 }
 
-/// The child's side: lines from stdin; the process exits when stdin closes.
-pub fn stdin_lines() -> Receiver<String> {
+/// The child's side, for a peer that takes commands: the lines of stdin, in
+/// order. Each line read is answered: the process exits when it asks for the
+/// next line after stdin has closed (a script piped in is answered in full).
+pub fn stdin_lines() -> StdinLines {
     let (tx, rx) = mpsc::channel();
     let _ = std::thread::Builder::new().name("peer-stdin".into()).spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            match line {
-                Ok(l) => {
-                    let _ = tx.send(l);
-                }
-                Err(_) => break,
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
             }
         }
+    });
+    StdinLines(rx)
+}
+
+/// The child's side, for a peer that takes no commands: the process exits
+/// as soon as stdin closes, whatever its threads are doing.
+pub fn exit_when_stdin_closes() {
+    let _ = std::thread::Builder::new().name("peer-stdin".into()).spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
         std::process::exit(0);
     });
-    rx
+}
+
+/// The lines of a peer's stdin ([`stdin_lines`]).
+pub struct StdinLines(Receiver<String>);
+
+impl StdinLines {
+    /// Reads and ignores lines until stdin closes, then exits the process.
+    pub fn wait_for_close(self) -> ! {
+        self.for_each(drop);
+        unreachable!("StdinLines ends by exiting the process")
+    }
+}
+
+impl Iterator for StdinLines {
+    type Item = String;
+
+    /// The next line; once stdin has closed, exits the process (code 0).
+    fn next(&mut self) -> Option<String> {
+        match self.0.recv() {
+            Ok(line) => Some(line),
+            Err(_) => std::process::exit(0),
+        }
+    }
 }
 
 /// Arguments of a peer: `--key value` pairs and bare `--flag`s.

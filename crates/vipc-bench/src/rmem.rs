@@ -91,10 +91,7 @@ pub fn owner_peer(a: &PeerArgs) -> Result<()> {
             eprintln!("rmem-owner: {e}");
         }
     });
-    let lines = stdin_lines();
-    while lines.recv().is_ok() {}
-    drop(seg);
-    Ok(())
+    stdin_lines().wait_for_close()
 }
 
 /// The pong segment: the pinger's segment name (16 bytes), then the ping word.

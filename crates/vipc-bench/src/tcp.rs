@@ -8,7 +8,7 @@
 //! kept its 16 MiB transfers in cache, which no transfer that keeps its data is).
 
 use crate::error::Result;
-use crate::peer::{announce, stdin_lines, PeerArgs};
+use crate::peer::{announce, exit_when_stdin_closes, PeerArgs};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ const HEADER: usize = 9;
 pub fn echo_peer(_a: &PeerArgs) -> Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     announce(&[("addr", listener.local_addr()?.to_string())]);
-    let _stdin = stdin_lines();
+    exit_when_stdin_closes();
     for conn in listener.incoming() {
         let conn = conn?;
         std::thread::spawn(move || {

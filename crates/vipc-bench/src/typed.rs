@@ -110,10 +110,7 @@ pub fn server_peer(a: &PeerArgs) -> Result<()> {
     let seg = node.export_segment(4096, opts)?;
     let name = crate::rmem::hex(&seg.name());
     announce(&[("addr", node.local_addr().to_string()), ("raw", raw.0.to_string()), ("seg", name)]);
-    let lines = stdin_lines();
-    while lines.recv().is_ok() {}
-    drop((vars, p2, seg));
-    Ok(())
+    stdin_lines().wait_for_close()
 }
 
 fn spawn_peer(ctx: &mut Ctx<'_>) -> Result<Peer> {

@@ -8,7 +8,7 @@
 //! same sizes as the ones it received (streamed back to back).
 
 use crate::error::{BenchError, Result};
-use crate::peer::{announce, say, stdin_lines, PeerArgs};
+use crate::peer::{announce, exit_when_stdin_closes, say, stdin_lines, PeerArgs};
 use socket2::{Domain, Socket, Type};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -112,7 +112,7 @@ pub fn echo_peer(a: &PeerArgs) -> Result<()> {
     let spin = a.flag("spin");
     let sock = echo_socket(spin)?;
     announce(&[("addr", sock.local_addr()?.to_string())]);
-    let _stdin = stdin_lines();
+    exit_when_stdin_closes();
     echo(&sock, spin)
 }
 

@@ -187,9 +187,7 @@ pub fn server_peer(a: &PeerArgs) -> Result<()> {
     let node = Node::start(node_config(a.get("host")?, Vec::new(), spin_arg(a)?))?;
     let (pid, _thread) = node.spawn(serve)?;
     announce(&[("addr", node.local_addr().to_string()), ("pid", pid.0.to_string())]);
-    let lines = stdin_lines();
-    while lines.recv().is_ok() {}
-    Ok(())
+    stdin_lines().wait_for_close()
 }
 
 /// The saturation client peer (`vipc-client --host H --server-addr A

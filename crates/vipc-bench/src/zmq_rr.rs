@@ -1,7 +1,7 @@
 //! The ZeroMQ baseline: REQ/REP over TCP on loopback (libzmq from Debian).
 
 use crate::error::{BenchError, Result};
-use crate::peer::{announce, stdin_lines, PeerArgs};
+use crate::peer::{announce, exit_when_stdin_closes, PeerArgs};
 use std::time::{Duration, Instant};
 
 /// The REP peer (`zmq-rep`): echoes every request until stdin closes.
@@ -11,7 +11,7 @@ pub fn rep_peer(_a: &PeerArgs) -> Result<()> {
     rep.bind("tcp://127.0.0.1:*")?;
     let endpoint = rep.get_last_endpoint()?.map_err(|_| BenchError::Other("zeromq: endpoint is not UTF-8".into()))?;
     announce(&[("endpoint", endpoint)]);
-    let _stdin = stdin_lines();
+    exit_when_stdin_closes();
     let mut msg = zmq::Message::new();
     loop {
         rep.recv(&mut msg, 0)?;

@@ -57,6 +57,16 @@ pub fn parse_mode(s: &str) -> Result<Mode, String> {
 
 /// Sends `count` messages to `group` in `mode` (after listening `listen` for
 /// the alive hosts, pausing `interval` between Sends), prints one line per
+/// ", first from PID" for the Send's first replier, nothing if there is
+/// none (mode none completes at once; a reliable Send may have no reply).
+fn first_from(replier: Pid) -> String {
+    if replier.is_none() {
+        String::new()
+    } else {
+        format!(", first from {replier}")
+    }
+}
+
 /// Send when `count` is small and a summary; fails if any reliable Send
 /// missed its condition or any plain one got no reply.
 pub fn run(group: Pid, mode: Mode, count: u32, listen: Duration, interval: Duration, args: &NodeArgs) -> CliResult<()> {
@@ -84,7 +94,7 @@ pub fn run(group: Pid, mode: Mode, count: u32, listen: Duration, interval: Durat
                             replies += 1;
                         }
                     }
-                    format!("{replies} replies, first from {first}")
+                    format!("{replies} replies{}", first_from(first))
                 }
                 Err(e) => {
                     missed += 1;
@@ -96,13 +106,13 @@ pub fn run(group: Pid, mode: Mode, count: u32, listen: Duration, interval: Durat
                 missed += u32::from(!o.met);
                 let what = if r.wants_replies() { "replies" } else { "deliveries" };
                 format!(
-                    "{}: {} {what} of {} members known, acknowledged by {} of {} other hosts, first reply from {}",
+                    "{}: {} {what} of {} members known, acknowledged by {} of {} other hosts{}",
                     if o.met { "met" } else { "NOT met" },
                     o.count,
                     o.receivers,
                     o.hosts_acked,
                     o.hosts,
-                    o.first_replier
+                    first_from(o.first_replier)
                 )
             }
         };

@@ -18,9 +18,20 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 /// address), as `vipc mount SERVER:EXPORT` takes it.
 pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
     use std::net::ToSocketAddrs;
-    s.parse().or_else(|_| s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or(())).map_err(|_| {
-        format!("invalid peer {s:?}: expected IP:PORT or HOST:PORT (e.g. 127.0.0.1:7701, [::1]:7701, server:7701)")
-    })
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let shaped = s.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !shaped {
+        return Err(format!(
+            "invalid peer {s:?}: expected IP:PORT or HOST:PORT (e.g. 127.0.0.1:7701, [::1]:7701, server:7701)"
+        ));
+    }
+    match s.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => Ok(addr),
+        Ok(None) => Err(format!("peer {s:?}: the name has no address")),
+        Err(e) => Err(format!("peer {s:?}: cannot resolve the name: {e}")),
+    }
 }
 
 /// Parses an IPv4 `IP:PORT` for the multicast group.
@@ -254,5 +265,18 @@ mod tests {
         std::fs::write(&file, "min_stream_kib = 8\n").unwrap();
         assert_eq!(build(None, Some(file.clone())), 8 << 10);
         assert_eq!(build(Some(16), Some(file)), 16 << 10, "the flag wins");
+    }
+
+    /// A peer's name that does not resolve says so; a malformed one shows the forms.
+    #[test]
+    fn peers_are_addresses_or_names_that_resolve() {
+        assert_eq!(parse_peer("127.0.0.1:7701"), Ok("127.0.0.1:7701".parse().unwrap()));
+        assert_eq!(parse_peer("localhost:7701").map(|a| a.port()), Ok(7701));
+        let e = parse_peer("nohost.invalid:7701").unwrap_err();
+        assert!(e.starts_with("peer \"nohost.invalid:7701\": cannot resolve the name"), "{e}");
+        for bad in ["7701", "server", ":7701", "server:99999"] {
+            let e = parse_peer(bad).unwrap_err();
+            assert!(e.starts_with(&format!("invalid peer {bad:?}: expected IP:PORT or HOST:PORT")), "{e}");
+        }
     }
 }

@@ -112,7 +112,7 @@ fn static_peers_without_multicast() {
     let o = run(&["ping", &nobody, "--no-multicast", "--peer", &a]);
     assert_one_line_error(&o, &format!("no process {nobody}"));
     let o = run(&["node", "--host-id", "11", "--peer", &a, "--no-multicast"]);
-    assert_one_line_error(&o, &format!("logical host 11 is already in use by {a}"));
+    assert_one_line_error(&o, &format!("logical host 0x000b is already in use by {a}"));
     let o = run(&["node", "--listen", &a, "--no-multicast"]);
     assert_one_line_error(&o, "address already in use");
     drop((n1.guard, n2.guard));

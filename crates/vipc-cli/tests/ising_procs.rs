@@ -19,6 +19,18 @@ fn exe() -> PeerExe {
 
 const DONE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// One worker process of 8×8 (seed 1) with piped stdin and stdout.
+fn worker(rank: u32, workers: u32, host: u16) -> std::process::Child {
+    Command::new(VIPC)
+        .args(["bench-peer", "ising-worker", "--size", "8", "--seed", "1"])
+        .args(["--rank", &rank.to_string(), "--workers", &workers.to_string(), "--host", &host.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn")
+}
+
 #[test]
 fn four_worker_processes_equal_the_sequential_reference() {
     let params = IsingParams::new(16, 7);
@@ -55,14 +67,7 @@ fn uneven_bands_equal_the_sequential_reference() {
 /// before CONNECT, and bad arguments (the process exits with one error line).
 #[test]
 fn worker_errors_are_one_line() {
-    let mut child = Command::new(VIPC)
-        .args(["bench-peer", "ising-worker", "--rank", "1", "--workers", "2", "--size", "8", "--seed", "1"])
-        .args(["--host", "70"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn");
+    let mut child = worker(1, 2, 70);
     let guard_pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
@@ -100,4 +105,22 @@ fn worker_errors_are_one_line() {
         "71",
     ]);
     common::assert_one_line_error(&bad, "a 7×7 grid (even, ≥ 2) over 2 workers");
+}
+
+/// A script piped in is answered in full: the worker exits only when it
+/// asks for the next command after stdin has closed (it exited at once,
+/// dropping every command still unread).
+#[test]
+fn a_piped_script_is_answered_in_full() {
+    let mut child = worker(0, 1, 72);
+    child.stdin.take().unwrap().write_all(b"RUN sweeps=1\nSTATS\nJUMP\n").unwrap();
+    let out = child.wait_with_output().expect("the worker exits");
+    assert!(out.status.success(), "{:?}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[0].starts_with("READY name="), "{text}");
+    assert!(lines[1].starts_with("DONE us=") && lines[1].contains(" half_sweeps=2 "), "{text}");
+    assert!(lines[2].starts_with("STATS half_sweeps=2 "), "{text}");
+    assert!(lines[3].starts_with("ERROR rank 0: unknown command \"JUMP\""), "{text}");
 }

@@ -93,9 +93,9 @@ pub fn activate<A: Serialize, R: DeserializeOwned>(
     let bytes = Caller::default().call(p, activator, req, &encode(args)?, 0).map_err(|f| match f {
         Failure::Vipc(e) => e,
         Failure::Status(status::NO_SUCH, _) => {
-            Error::NotFound(format!("process kind {name} (with these types) on host {host}"))
+            Error::NotFound(format!("process kind {name} (with these types) on host {host:#06x}"))
         }
-        Failure::Status(status::FULL, _) => Error::Full(format!("the activator of host {host}")),
+        Failure::Status(status::FULL, _) => Error::Full(format!("the activator of host {host:#06x}")),
         Failure::Status(st, _) => status_error(st, name),
     })?;
     let pid: u32 = decode(&bytes)?;

@@ -26,10 +26,10 @@ pub enum Error {
     #[error("the name table's {0} buckets are all taken")]
     TableFull(u32),
     /// The host exports no name table (no clerk runs there, or it is unreachable).
-    #[error("no clerk answers on host {0}")]
+    #[error("no clerk answers on host {0:#06x}")]
     NoClerk(HostId),
     /// The host's table is not laid out as this crate's (another version, or garbage).
-    #[error("host {host}'s name table is not usable: {why}")]
+    #[error("host {host:#06x}'s name table is not usable: {why}")]
     Layout {
         /// The host.
         host: HostId,
@@ -38,7 +38,7 @@ pub enum Error {
     },
     /// An entry failed its check word on every re-read: it is not a write in
     /// progress but damage (or a peer that does not follow the layout).
-    #[error("host {host}'s entry {slot} fails its check on every read")]
+    #[error("host {host:#06x}'s entry {slot} fails its check on every read")]
     Corrupt {
         /// The host.
         host: HostId,

@@ -24,7 +24,7 @@ pub enum Error {
     #[error("the node has stopped")]
     NodeStopped,
     /// Another node already holds the configured logical host id.
-    #[error("logical host {host} is already in use by {addr}")]
+    #[error("logical host {host:#06x} is already in use by {addr}")]
     HostConflict {
         /// The contested id.
         host: HostId,

@@ -400,7 +400,7 @@ impl Shared {
                 Event::HostConflict { host, addr } => {
                     if st.log_conflicts {
                         tracing::warn!(
-                            "logical host {host} is also claimed by the node at {addr}: check the configuration"
+                            "logical host {host:#06x} is also claimed by the node at {addr}: check the configuration"
                         );
                     }
                     st.conflict = Some((host, addr));

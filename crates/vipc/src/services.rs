@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | [`OP_STATS`] = 1 | counters | grant write access to a segment | the text `name=value\n` per counter of [`Stats::fields`](vipc_engine::Stats::fields) is written at offset 0 of the segment (reply-with-segment if it fits in one packet, else MoveTo) |
 //! | [`OP_PING`] = 2 | ping | anything | at once |
-//! | [`OP_HOSTS`] = 3 | the alive-host table (`GET_IAH_BIT_VECTOR`) | optionally a write-granted segment | bytes 4..8: sequence number; 8..12: rows; 16..32: bit *r* (byte 16 + *r*/8, bit *r*%8) set if row *r* < 128 holds a host; the segment gets 8 bytes per row: host id (u16), IPv4 address (4 bytes, in order) and port (u16) it announced itself from (`0.0.0.0:0` for IPv6), all zero for a free row |
+//! | [`OP_HOSTS`] = 3 | the alive-host table (`GET_IAH_BIT_VECTOR`) | optionally a write-granted segment | bytes 4..8: sequence number; 8..12: rows; 16..32: bit *r* (byte 16 + *r*/8, bit *r*%8) set if row *r* < 128 holds a host; the segment gets a row per table row, all zero for a free row: if byte 1 of the request is [`HOST_ROW_LEN_V6`] (20), byte 12 of the reply is 20 and each row is host id (u16), port (u16) and the IPv6 address (16 bytes, in order; IPv4 as `::ffff:a.b.c.d`) it announced itself from; otherwise byte 12 is 0 and each row is 8 bytes: host id (u16), IPv4 address (4 bytes, in order), port (u16), `0.0.0.0:0` for IPv6 |
 //! | [`OP_HOST_AT`] = 4 | one row (`GET_IAH_HOST_NO`) | bytes 4..8: sequence number, 8..12: row | bytes 12..14: host id, or status [`STATUS_STALE`] / [`STATUS_NO_ROW`] |
 //! | [`OP_RESET_HOSTS`] = 5 | forget every host and ask them to announce again (`RESET_IAH_BIT_VECTOR`) | anything | at once |
 //! | [`OP_LOCATE`](crate::locate::OP_LOCATE) = 6 | who serves a name (usually sent to the kernel servers' group, see [`crate::locate`]) | byte 1: length, bytes 2..: the name | bytes 4..8: the pid, or status [`STATUS_NOT_HERE`](crate::locate::STATUS_NOT_HERE) |
@@ -40,7 +40,7 @@
 //! its pid in bytes 24..28 of the reply (`vipc node --member GROUP`).
 
 use crate::{Error, Node, Process, Result, SegmentRef};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use vipc_engine::{AliveHost, AliveHosts, HostId, Message, Pid, Scope, SendOptions, Stats};
 
 /// Operation: write the node's counters into the requester's segment.
@@ -65,8 +65,14 @@ pub const STATUS_STALE: u8 = 3;
 pub const STATUS_NO_ROW: u8 = 4;
 /// Status: the operation is for processes of the node itself (RESET_HOSTS).
 pub const STATUS_LOCAL_ONLY: u8 = 5;
-/// Bytes per row of [`OP_HOSTS`]'s segment.
+/// Bytes per row of [`OP_HOSTS`]'s segment in the original form: host id,
+/// IPv4 address, port (an IPv6 address reads `0.0.0.0:0`).
 pub const HOST_ROW_LEN: usize = 8;
+/// Bytes per row of [`OP_HOSTS`]'s segment when the request's byte 1 asks
+/// for it: host id, port, IPv6 address (IPv4 as `::ffff:a.b.c.d`). The
+/// reply's byte 12 says which form the server wrote (0 = an older server's
+/// [`HOST_ROW_LEN`] rows).
+pub const HOST_ROW_LEN_V6: usize = 20;
 
 /// Largest appended segment the echo service takes with a message.
 pub const ECHO_BUFFER: usize = 64 * 1024;
@@ -145,7 +151,11 @@ pub fn kernel_server(p: Process) {
                             reply[16 + r / 8] |= 1 << (r % 8);
                         }
                     }
-                    let rows = encode_host_rows(&t);
+                    let v6 = msg[1] as usize == HOST_ROW_LEN_V6;
+                    if v6 {
+                        reply[12] = HOST_ROW_LEN_V6 as u8;
+                    }
+                    let rows = encode_host_rows(&t, v6);
                     let n = rows.len().min(if info.access.write { info.segment_size as usize } else { 0 });
                     if n == 0 {
                         p.reply(&reply, info.from)
@@ -311,49 +321,67 @@ pub fn query_stats(p: &Process, host: HostId) -> Result<Vec<(String, u64)>> {
     msg[0] = OP_STATS;
     p.send_with(&mut msg, kernel_pid(host), Some(SegmentRef::Write(&mut buf)), SendOptions::default())?;
     if msg[0] != STATUS_OK {
-        return Err(Error::Internal(format!("the kernel server of host {host} answered status {}", msg[0])));
+        return Err(Error::Internal(format!("the kernel server of host {host:#06x} answered status {}", msg[0])));
     }
     let n = (u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]) as usize).min(buf.len());
     Ok(parse_stats_text(&String::from_utf8_lossy(&buf[..n])))
 }
 
-/// The rows of [`OP_HOSTS`]'s segment.
-fn encode_host_rows(t: &AliveHosts) -> Vec<u8> {
-    let mut out = Vec::with_capacity(t.rows.len() * HOST_ROW_LEN);
+/// The rows of [`OP_HOSTS`]'s segment: [`HOST_ROW_LEN_V6`] bytes each if
+/// `v6`, else [`HOST_ROW_LEN`].
+fn encode_host_rows(t: &AliveHosts, v6: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(t.rows.len() * HOST_ROW_LEN_V6);
     for row in &t.rows {
-        let (host, ip, port) = match row {
-            Some(AliveHost { host, addr: SocketAddr::V4(a) }) => (*host, *a.ip(), a.port()),
-            Some(AliveHost { host, addr: SocketAddr::V6(_) }) => (*host, Ipv4Addr::UNSPECIFIED, 0),
-            None => (0, Ipv4Addr::UNSPECIFIED, 0),
+        let (host, addr) = match row {
+            Some(h) => (h.host, h.addr),
+            None => (0, SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))),
         };
         out.extend_from_slice(&host.to_le_bytes());
-        out.extend_from_slice(&ip.octets());
-        out.extend_from_slice(&port.to_le_bytes());
+        if v6 {
+            let ip = match addr.ip() {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            out.extend_from_slice(&addr.port().to_le_bytes());
+            out.extend_from_slice(&ip.octets());
+        } else if let SocketAddr::V4(a) = addr {
+            out.extend_from_slice(&a.ip().octets());
+            out.extend_from_slice(&a.port().to_le_bytes());
+        } else {
+            out.extend_from_slice(&[0; HOST_ROW_LEN - 2]);
+        }
     }
     out
 }
 
-/// Asks the kernel server of `host` for its alive-host table (IPv6
-/// addresses come back as `0.0.0.0:0`).
+/// One row of [`OP_HOSTS`]'s segment, `HOST_ROW_LEN` or `HOST_ROW_LEN_V6`
+/// bytes long: `None` for a free row.
+fn decode_host_row(r: &[u8]) -> Option<AliveHost> {
+    let host = u16::from_le_bytes([r[0], r[1]]);
+    let addr = if r.len() == HOST_ROW_LEN_V6 {
+        let ip: [u8; 16] = r[4..20].try_into().ok()?;
+        SocketAddr::new(Ipv6Addr::from(ip).to_canonical(), u16::from_le_bytes([r[2], r[3]]))
+    } else {
+        SocketAddr::from((Ipv4Addr::new(r[2], r[3], r[4], r[5]), u16::from_le_bytes([r[6], r[7]])))
+    };
+    (host != 0).then_some(AliveHost { host, addr })
+}
+
+/// Asks the kernel server of `host` for its alive-host table, with IPv6
+/// addresses (a server older than [`HOST_ROW_LEN_V6`] gives them as `0.0.0.0:0`).
 pub fn query_hosts(p: &Process, host: HostId) -> Result<AliveHosts> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut msg: Message = [0; 32];
     msg[0] = OP_HOSTS;
+    msg[1] = HOST_ROW_LEN_V6 as u8;
     p.send_with(&mut msg, kernel_pid(host), Some(SegmentRef::Write(&mut buf)), SendOptions::default())?;
     if msg[0] != STATUS_OK {
-        return Err(Error::Internal(format!("the kernel server of host {host} answered status {}", msg[0])));
+        return Err(Error::Internal(format!("the kernel server of host {host:#06x} answered status {}", msg[0])));
     }
     let seq = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
     let n = u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]]) as usize;
-    let rows = buf
-        .chunks_exact(HOST_ROW_LEN)
-        .take(n)
-        .map(|r| {
-            let host = u16::from_le_bytes([r[0], r[1]]);
-            let addr = SocketAddr::from((Ipv4Addr::new(r[2], r[3], r[4], r[5]), u16::from_le_bytes([r[6], r[7]])));
-            (host != 0).then_some(AliveHost { host, addr })
-        })
-        .collect();
+    let row_len = if msg[12] as usize == HOST_ROW_LEN_V6 { HOST_ROW_LEN_V6 } else { HOST_ROW_LEN };
+    let rows = buf.chunks_exact(row_len).take(n).map(decode_host_row).collect();
     Ok(AliveHosts { seq, rows })
 }
 
@@ -363,4 +391,37 @@ pub fn ping_kernel(p: &Process, host: HostId) -> Result<()> {
     msg[0] = OP_PING;
     p.send(&mut msg, kernel_pid(host))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> AliveHosts {
+        let v4 = AliveHost { host: 2, addr: "10.1.2.3:7701".parse().unwrap() };
+        let v6 = AliveHost { host: 3, addr: "[fd00::17]:7702".parse().unwrap() };
+        AliveHosts { seq: 9, rows: vec![Some(v4), None, Some(v6)] }
+    }
+
+    fn decode(rows: &[u8], len: usize) -> Vec<Option<AliveHost>> {
+        rows.chunks_exact(len).map(decode_host_row).collect()
+    }
+
+    #[test]
+    fn host_rows_of_the_long_form_carry_both_address_families() {
+        let t = table();
+        let rows = encode_host_rows(&t, true);
+        assert_eq!(rows.len(), 3 * HOST_ROW_LEN_V6);
+        // The IPv4 address goes as ::ffff:10.1.2.3 and comes back as IPv4.
+        assert_eq!(&rows[4..20], &Ipv4Addr::new(10, 1, 2, 3).to_ipv6_mapped().octets());
+        assert_eq!(decode(&rows, HOST_ROW_LEN_V6), t.rows);
+    }
+
+    #[test]
+    fn host_rows_of_the_short_form_blank_ipv6_addresses() {
+        let rows = encode_host_rows(&table(), false);
+        assert_eq!(rows.len(), 3 * HOST_ROW_LEN);
+        let blank = AliveHost { host: 3, addr: "0.0.0.0:0".parse().unwrap() };
+        assert_eq!(decode(&rows, HOST_ROW_LEN), vec![table().rows[0], None, Some(blank)]);
+    }
 }

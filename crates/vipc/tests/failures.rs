@@ -180,7 +180,7 @@ fn a_duplicate_fixed_host_id_is_reported_at_start() {
             assert_eq!(addr, nodes[0].local_addr());
             assert_eq!(
                 Error::HostConflict { host, addr }.to_string(),
-                format!("logical host 1 is already in use by {addr}")
+                format!("logical host 0x0001 is already in use by {addr}")
             );
         }
         Err(e) => panic!("wrong error: {e}"),

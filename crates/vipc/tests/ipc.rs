@@ -334,6 +334,18 @@ fn ipv6_loopback_with_static_peers() {
     let mut m = msg(6);
     assert_eq!(c.send(&mut m, echo).unwrap(), echo);
     assert_eq!(m, msg(6));
+    // Node 1's alive-host table read through its kernel server names node 2
+    // by its IPv6 address (it read 0.0.0.0:0).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let row_of_b = loop {
+        let table = vipc::services::query_hosts(&c, 1).unwrap();
+        if let Some(row) = table.rows.iter().flatten().find(|h| h.host == 2) {
+            break *row;
+        }
+        assert!(Instant::now() < deadline, "node 1 never listed node 2: {table:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(row_of_b.addr, b.local_addr());
 }
 
 #[test]

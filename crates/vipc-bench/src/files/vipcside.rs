@@ -33,9 +33,7 @@ pub fn fs_server_peer(a: &PeerArgs) -> Result<()> {
     let _server = FileServer::start(&node, cfg).map_err(|e| BenchError::Other(format!("file server: {e}")))?;
     let echo = vipc::services::spawn_echo(&node, None)?;
     announce(&[("addr", node.local_addr().to_string()), ("echo", echo.0.to_string())]);
-    let lines = stdin_lines();
-    while lines.recv().is_ok() {}
-    Ok(())
+    stdin_lines().wait_for_close()
 }
 
 /// The running file server and a client node of the bench's own.
