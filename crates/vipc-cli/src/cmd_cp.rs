@@ -167,11 +167,9 @@ impl End<'_> {
     }
 }
 
-/// `what: error`, the error's own words (not "os error N").
+/// `what: error`.
 fn local_error(what: &str, e: std::io::Error) -> CliError {
-    let text = e.to_string();
-    let plain = text.split(" (os error").next().unwrap_or(&text);
-    CliError(format!("{what}: {plain}"))
+    CliError(format!("{what}: {e}"))
 }
 
 /// What a copy needs to know of an existing end.
@@ -255,7 +253,9 @@ fn open_src<'a>(spec: &Spec, clients: &'a HashMap<String, FsClient>) -> CliResul
     match spec {
         Spec::Local(p) => {
             let what = p.display().to_string();
-            Ok(End::Local(File::open(p).map_err(|e| local_error(&what, e))?, what))
+            // O_NONBLOCK: a FIFO is refused as not a regular file, not waited on for a writer.
+            let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p);
+            Ok(End::Local(f.map_err(|e| local_error(&what, e))?, what))
         }
         Spec::Remote { export, path } => {
             let c = &clients[export];
@@ -338,6 +338,16 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         (true, Some(_)) => return Err(CliError(format!("cannot resume: {} is not a regular file", dst.show()))),
         _ => 0,
     };
+    if let Spec::Local(p) = &dst {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = std::fs::metadata(p).map(|m| m.file_type());
+        if kind.is_ok_and(|k| k.is_fifo() || k.is_socket()) {
+            return Err(CliError(format!(
+                "{}: a FIFO or socket has no offsets to write at (use vipc cat)",
+                dst.show()
+            )));
+        }
+    }
     // The destination named another way (a symlink to the source, a hard
     // link): known only once it is open.
     let to = open_dst(&dst, &clients)?;
@@ -348,6 +358,9 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     }
     if !resume && opened.kind == FileKind::File && opened.size > 0 {
         to.set_len(0)?;
+    }
+    if start > 0 {
+        check_resumable(&from, (&src, &dst), &clients, start)?;
     }
     let bar = if quiet || size - start < BAR_MIN {
         ProgressBar::hidden()
@@ -394,6 +407,35 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
     drop(clients);
     node.shutdown();
     Ok(())
+}
+
+/// Bytes before the resume point that must be the same at both ends.
+const RESUME_CHECK: usize = 64 << 10;
+
+/// A resumed copy takes the destination's first `start` bytes for the
+/// source's: their last [`RESUME_CHECK`] must match, so that a file that only
+/// shares a name is refused rather than finished into a mix of two.
+fn check_resumable(
+    from: &End<'_>,
+    (src, dst): (&Spec, &Spec),
+    clients: &HashMap<String, FsClient>,
+    start: u64,
+) -> CliResult<()> {
+    let n = start.min(RESUME_CHECK as u64) as usize;
+    let at = start - n as u64;
+    let (mut theirs, mut ours) = (vec![0u8; n], vec![0u8; n]);
+    let read = from.read_at(at, &mut theirs)?;
+    let have = open_src(dst, clients)?;
+    let got = have.read_at(at, &mut ours);
+    have.close();
+    if read == n && got? == n && theirs == ours {
+        return Ok(());
+    }
+    Err(CliError(format!(
+        "cannot resume: bytes {at}..{start} of {} differ from those of {}: copy without --resume",
+        dst.show(),
+        src.show()
+    )))
 }
 
 /// Reserves the blocks of `start..size` of a local destination before the

@@ -31,7 +31,9 @@ pub enum Mode {
 
 /// Parses `none`, `one`, `many`, `all-reply`, `k-reply=K`, `all-deliver`, `k-deliver=K`.
 pub fn parse_mode(s: &str) -> Result<Mode, String> {
-    let k = |v: &str| v.parse::<u32>().ok().filter(|k| *k > 0).ok_or(format!("invalid K in {s:?}: a positive number"));
+    let k = |v: &str| {
+        v.parse::<u32>().ok().filter(|k| *k > 0).ok_or(format!("invalid K in {s:?}: a number from 1 to {}", u32::MAX))
+    };
     Ok(match s.split_once('=') {
         None => match s {
             "none" => Mode::Plain(ReplyMode::None),

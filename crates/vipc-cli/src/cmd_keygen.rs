@@ -7,6 +7,9 @@ use vipc::AuthKey;
 
 /// Writes a random 32-byte key as hex to `path` (mode 0600).
 pub fn run(path: &Path, force: bool) -> CliResult<()> {
+    if path.is_dir() {
+        return Err(CliError(format!("{} is a directory", path.display())));
+    }
     let key = AuthKey::from_bytes(rand::random::<[u8; 32]>());
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true);

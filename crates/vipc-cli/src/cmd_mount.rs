@@ -24,8 +24,9 @@ pub struct MountArgs {
     /// Attribute and name cache lifetime in milliseconds (another client's changes show after this long).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub ttl_ms: u64,
-    /// Request threads: how many calls may wait on the server at once.
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    /// Request threads: how many calls may wait on the server at once (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=vipc_mount::MAX_THREADS as u64))]
     pub threads: usize,
     /// Bypass the page cache: every read and write goes to the server (benchmarks; no mmap).
     #[arg(long)]
@@ -55,6 +56,7 @@ fn parse_spec(spec: &str) -> CliResult<(Option<SocketAddr>, String)> {
     if export.is_empty() {
         return Err(CliError(format!("invalid {spec:?}: the export name after the last ':' is empty")));
     }
+    crate::fsremote::check_export_name(export)?;
     if server.is_empty() {
         return Ok((None, export.to_string()));
     }
@@ -67,9 +69,6 @@ fn parse_spec(spec: &str) -> CliResult<(Option<SocketAddr>, String)> {
 /// Runs the mount until a signal or an unmount from outside.
 pub fn run(args: &MountArgs) -> CliResult<()> {
     let (server, export) = parse_spec(&args.spec)?;
-    if args.threads == 0 {
-        return Err("--threads must be at least 1".into());
-    }
     // Check the mount point (and clear a stale mount) before joining the cluster: fail fast.
     let mountpoint = vipc_mount::prepare_mountpoint(&args.mountpoint).map_err(mount_error)?;
     let mut node_args = args.node.clone();

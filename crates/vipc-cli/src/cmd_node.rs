@@ -10,6 +10,8 @@ use vipc::{services, Node, Scope};
 pub fn run(args: &NodeArgs, pipes: &[String], exports: &[String], members: &[vipc::Pid], team: bool) -> CliResult<()> {
     let cfg = args.build()?;
     let exports = exports.iter().map(|e| crate::fsremote::parse_export(e)).collect::<CliResult<Vec<_>>>()?;
+    given_once("export", exports.iter().map(|e| e.name.as_str()))?;
+    given_once("pipe", pipes.iter().map(String::as_str))?;
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -47,6 +49,15 @@ fn start_exports(node: &Node, exports: Vec<vipc_fs::ExportConfig>) -> CliResult<
         check_name_free(node, &vipc_fs::service_name(n), &format!("export {n}"))?;
     }
     Ok(files)
+}
+
+/// Refuses a name given twice: the node would serve only one of them.
+fn given_once<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> CliResult<()> {
+    let mut seen = std::collections::HashSet::new();
+    match names.into_iter().find(|n| !seen.insert(*n)) {
+        Some(n) => Err(CliError(format!("{what} {n} is given twice"))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses to serve `registered` (a service's name) when another node does

@@ -1,6 +1,6 @@
 //! `vipc ping`: exchange latency with a process.
 
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 use crate::opts::NodeArgs;
 use crate::target::{exchange_error, Target};
 use std::time::{Duration, Instant};
@@ -43,7 +43,10 @@ fn check_reply(i: u32, reply: &[u8; 32]) -> Result<(), String> {
     if got == i {
         Ok(())
     } else {
-        Err(format!("the reply to exchange {i} came back numbered {got}"))
+        Err(format!(
+            "the reply to exchange {i} came back numbered {got}: the target does not answer pings \
+             (an echo service or a kernel server does)"
+        ))
     }
 }
 
@@ -71,7 +74,7 @@ pub fn run(target: &str, count: u32, size: usize, args: &NodeArgs) -> CliResult<
             p.send(&mut msg, pid)
         };
         r.map_err(|e| exchange_error(&target, e))?;
-        Ok(check_reply(i, &msg)?)
+        check_reply(i, &msg).map_err(|e| CliError(format!("{target}: {e}")))
     };
     let check_segment = |seg: &[u8]| -> CliResult<()> {
         match first_difference(&sent, seg) {
@@ -123,7 +126,7 @@ mod tests {
         let mut r = [0u8; 32];
         r[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert!(check_reply(7, &r).is_ok());
-        assert_eq!(check_reply(8, &r).unwrap_err(), "the reply to exchange 8 came back numbered 7");
+        assert!(check_reply(8, &r).unwrap_err().starts_with("the reply to exchange 8 came back numbered 7: "));
     }
 
     #[test]

@@ -26,6 +26,19 @@ fn is_export_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 29 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
+/// [`is_export_name`] as a one-line error naming the rule.
+pub fn check_export_name(name: &str) -> CliResult<()> {
+    if is_export_name(name) {
+        Ok(())
+    } else {
+        Err(bad_export_name(name))
+    }
+}
+
+fn bad_export_name(name: &str) -> CliError {
+    CliError(format!("invalid export name {name:?}: 1 to 29 letters, digits, '-', '_' or '.'"))
+}
+
 impl Spec {
     /// Parses `NAME:PATH` (remote) or anything else (local: `./a:b` for a
     /// local name with a colon). A leading '/' of PATH is dropped.
@@ -55,7 +68,11 @@ impl Spec {
 pub fn remote(s: &str) -> CliResult<(String, String)> {
     match Spec::parse(s)? {
         Spec::Remote { export, path } => Ok((export, path)),
-        Spec::Local(_) => Err(CliError(format!("{s:?} is not a remote file: expected NAME:PATH"))),
+        Spec::Local(_) => match s.split_once(':') {
+            // NAME:PATH in form, but no export could have that name.
+            Some((name, _)) if !name.is_empty() && !name.contains('/') => Err(bad_export_name(name)),
+            _ => Err(CliError(format!("{s:?} is not a remote file: expected NAME:PATH"))),
+        },
     }
 }
 
@@ -95,9 +112,7 @@ pub fn fs_error(what: &str, e: FsError) -> CliError {
 pub fn parse_export(s: &str) -> CliResult<ExportConfig> {
     let bad = || CliError(format!("invalid export {s:?}: expected NAME=DIR or NAME=DIR:ro"));
     let (name, rest) = s.split_once('=').ok_or_else(bad)?;
-    if !is_export_name(name) {
-        return Err(CliError(format!("invalid export name {name:?}: 1 to 29 letters, digits, '-', '_' or '.'")));
-    }
+    check_export_name(name)?;
     let (dir, read_only) = match rest.strip_suffix(":ro") {
         Some(d) => (d, true),
         None => (rest, false),
@@ -130,5 +145,16 @@ mod tests {
         assert!(parse_export("=/tmp").is_err());
         assert!(parse_export("a b=/tmp").is_err());
         assert!(parse_export("docs=/nonexistent-dir-xyz").is_err());
+    }
+
+    /// A remote-looking argument whose name no export can have says why.
+    #[test]
+    fn remote_files_name_a_possible_export() {
+        assert_eq!(remote("data:a").unwrap(), ("data".into(), "a".into()));
+        let long = format!("{}:a", "n".repeat(30));
+        assert!(remote(&long).unwrap_err().to_string().starts_with("invalid export name \"nnn"), "too long");
+        assert!(remote("a b:c").unwrap_err().to_string().starts_with("invalid export name \"a b\""));
+        assert!(remote("/etc/passwd").unwrap_err().to_string().ends_with("is not a remote file: expected NAME:PATH"));
+        assert!(remote("./x:y").unwrap_err().to_string().ends_with("is not a remote file: expected NAME:PATH"));
     }
 }

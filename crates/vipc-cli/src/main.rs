@@ -14,9 +14,14 @@ macro_rules! say {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 std::process::exit(0);
             }
+            let _ = crate::OUTPUT_ERROR.set(e.to_string());
         }
     }};
 }
+
+/// The first error [`say!`] met writing standard output (a closed pipe
+/// aside): the command then fails with it.
+static OUTPUT_ERROR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 mod cmd_bench;
 mod cmd_cat;
@@ -80,11 +85,11 @@ enum Cmd {
         /// Run on this logical host (decimal or 0x hex) instead of the least loaded one.
         #[arg(long, value_parser = opts::parse_host)]
         on: Option<u16>,
-        /// How long to collect the team servers' load answers (ms).
-        #[arg(long, default_value_t = 50)]
+        /// How long to collect the team servers' load answers (ms, at most an hour).
+        #[arg(long, default_value_t = 50, value_parser = opts::parse_wait_ms)]
         deadline_ms: u64,
-        /// How long to listen for the alive hosts first (ms).
-        #[arg(long, default_value_t = 200)]
+        /// How long to listen for the alive hosts first (ms, at most an hour).
+        #[arg(long, default_value_t = 200, value_parser = opts::parse_wait_ms)]
         listen_ms: u64,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
@@ -104,13 +109,14 @@ enum Cmd {
         #[arg(long, default_value = "many", value_parser = cmd_group::parse_mode)]
         mode: cmd_group::Mode,
         /// Number of Sends.
-        #[arg(short = 'c', long, default_value_t = 1)]
+        #[arg(short = 'c', long, default_value_t = 1,
+              value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=u64::from(u32::MAX)))]
         count: u32,
-        /// How long to listen for the alive hosts before sending (ms).
-        #[arg(long, default_value_t = 200)]
+        /// How long to listen for the alive hosts before sending (ms, at most an hour).
+        #[arg(long, default_value_t = 200, value_parser = opts::parse_wait_ms)]
         listen_ms: u64,
-        /// Pause between Sends (ms).
-        #[arg(long, default_value_t = 0)]
+        /// Pause between Sends (ms, at most an hour).
+        #[arg(long, default_value_t = 0, value_parser = opts::parse_wait_ms)]
         interval_ms: u64,
         #[command(flatten)]
         node: NodeArgs,
@@ -139,8 +145,8 @@ enum Cmd {
     Hosts {
         /// A logical host id, pid or registered name whose node's table to read.
         target: Option<String>,
-        /// Without TARGET: how long to listen for announcements (ms).
-        #[arg(long, default_value_t = 200)]
+        /// Without TARGET: how long to listen for announcements (ms, at most an hour).
+        #[arg(long, default_value_t = 200, value_parser = opts::parse_wait_ms)]
         listen_ms: u64,
         #[command(flatten)]
         node: NodeArgs,
@@ -239,7 +245,9 @@ fn main() -> ExitCode {
         Err(e) => {
             use clap::error::ErrorKind::*;
             if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
-                let _ = e.print();
+                if e.print().is_err() {
+                    return ExitCode::FAILURE; // help to a full disk or a closed pipe
+                }
                 return if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
                     ExitCode::from(2)
                 } else {
@@ -283,6 +291,10 @@ fn main() -> ExitCode {
         Cmd::Pipe(a) => cmd_pipe::run(a),
         Cmd::BenchPeer { args } => cmd_bench::peer(args),
     };
+    let r = r.and_then(|()| match OUTPUT_ERROR.get() {
+        Some(e) => Err(error::CliError(format!("cannot write to standard output: {e}"))),
+        None => Ok(()),
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -34,9 +34,26 @@ pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// Parses a wait in milliseconds, at most an hour (as T_t): a longer one is a typo.
+pub fn parse_wait_ms(s: &str) -> Result<u64, String> {
+    const HOUR_MS: u64 = 3_600_000;
+    match s.parse::<u64>() {
+        Ok(ms) if ms <= HOUR_MS => Ok(ms),
+        _ => Err(format!("{s:?} is not a wait in milliseconds from 0 to {HOUR_MS} (an hour)")),
+    }
+}
+
 /// Parses an IPv4 `IP:PORT` for the multicast group.
 pub fn parse_group(s: &str) -> Result<SocketAddrV4, String> {
-    s.parse().map_err(|_| format!("invalid multicast group {s:?}: expected IPv4:PORT (e.g. 239.255.86.73:7700)"))
+    let bad = |why: &str| format!("invalid multicast group {s:?}: {why} (e.g. 239.255.86.73:7700)");
+    let group: SocketAddrV4 = s.parse().map_err(|_| bad("expected IPv4:PORT"))?;
+    if !group.ip().is_multicast() {
+        return Err(bad("not a multicast address (224.0.0.0/4)"));
+    }
+    if group.port() == 0 {
+        return Err(bad("port 0 would be a different port on every node"));
+    }
+    Ok(group)
 }
 
 /// Parses an IPv4 interface address.
@@ -147,9 +164,24 @@ pub struct FileConfig {
 
 /// Reads a key file.
 pub fn read_key(path: &Path) -> CliResult<AuthKey> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| CliError(format!("cannot read key file {}: {e}", path.display())))?;
+    let text = read_small_file(path, "key file", 4 << 10)?;
     AuthKey::from_hex(&text).map_err(|e| CliError(format!("key file {}: {e}", path.display())))
+}
+
+/// The text of the regular file `path`, at most `limit` bytes: a FIFO, a
+/// device or a huge file is refused rather than waited on or read to the end.
+fn read_small_file(path: &Path, what: &str, limit: u64) -> CliResult<String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| CliError(format!("cannot read {what} {}: {e}", path.display()));
+    if !std::fs::metadata(path).map_err(cannot)?.is_file() {
+        return Err(CliError(format!("{what} {} is not a regular file", path.display())));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path).map_err(cannot)?.take(limit + 1).read_to_string(&mut text).map_err(cannot)?;
+    if text.len() as u64 > limit {
+        return Err(CliError(format!("{what} {} is larger than {limit} bytes", path.display())));
+    }
+    Ok(text)
 }
 
 impl NodeArgs {
@@ -157,34 +189,38 @@ impl NodeArgs {
     pub fn build(&self) -> CliResult<NodeConfig> {
         let file = match &self.config {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| CliError(format!("cannot read config file {}: {e}", p.display())))?;
+                let text = read_small_file(p, "config file", 1 << 20)?;
                 toml::from_str::<FileConfig>(&text)
                     .map_err(|e| CliError(format!("config file {}: {}", p.display(), e.message())))?
             }
             None => FileConfig::default(),
         };
         let base = self.config.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
+        // A value from the file is wrong in the file: say which.
+        let in_file = |e: String| match &self.config {
+            Some(p) => CliError(format!("config file {}: {e}", p.display())),
+            None => CliError(e),
+        };
 
         let mut peers = self.peers.clone();
         for p in &file.peers {
-            peers.push(parse_peer(p)?);
+            peers.push(parse_peer(p).map_err(in_file)?);
         }
         let group = match (self.group, &file.group) {
             (Some(g), _) => Some(g),
-            (None, Some(s)) => Some(parse_group(s)?),
+            (None, Some(s)) => Some(parse_group(s).map_err(in_file)?),
             (None, None) => None,
         };
         let interface = match (self.interface, &file.interface) {
             (Some(i), _) => Some(i),
-            (None, Some(s)) => Some(parse_ipv4(s)?),
+            (None, Some(s)) => Some(parse_ipv4(s).map_err(in_file)?),
             (None, None) => None,
         };
         // Without a listen address: an ephemeral port on the multicast
         // interface, or on the loopback of the peers' address family.
         let listen = match (self.listen, &file.listen) {
             (Some(a), _) => a,
-            (None, Some(s)) => parse_addr(s)?,
+            (None, Some(s)) => parse_addr(s).map_err(in_file)?,
             (None, None) => match (interface, peers.iter().find(|p| p.is_ipv6())) {
                 (Some(i), _) => SocketAddr::from((i, 0)),
                 (None, Some(p)) if p.ip().is_loopback() => SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
@@ -227,17 +263,17 @@ impl NodeArgs {
             },
             ..NodeConfig::default()
         };
-        if let Some(ms) = self.retransmit_ms.or(file.retransmit_ms) {
-            if ms == 0 {
-                return Err("--retransmit-ms must be at least 1".into());
-            }
-            cfg.engine.retransmit = Duration::from_millis(ms);
+        // Milliseconds of a flag or else of the file's key, at least 1.
+        let ms = |flag: Option<u64>, key: Option<u64>, flag_name: &str, key_name: &str| match (flag, key) {
+            (Some(0), _) => Err(CliError(format!("{flag_name} must be at least 1"))),
+            (None, Some(0)) => Err(in_file(format!("{key_name} must be at least 1"))),
+            (f, k) => Ok(f.or(k).map(Duration::from_millis)),
+        };
+        if let Some(t) = ms(self.retransmit_ms, file.retransmit_ms, "--retransmit-ms", "retransmit_ms")? {
+            cfg.engine.retransmit = t;
         }
-        if let Some(ms) = self.timeout_ms.or(file.timeout_ms) {
-            if ms == 0 {
-                return Err("--timeout-ms must be at least 1".into());
-            }
-            cfg.engine.timeout = Duration::from_millis(ms);
+        if let Some(t) = ms(self.timeout_ms, file.timeout_ms, "--timeout-ms", "timeout_ms")? {
+            cfg.engine.timeout = t;
         }
         if let Some(kib) = self.min_stream_kib.or(file.min_stream_kib) {
             cfg.engine.min_stream_rate = kib.saturating_mul(1024);
@@ -278,5 +314,56 @@ mod tests {
             let e = parse_peer(bad).unwrap_err();
             assert!(e.starts_with(&format!("invalid peer {bad:?}: expected IP:PORT or HOST:PORT")), "{e}");
         }
+    }
+
+    /// A key file that is a FIFO (it hung in open), a device (read until
+    /// memory ran out) or too large is refused in one line.
+    #[test]
+    fn key_files_are_small_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = |p: &Path| read_key(p).map(|_| ()).unwrap_err().to_string();
+        assert_eq!(err(&fifo), format!("key file {} is not a regular file", fifo.display()));
+        assert_eq!(err(Path::new("/dev/zero")), "key file /dev/zero is not a regular file");
+        let big = dir.path().join("big");
+        std::fs::write(&big, "0".repeat(5000)).unwrap();
+        assert_eq!(err(&big), format!("key file {} is larger than 4096 bytes", big.display()));
+        let good = dir.path().join("key");
+        std::fs::write(&good, format!("{}\n", "ab".repeat(32))).unwrap();
+        assert!(read_key(&good).is_ok());
+    }
+
+    #[test]
+    fn groups_are_multicast_addresses_with_a_port() {
+        assert_eq!(parse_group("239.1.2.3:7700"), Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 7700)));
+        for (bad, why) in [
+            ("239.1.2.3", "expected IPv4:PORT"),
+            ("10.0.0.1:7700", "not a multicast address"),
+            ("239.1.1.1:0", "port 0 would be"),
+        ] {
+            let e = parse_group(bad).unwrap_err();
+            assert!(e.starts_with(&format!("invalid multicast group {bad:?}: {why}")), "{e}");
+        }
+        assert_eq!(parse_wait_ms("3600000"), Ok(3_600_000));
+        assert!(parse_wait_ms("3600001").unwrap_err().contains("from 0 to 3600000"));
+    }
+
+    /// A bad value in the config file names the file and its key, not a flag.
+    #[test]
+    fn bad_file_values_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        let build = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            NodeArgs { config: Some(file.clone()), ..NodeArgs::default() }.build().map(|_| ()).unwrap_err().to_string()
+        };
+        let named = |e: String| e.strip_prefix(&format!("config file {}: ", file.display())).map(str::to_string);
+        assert_eq!(named(build("timeout_ms = 0\n")).as_deref(), Some("timeout_ms must be at least 1"));
+        assert_eq!(named(build("retransmit_ms = 0\n")).as_deref(), Some("retransmit_ms must be at least 1"));
+        assert!(named(build("listen = \"nowhere\"\n")).unwrap().starts_with("invalid address \"nowhere\""));
+        assert!(named(build("peers = [\"x\"]\n")).unwrap().starts_with("invalid peer \"x\""));
+        let flag = NodeArgs { timeout_ms: Some(0), ..NodeArgs::default() }.build().map(|_| ()).unwrap_err();
+        assert_eq!(flag.to_string(), "--timeout-ms must be at least 1");
     }
 }

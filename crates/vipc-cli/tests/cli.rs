@@ -213,6 +213,13 @@ fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
     let o = run(&["keygen", fs, "--force"]);
     assert!(o.status.success());
     assert_ne!(std::fs::read_to_string(&f).unwrap(), key, "a fresh key");
+    // A directory is not "already there, --force to overwrite" (--force failed on it).
+    let d = dir.path().to_str().unwrap();
+    assert_one_line_error(&run(&["keygen", d, "--force"]), &format!("{d} is a directory"));
+    // Output that cannot be written is an error, not a success.
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let o = Command::new(VIPC).args(["keygen", fs, "--force"]).stdout(full).output().unwrap();
+    assert_one_line_error(&o, "cannot write to standard output: No space left on device");
 }
 
 #[test]
@@ -379,6 +386,15 @@ fn gsend_reaches_group_members_on_node_processes() {
     assert_one_line_error(&o, "1 of 1 sends to 8000.0005 did not reach their condition");
     let o = run(&["gsend", "8000", "--mode", "k-reply=0"]);
     assert_one_line_error(&o, "invalid value 'k-reply=0' for '--mode <MODE>'");
+    let o = run(&["gsend", "8000", "--mode", "k-reply=99999999999"]);
+    assert_one_line_error(&o, "a number from 1 to 4294967295");
+    // No Sends, or a wait no one means (they ran until killed), are usage errors.
+    assert_one_line_error(&run(&["gsend", "8000", "-c", "0"]), "invalid value '0' for '--count <COUNT>'");
+    for flag in ["--listen-ms", "--interval-ms"] {
+        assert_one_line_error(&run(&["gsend", "8000", flag, "99999999999"]), "(an hour)");
+    }
+    assert_one_line_error(&run(&["hosts", "--listen-ms", "3600001"]), "(an hour)");
+    assert_one_line_error(&run(&["mount", ":x", "/tmp", "--threads", "4294967295"]), "is not in 1..=256");
     let o = run(&["node", "--member", "0012.0001"]);
     assert_one_line_error(&o, "invalid value '0012.0001' for '--member <GROUP>'");
 }

@@ -77,6 +77,11 @@ fn cp_cat_and_ls_work_against_an_exporting_node() {
     let o = run(&["cp", "--resume", dst.to_str().unwrap(), "data:up", "--group", &g]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read(data.path().join("up")).unwrap() == big);
+    // ... only onto the beginning of the same file: another file's bytes are not finished into a mix.
+    std::fs::write(data.path().join("other"), b"unrelated").unwrap();
+    let o = run(&["cp", "--resume", dst.to_str().unwrap(), "data:other", "--group", &g]);
+    assert_one_line_error(&o, "cannot resume: bytes 0..9 of data:other differ from those of");
+    assert_eq!(std::fs::read(data.path().join("other")).unwrap(), b"unrelated", "left alone");
 
     // between two exports: read-only source to writable destination
     let o = run(&["cp", "docs:ro.txt", "data:from-docs", "--group", &g]);
@@ -113,6 +118,12 @@ fn cp_cat_and_ls_work_against_an_exporting_node() {
     // A local write error names the file.
     assert_one_line_error(&run(&["cp", "data:hello.txt", "/dev/full", "--group", &g]), "/dev/full: No space left");
     assert_one_line_error(&run(&["cp", "/dev/null", "data:null", "--group", &g]), "not a regular file");
+    // A FIFO with nobody at its other end is refused, not waited on (both hung).
+    let fifo = local.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let fifo = fifo.to_str().unwrap();
+    assert_one_line_error(&run(&["cp", fifo, "data:from-fifo", "--group", &g]), "not a regular file");
+    assert_one_line_error(&run(&["cp", "data:hello.txt", fifo, "--group", &g]), "a FIFO or socket has no offsets");
     assert_one_line_error(&run(&["cp", "--resume", "data:big", "data:link", "--group", &g]), "not a regular file");
     assert_one_line_error(&run(&["ls", "nosuch:", "--group", &g]), "no file server exports \"nosuch\"");
 }
@@ -123,6 +134,10 @@ fn bad_exports_are_one_line_errors() {
     assert_one_line_error(&run(&["node", "--group", &g, "--export", "nodir"]), "expected NAME=DIR");
     assert_one_line_error(&run(&["node", "--group", &g, "--export", "x=/nonexistent-vipc-dir"]), "not a directory");
     assert_one_line_error(&run(&["node", "--group", &g, "--export", "bad name=/tmp"]), "invalid export name");
+    // One name twice: the node served the last one only.
+    let twice = ["node", "--group", &g, "--export", "y=/tmp", "--export", "y=/var"];
+    assert_one_line_error(&run(&twice), "export y is given twice");
+    assert_one_line_error(&run(&["node", "--group", &g, "--pipe", "p", "--pipe", "p"]), "pipe p is given twice");
     assert_one_line_error(&run(&["cp", "a:x"]), "required");
 }
 

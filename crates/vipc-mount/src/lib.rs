@@ -29,4 +29,4 @@ mod options;
 
 pub use fs::VipcFs;
 pub use mount::{is_mount_point, lazy_unmount, mount, prepare_mountpoint, MountError, Mounted};
-pub use options::MountOptions;
+pub use options::{MountOptions, MAX_THREADS};

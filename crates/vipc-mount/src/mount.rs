@@ -17,6 +17,9 @@ use vipc_fs::FsClient;
 /// Why a mount could not be made or removed; each phrased as one line for the user.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
+    /// [`MountOptions::threads`] is 0 or over [`crate::options::MAX_THREADS`].
+    #[error("a mount takes 1 to {max} request threads, not {0}", max = crate::options::MAX_THREADS)]
+    Threads(usize),
     /// The mount point does not exist.
     #[error("mount point {0} does not exist")]
     Missing(PathBuf),
@@ -159,6 +162,9 @@ pub fn mount(
     source: &str,
     opts: MountOptions,
 ) -> Result<Mounted, MountError> {
+    if !(1..=crate::options::MAX_THREADS).contains(&opts.threads) {
+        return Err(MountError::Threads(opts.threads));
+    }
     let mountpoint = prepare_mountpoint(mountpoint)?;
     let mut mount_options = vec![
         MountOption::FSName(source.to_string()),
@@ -173,7 +179,7 @@ pub fn mount(
     let mut config = Config::default();
     config.mount_options = mount_options;
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
-    config.n_threads = Some(opts.threads.max(1));
+    config.n_threads = Some(opts.threads);
     config.clone_fd = true;
     let fs = VipcFs::new(client, opts);
     let read_ahead_used = fs.listings_read_ahead();

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// Most request threads a mount takes: each holds a clone of the /dev/fuse
+/// descriptor and a 16 MiB request buffer.
+pub const MAX_THREADS: usize = 256;
+
 /// Settings of one mount. The defaults suit a workstation: attributes and names cached for 1 s, file data
 /// kept in the page cache across opens while the file is unchanged, 16 request threads, subdirectories'
 /// listings read ahead by 4 threads.
@@ -13,7 +17,7 @@ pub struct MountOptions {
     /// How long the kernel may trust a name -> file mapping.
     pub entry_ttl: Duration,
     /// Request threads (each reads its own clone of the /dev/fuse descriptor): the number of calls that
-    /// can wait on the server at once.
+    /// can wait on the server at once; 1 to [`MAX_THREADS`].
     pub threads: usize,
     /// Keep a file's cached pages when it is opened again unchanged (same mtime and size); otherwise every
     /// open starts from an empty cache (close-to-open consistency).

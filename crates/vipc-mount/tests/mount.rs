@@ -238,3 +238,20 @@ fn seek_data_and_seek_hole_see_the_servers_holes() {
     assert_eq!(seek(&f, SeekFrom::Hole(8 << 20)), Ok((8 << 20) + 4096), "the hole after it");
     assert_eq!(seek(&f, SeekFrom::Data((8 << 20) + 4096)), Err(rustix::io::Errno::NXIO), "no data after");
 }
+
+/// Request threads beyond the limit are refused before mounting (4294967295
+/// of them aborted the process allocating their buffers, leaving the mount).
+#[test]
+fn request_threads_are_bounded() {
+    require_fuse!();
+    let s = Served::start(MountOptions::default());
+    let other = tempfile::tempdir().unwrap();
+    for threads in [0, vipc_mount::MAX_THREADS + 1, u32::MAX as usize] {
+        let opts = MountOptions { threads, ..MountOptions::default() };
+        match vipc_mount::mount(s.client.clone(), other.path(), "vipc:test", opts) {
+            Err(vipc_mount::MountError::Threads(n)) => assert_eq!(n, threads),
+            r => panic!("{threads} threads: {:?}", r.map(|_| ())),
+        }
+    }
+    assert!(!vipc_mount::is_mount_point(other.path()), "nothing mounted");
+}
