@@ -53,16 +53,22 @@ pub fn run(argv: &[String], on: Option<u16>, deadline: Duration, listen: Duratio
         }
         if let (None, Ok(e)) = (&failed, lost.try_recv()) {
             let _ = job.signal(SIGKILL);
-            failed = Some(CliError(format!("exec: cannot write the command's output: {e}")));
+            failed = Some(e);
         }
     }
     let status = job.wait().map_err(exec_error);
     node.shutdown();
     match failed {
-        Some(e) => Err(e),
+        // The reader went away (`vipc exec … | head`): as a local command
+        // dies of SIGPIPE then, quietly, with the shell's status for it.
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(128 + SIGPIPE),
+        Some(e) => Err(CliError(format!("exec: cannot write the command's output: {e}"))),
         None => Ok(status?.shell_code()),
     }
 }
+
+/// The signal a local command gets writing to a pipe nobody reads.
+const SIGPIPE: i32 = 13;
 
 /// The signal that ends a command which ignores SIGINT.
 const SIGKILL: i32 = 9;

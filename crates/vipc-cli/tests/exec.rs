@@ -65,8 +65,10 @@ fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
     };
     assert_eq!(status.code(), Some(130), "128 + SIGINT");
 
-    // Output nobody reads any more (`vipc exec yes | head -1`) ends the command and fails the call.
+    // Output nobody reads any more (`vipc exec yes | head -1`) ends the command, and the call
+    // quietly with 128 + SIGPIPE, as the command itself would have ended here.
     let mut client = Guard(exec(&["--group", &g, "--", "yes"]).spawn().unwrap());
+    let mut err = client.0.stderr.take().unwrap();
     let mut line = String::new();
     let mut out = BufReader::new(client.0.stdout.take().unwrap());
     out.read_line(&mut line).unwrap();
@@ -80,7 +82,10 @@ fn exec_runs_remotely_passes_ctrl_c_and_fails_in_one_line_without_a_team() {
         assert!(t.elapsed() < Duration::from_secs(10), "vipc exec went on with nobody reading");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(!status.success());
+    assert_eq!(status.code(), Some(141), "128 + SIGPIPE");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+    assert_eq!(said, "", "nothing said");
 }
 
 /// True while `pid` is a process that has not ended (a zombie has).
