@@ -75,6 +75,9 @@ pub enum Error {
     /// Names are 1 to 32 bytes.
     #[error("a name is 1 to 32 bytes")]
     BadName,
+    /// The name is registered to another live process ([`crate::Engine::claim_name`]).
+    #[error("the name is already registered to {0}")]
+    NameTaken(Pid),
     /// The node has no logical host id yet (allocation still running).
     #[error("node not ready: logical host allocation in progress")]
     NotReady,

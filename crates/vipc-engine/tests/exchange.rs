@@ -557,6 +557,25 @@ fn get_pid_by_scope() {
     assert_eq!(ask(&mut net, 1, asker1, b"files", Scope::Any), None, "dead processes are not answered");
 }
 
+/// A server claims its name: refused while another live process holds
+/// it (set_pid would take it over), granted again once that one is gone.
+#[test]
+fn claim_name_refuses_a_live_holder() {
+    let mut net = Net::new(1);
+    let (first, second) = (net.proc(0), net.proc(0));
+    let now = net.now;
+    net.nodes[0].claim_name(b"pipe:p", first, Scope::Any).unwrap();
+    net.nodes[0].claim_name(b"pipe:p", first, Scope::Any).unwrap(); // its own: fine
+    assert_eq!(net.nodes[0].claim_name(b"pipe:p", second, Scope::Any), Err(Error::NameTaken(first)));
+    assert_eq!(net.nodes[0].claim_name(b"", second, Scope::Any), Err(Error::BadName));
+    net.nodes[0].destroy_process(now, first).unwrap();
+    net.nodes[0].claim_name(b"pipe:p", second, Scope::Any).unwrap();
+    assert_eq!(net.nodes[0].registered(b"pipe:p", true), Some(second));
+    // The first one's late unregistration leaves the second's name alone.
+    assert!(!net.nodes[0].unset_pid(b"pipe:p", first));
+    assert_eq!(net.nodes[0].registered(b"pipe:p", true), Some(second));
+}
+
 #[test]
 fn host_allocation_avoids_ids_in_use() {
     // Node 0 holds id 1; a newcomer whose generator first proposes some id is

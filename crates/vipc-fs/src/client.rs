@@ -20,7 +20,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vipc::{Error, Node, Pid, Process, ProtocolError, SegmentRef, SendOptions};
 
-/// An open file of an [`FsClient`]: a client-side id, valid across server restarts.
+/// An open file of an [`FsClient`]: a client-side id, valid across server
+/// restarts. Each client numbers its handles from a random base, so another
+/// client's handle is not one of its own (EBADF).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Handle(pub u64);
 
@@ -221,7 +223,7 @@ impl FsClient {
             page,
             opens: Mutex::new(HashMap::new()),
             unclosed: Mutex::new(Vec::new()),
-            next: AtomicU64::new(1),
+            next: AtomicU64::new(u64::from(crate::random_nonzero_u32()) << 32),
         };
         // The first HELLO names the owner, which holds nothing yet: handles
         // the server still keeps for an earlier holder of its pid (a client

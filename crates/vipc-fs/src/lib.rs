@@ -20,6 +20,14 @@ mod error;
 pub mod proto;
 mod server;
 
+/// A random nonzero 32-bit id (server instances, client handle ranges).
+fn random_nonzero_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    (h.finish() as u32).max(1)
+}
+
 pub use attr::{Attr, DirEntry, FileKind, SetAttr, SetTime, StatFs, Timestamp};
 pub use client::{FsClient, Handle};
 pub use error::{FsError, FsResult};

@@ -353,20 +353,24 @@ fn dropping_a_client_of_a_dead_server_is_quick_whatever_it_holds_open() {
     assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
 }
 
-/// A second server started under a name takes it over; stopping the first
-/// afterwards leaves the name to the second (it removed it, and clients
-/// found no server).
+/// A second server under a live one's name is refused (it took the name
+/// over, leaving the first unreachable); once the first stops, a new one
+/// takes the name and clients find it.
 #[test]
-fn stopping_a_server_leaves_its_name_to_a_newer_one() {
+fn a_name_goes_to_a_new_server_only_once_the_old_one_stopped() {
     let (server_node, client_node, _) = pair(|_| {});
     let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     std::fs::write(new_dir.path().join("f"), b"new").unwrap();
     let name = export_name("twice");
     let old = serve(&server_node, &name, old_dir.path(), false);
-    let _new = serve(&server_node, &name, new_dir.path(), false);
+    let cfg = || vipc_fs::ExportConfig { name: name.clone(), dir: new_dir.path().into(), read_only: false, workers: 2 };
+    assert!(vipc_fs::FileServer::start(&server_node, cfg()).is_err(), "refused while the old one serves");
+    let c = vipc_fs::FsClient::connect(&client_node, &name).expect("the old server still answers");
+    assert!(c.lookup("f").is_err(), "and it is the old one");
     drop(old);
-    let c = vipc_fs::FsClient::connect(&client_node, &name).expect("the newer server still answers");
-    assert_eq!(c.lookup("f").unwrap().size, 3, "and it is the newer one");
+    let _new = vipc_fs::FileServer::start(&server_node, cfg()).expect("free once the old one stopped");
+    let c = vipc_fs::FsClient::connect(&client_node, &name).expect("the new server answers");
+    assert_eq!(c.lookup("f").unwrap().size, 3, "and it is the new one");
 }
 
 /// Requests in flight when the server's node restarts (same host id and

@@ -126,6 +126,27 @@ fn files_round_trip_through_every_operation() {
     assert!(st.blocks > 0 && st.bsize > 0 && st.namelen >= 255);
 }
 
+/// A handle is its client's own: used on another client it is EBADF, even
+/// when that client has a file open (handles started at 1 in every client,
+/// so it read and wrote the other client's file).
+#[test]
+fn a_handle_is_only_its_clients() {
+    let one = setup(false);
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_name = export_name("h");
+    let _other = serve(&one.server_node, &other_name, other_dir.path(), false);
+    let two = vipc_fs::FsClient::connect(&one.client_node, &other_name).unwrap();
+    let (mine, _) = one.client.open("mine", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let (theirs, _) = two.open("theirs", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    assert_ne!(mine, theirs);
+    assert_eq!(errno(two.write(mine, 0, b"wrong file")), libc::EBADF);
+    assert_eq!(errno(two.read(mine, 0, &mut [0; 4])), libc::EBADF);
+    assert_eq!(errno(two.close(mine)), libc::EBADF);
+    assert_eq!(fs::read(other_dir.path().join("theirs")).unwrap(), b"");
+    one.client.write(mine, 0, b"ok").unwrap();
+    assert_eq!(fs::read(one.dir.path().join("mine")).unwrap(), b"ok");
+}
+
 #[test]
 fn settings_a_server_cannot_run_with_are_refused() {
     let (node, _, _) = pair(|_| {});
@@ -144,4 +165,11 @@ fn settings_a_server_cannot_run_with_are_refused() {
     ] {
         assert!(vipc_fs::FileServer::start_tuned(&node, c, tuning).is_err(), "{what}");
     }
+    // An export name a live server of this node holds: refused, nothing left running (it took the name over).
+    let first = serve(&node, "twice", dir.path(), false);
+    let running = node.stats().processes;
+    let again = vipc_fs::FileServer::start(&node, vipc_fs::ExportConfig { name: "twice".into(), ..cfg(2) });
+    let e = again.map(|s| s.pid()).unwrap_err().to_string();
+    assert!(e.contains(&format!("export \"twice\" is already served by {}", first.pid())), "{e}");
+    assert_eq!(node.stats().processes, running, "the refused server stopped");
 }

@@ -11,6 +11,9 @@ pub enum PipeError {
     /// The name is empty or longer than [`proto::MAX_NAME`] bytes.
     #[error("invalid pipe name {0:?}: 1 to 27 bytes")]
     BadName(String),
+    /// Another live server on this node already serves the pipe.
+    #[error("pipe {0:?} is already served by {1}")]
+    Taken(String, vipc::Pid),
     /// The server no longer has this open end: it restarted, or heard nothing
     /// from this client (its heartbeats) for a whole lease (errno EBADF).
     #[error(

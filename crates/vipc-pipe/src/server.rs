@@ -25,7 +25,8 @@ pub struct PipeConfig {
     /// as dead. At least [`MIN_LEASE`]: a client's heartbeats come every
     /// quarter lease but at most every 10 ms, so a shorter one closed live ends.
     pub lease: Duration,
-    /// How often the server checks leases.
+    /// How often the server checks leases: [`MIN_TICK`] to `lease` (a dead
+    /// end is closed `lease` to `lease + tick` after it was last heard).
     pub tick: Duration,
     /// Most ends open at once; also the most reads and writes held waiting at once.
     pub max_ends: usize,
@@ -33,6 +34,9 @@ pub struct PipeConfig {
 
 /// The shortest lease a server takes.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// The shortest lease-checking period (each tick is an exchange with the server).
+pub const MIN_TICK: Duration = Duration::from_millis(1);
 
 impl Default for PipeConfig {
     fn default() -> PipeConfig {
@@ -68,7 +72,8 @@ impl PipeServer {
             || cfg.capacity > u32::MAX as usize / 2
             || cfg.lease < MIN_LEASE
             || lease_ms > u128::from(u32::MAX)
-            || cfg.tick.is_zero()
+            || cfg.tick < MIN_TICK
+            || cfg.tick > cfg.lease
             || cfg.max_ends == 0
         {
             return Err(PipeError::Protocol("invalid pipe configuration".into()));
@@ -77,13 +82,18 @@ impl PipeServer {
         let stopping = Arc::new(AtomicBool::new(false));
         let (pid, thread) = {
             let cfg = cfg.clone();
-            node.spawn(move |p| Server::new(cfg, token).run(&p))?
+            node.spawn_server(&proto::service_name(name), Scope::Any, move |p| Server::new(cfg, token).run(&p))
+                .map_err(|e| match e {
+                    vipc::Error::Protocol(vipc::ProtocolError::NameTaken(by)) => PipeError::Taken(name.into(), by),
+                    e => e.into(),
+                })?
         };
-        let stop = stopping.clone();
-        let tick = cfg.tick;
+        let server =
+            PipeServer { name: name.to_string(), pid, node: node.clone(), token, stopping, thread: Some(thread) };
+        // Dropped, and so stopped, if its ticker cannot start.
+        let (stop, tick) = (server.stopping.clone(), cfg.tick);
         node.spawn(move |p| ticker(&p, pid, tick, &stop))?;
-        node.set_pid(&proto::service_name(name), pid, Scope::Any)?;
-        Ok(PipeServer { name: name.to_string(), pid, node: node.clone(), token, stopping, thread: Some(thread) })
+        Ok(server)
     }
 
     /// The server process.

@@ -72,7 +72,8 @@ impl PipeState {
 
     /// Free bytes in the buffer.
     pub fn room(&self) -> usize {
-        self.capacity - self.buf.len()
+        // `buf` is public: a caller may have filled it past the capacity.
+        self.capacity.saturating_sub(self.buf.len())
     }
 
     /// Open readers and writers.
@@ -180,6 +181,14 @@ mod tests {
         s.maybe_reset();
         assert!(!s.at_eof(), "fresh again");
         assert!(!s.broken());
+    }
+
+    /// `buf` is public: filled past the capacity, there is no room (it underflowed).
+    #[test]
+    fn an_overfull_buffer_has_no_room() {
+        let mut s = PipeState::new(4, 4, 1);
+        s.buf.extend([0u8; 8]);
+        assert_eq!(s.room(), 0);
     }
 
     #[test]

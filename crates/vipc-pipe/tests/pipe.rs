@@ -467,13 +467,35 @@ fn a_read_whose_transfer_fails_is_answered_eio() {
 #[test]
 fn settings_a_pipe_cannot_run_with_are_refused() {
     let nodes = cluster(1, 0x1d1);
+    let before = nodes[0].stats().processes;
     for (what, cfg) in [
         ("a lease under a millisecond", PipeConfig { lease: Duration::from_micros(500), ..small(10) }),
         // Heartbeats come at most every 10 ms: live ends would expire.
         ("a lease under MIN_LEASE", PipeConfig { lease: vipc_pipe::MIN_LEASE / 2, ..small(10) }),
         ("no ends", PipeConfig { max_ends: 0, ..small(10) }),
         ("no room", small(0)),
+        // Leases are checked at ticks: dead ends outlived a tick longer than the lease.
+        ("a tick longer than the lease", PipeConfig { tick: Duration::from_secs(3600), ..small(10) }),
+        ("a tick under MIN_TICK", PipeConfig { tick: Duration::from_nanos(1), ..small(10) }),
     ] {
         assert!(PipeServer::start(&nodes[0], "bad-cfg", cfg).is_err(), "{what}");
     }
+    assert_eq!(nodes[0].stats().processes, before, "nothing left running");
+}
+
+/// A second server of one pipe on a node is refused, and leaves nothing
+/// running: it took the name over (the first still ran, unreachable).
+#[test]
+fn a_pipe_is_served_once_per_node() {
+    let nodes = cluster(1, 0x1d2);
+    let first = PipeServer::start(&nodes[0], "once", small(10)).unwrap();
+    let running = nodes[0].stats().processes;
+    match PipeServer::start(&nodes[0], "once", small(10)) {
+        Err(PipeError::Taken(name, by)) => assert_eq!((name.as_str(), by), ("once", first.pid())),
+        other => panic!("{:?}", other.map(|s| s.pid())),
+    }
+    assert_eq!(nodes[0].stats().processes, running, "the refused server left no process");
+    first.stop();
+    let again = PipeServer::start(&nodes[0], "once", small(10)).expect("free once the first stopped");
+    drop(again);
 }

@@ -49,8 +49,8 @@ impl Activator {
     pub fn start(node: &Node) -> Result<Activator> {
         let kinds: Arc<Mutex<HashMap<u64, Body>>> = Arc::default();
         let (k, n) = (kinds.clone(), node.clone());
-        let (pid, _) = node.spawn(move |p| Serving::new(p, n, k).run())?;
-        node.set_pid(&activator_name(node.host_id()), pid, Scope::Any)?;
+        let (pid, _) =
+            node.spawn_server(&activator_name(node.host_id()), Scope::Any, move |p| Serving::new(p, n, k).run())?;
         Ok(Activator { kinds, pid })
     }
 

@@ -51,6 +51,14 @@ pub enum Error {
     /// was delivered (a port's message stays for the next take).
     #[error("{0}: the answer could not be moved to this caller (the transfer failed or was too slow)")]
     Undelivered(String),
+    /// A port of this name and types is already open on this [`crate::Ports`]
+    /// (two handles of one port: closing either closed both).
+    #[error("port {0:?} is already open here with these types")]
+    AlreadyOpen(String),
+    /// The port belongs to another [`crate::Ports`] (another node's, or
+    /// another keeper of this node).
+    #[error("port {0:?} belongs to another Ports")]
+    OtherPorts(String),
     /// The peer answered with something this crate does not speak.
     #[error("malformed answer: {0}")]
     Malformed(String),

@@ -70,11 +70,15 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
     /// every call with `handler` until the node stops or [`NetPort::unimport`].
     pub fn import(&self, node: &Node, handler: impl Fn(T) -> R + Send + Sync + 'static) -> Result<Pid> {
         let d = Importer { key: self.key, handler, _types: PhantomData };
-        let group = self.group;
-        let (pid, _) = node.spawn(move |p| -> Result<()> {
-            p.join_group(group)?;
-            serve(&p, &d)
-        })?;
+        // Joined here: a join refused (the node's memberships full) is the
+        // caller's error, not a thread's that ends unseen.
+        let p = node.attach()?;
+        p.join_group(self.group)?;
+        let pid = p.pid();
+        std::thread::Builder::new()
+            .name(format!("vipc-{pid}"))
+            .spawn(move || serve(&p, &d))
+            .map_err(vipc::Error::from)?;
         Ok(pid)
     }
 

@@ -182,11 +182,19 @@ impl Ports {
 
     /// Opens port `name` for messages of type `T` answered with `R` (`()`
     /// for an asynchronous port) on this node; senders anywhere find it by name.
+    /// Opening it again while it is open is [`Error::AlreadyOpen`]; a name
+    /// another `Ports` of this node has open is taken
+    /// ([`vipc::ProtocolError::NameTaken`]).
     pub fn open<T, R>(&self, name: &str) -> Result<Port<T, R>> {
         let key = port_key::<T, R>(name);
-        self.ports.lock().unwrap_or_else(|e| e.into_inner()).insert(key, name.to_string());
-        self.node.set_pid(&registered(name), self.keeper, Scope::Any)?;
-        Ok(Port { key, name: name.to_string(), _types: PhantomData })
+        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        if ports.contains_key(&key) {
+            return Err(Error::AlreadyOpen(name.to_string()));
+        }
+        // Registered first: a refused name leaves no port behind.
+        self.node.claim_name(&registered(name), self.keeper, Scope::Any)?;
+        ports.insert(key, name.to_string());
+        Ok(Port { key, keeper: self.keeper, name: name.to_string(), _types: PhantomData })
     }
 
     /// A sender's handle on port `name` (on any node) for messages `T` answered by `R`.
@@ -206,12 +214,18 @@ impl Ports {
     /// Closes `port`: senders no longer find it (its name is unregistered
     /// once no port of that name is open here), the messages held for it
     /// are dropped — a sender still waiting for one gets `NotFound` — and a
-    /// region waiting on it alone ends with `NotFound`. A name opened
-    /// again is a new port.
-    pub fn close<T, R>(&self, port: Port<T, R>) -> Result<()> {
+    /// region waiting on it alone ends with `NotFound`. By reference, so
+    /// that another thread may close a port a region is waiting on; closing
+    /// it again is `NotFound`. A name opened again is a new port.
+    pub fn close<T, R>(&self, port: &Port<T, R>) -> Result<()> {
+        if port.keeper != self.keeper {
+            return Err(Error::OtherPorts(port.name.clone()));
+        }
         let still_named = {
             let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-            ports.remove(&port.key);
+            if ports.remove(&port.key).is_none() {
+                return Err(Error::NotFound(format!("port {:?} (closed already)", port.name)));
+            }
             ports.values().any(|n| *n == port.name)
         };
         if !still_named {
@@ -242,6 +256,8 @@ impl Ports {
 #[derive(Debug)]
 pub struct Port<T, R = ()> {
     pub(crate) key: u64,
+    /// The keeper of the [`Ports`] that opened it.
+    pub(crate) keeper: Pid,
     name: String,
     _types: PhantomData<fn(T) -> R>,
 }

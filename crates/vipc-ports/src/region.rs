@@ -22,6 +22,8 @@ pub struct Region<'a> {
     keeper: Pid,
     branches: Vec<(u64, Branch<'a>)>,
     buf: Vec<u8>,
+    /// A port of another `Ports` given to [`Region::on`]: serving fails with it.
+    foreign: Option<String>,
 }
 
 impl std::fmt::Debug for Region<'_> {
@@ -33,11 +35,12 @@ impl std::fmt::Debug for Region<'_> {
 impl<'a> Region<'a> {
     /// An empty region of `process` over ports of `ports` (the process's node's).
     pub fn new(process: &'a Process, ports: &Ports) -> Region<'a> {
-        Region { process, keeper: ports.keeper(), branches: Vec::new(), buf: Vec::new() }
+        Region { process, keeper: ports.keeper(), branches: Vec::new(), buf: Vec::new(), foreign: None }
     }
 
     /// Adds a branch: messages of `port` go to `handler`, whose result is
-    /// the reply of an `OnReturn` call.
+    /// the reply of an `OnReturn` call. A port of another [`Ports`] makes
+    /// every [`Region::serve_one`] fail with [`crate::Error::OtherPorts`].
     pub fn on<T, R>(mut self, port: &Port<T, R>, mut handler: impl FnMut(T) -> R + 'a) -> Region<'a>
     where
         T: DeserializeOwned,
@@ -48,6 +51,9 @@ impl<'a> Region<'a> {
             let result = catch_unwind(AssertUnwindSafe(|| handler(message))).map_err(|_| status::PANICKED)?;
             encode(&result).map_err(|_| status::BAD_ARGUMENTS)
         };
+        if port.keeper != self.keeper {
+            self.foreign.get_or_insert_with(|| port.name().to_string());
+        }
         self.branches.push((port.key, Box::new(branch)));
         self
     }
@@ -56,6 +62,9 @@ impl<'a> Region<'a> {
     /// by `within`), runs its branch and answers its sender if it waits for
     /// the result. Returns the index of the branch that ran (in `on` order).
     pub fn serve_one(&mut self) -> Result<usize> {
+        if let Some(name) = &self.foreign {
+            return Err(crate::Error::OtherPorts(name.clone()));
+        }
         if self.branches.is_empty() {
             return Err(crate::Error::NotFound("a port to serve: the region has no branch".into()));
         }

@@ -295,8 +295,5 @@ pub fn spawn_server(
     name: &str,
     dispatch: impl Dispatch + 'static,
 ) -> Result<(Pid, std::thread::JoinHandle<Result<()>>)> {
-    vipc::Node::check_name(name)?; // before there is a server to leave behind
-    let (pid, thread) = node.spawn(move |p| serve(&p, &dispatch))?;
-    node.set_pid(name, pid, Scope::Any)?;
-    Ok((pid, thread))
+    Ok(node.spawn_server(name, Scope::Any, move |p| serve(&p, &dispatch))?)
 }

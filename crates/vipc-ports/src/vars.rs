@@ -94,8 +94,7 @@ impl Variables {
     pub fn start(node: &Node) -> Result<Variables> {
         let names: Arc<Mutex<HashMap<String, SegmentName>>> = Arc::default();
         let d = Names(names.clone());
-        let (pid, _) = node.spawn(move |p| serve(&p, &d))?;
-        node.set_pid(&server_name(node.host_id()), pid, vipc::Scope::Any)?;
+        node.spawn_server(&server_name(node.host_id()), vipc::Scope::Any, move |p| serve(&p, &d))?;
         Ok(Variables { node: node.clone(), names })
     }
 

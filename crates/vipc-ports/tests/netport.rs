@@ -139,3 +139,21 @@ fn an_importer_stopped_is_no_longer_called_and_only_its_own_node_stops_it() {
     let got = port.call_all(&me, &1, Duration::from_secs(5)).unwrap().complete().unwrap();
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![nodes[0].host_id()], "host {host} no longer answers");
 }
+
+/// An importer that cannot join the port's group (the node's memberships
+/// are full) is an error of `import`: it returned a pid whose process had
+/// already ended, and calls then found nobody.
+#[test]
+fn an_import_that_cannot_join_is_an_error() {
+    let node = Node::start({
+        let mut cfg = vipc::NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![]);
+        cfg.engine.max_memberships = 1; // the kernel server's group takes it
+        cfg
+    })
+    .unwrap();
+    let before = node.stats().processes;
+    let port = NetPort::<u64, u64>::new("crowded");
+    let r = port.import(&node, |x| x + 1);
+    assert!(matches!(r, Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::Limit(_))))), "{r:?}");
+    assert_eq!(node.stats().processes, before, "no process left");
+}

@@ -253,6 +253,33 @@ fn wrong_names_types_and_failing_handlers_are_typed_errors() {
     server.join().unwrap();
 }
 
+/// A port is opened once per `Ports`, and only its own `Ports` closes or
+/// serves it: a second open aliased the first (closing either closed both),
+/// and node B's `close` of node A's port closed B's port of that name.
+#[test]
+fn a_port_is_opened_once_and_closed_by_its_own_ports() {
+    let (a, b) = two_nodes();
+    let (pa, pb) = (Ports::start(&a).unwrap(), Ports::start(&b).unwrap());
+    let first = pa.open::<u32, u32>("once").unwrap();
+    assert!(matches!(pa.open::<u32, u32>("once"), Err(Error::AlreadyOpen(n)) if n == "once"));
+    let other_types = pa.open::<String, u32>("once").expect("other types: another port of the name");
+    let theirs = pb.open::<u32, u32>("once").unwrap();
+    assert!(matches!(pb.close(&first), Err(Error::OtherPorts(n)) if n == "once"));
+    let me = b.attach().unwrap();
+    let mut r = Region::new(&me, &pb).on(&other_types, |x: String| x.len() as u32);
+    assert!(matches!(r.serve_one(), Err(Error::OtherPorts(_))), "another node's port");
+    // B's own port is untouched: still open, still found.
+    assert!(pb.connect::<u32, u32>(&me, "once").is_ok());
+    pb.close(&theirs).unwrap();
+    assert!(matches!(pb.close(&theirs), Err(Error::NotFound(_))), "closed already");
+    // A second Ports of one node cannot take over a name the first has open.
+    let again = Ports::start(&a).unwrap();
+    assert!(matches!(
+        again.open::<u32, u32>("once"),
+        Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NameTaken(k)))) if k == pa.keeper()
+    ));
+}
+
 #[test]
 fn a_late_answer_to_an_abandoned_send_does_not_end_the_next_one() {
     let (a, _b) = two_nodes();
@@ -334,7 +361,7 @@ fn a_region_without_a_port_of_its_node_fails_instead_of_waiting_forever() {
     let r = within(Duration::from_secs(5), || Region::new(&server, &here).serve_one());
     assert!(matches!(r, Err(Error::NotFound(_))), "no branch: {r:?}");
     let r = within(Duration::from_secs(5), || Region::new(&server, &here).on(&theirs, |_| ()).serve_one());
-    assert!(matches!(r, Err(Error::NotFound(_))), "another node's port: {r:?}");
+    assert!(matches!(r, Err(Error::OtherPorts(_))), "another node's port: {r:?}");
 }
 
 #[test]
@@ -385,15 +412,14 @@ fn closing_a_port_ends_its_waiters_and_frees_its_name() {
     let (a, b) = two_nodes();
     let ports = Arc::new(Ports::start(&a).unwrap());
     // A region waiting on a port alone.
-    let alone = ports.open::<u64, ()>("alone").unwrap();
-    let key_twin = ports.open::<u64, ()>("alone").unwrap();
-    let (pa, aa) = (ports.clone(), a.clone());
+    let alone = Arc::new(ports.open::<u64, ()>("alone").unwrap());
+    let (pa, aa, waited_on) = (ports.clone(), a.clone(), alone.clone());
     let region = thread::spawn(move || {
         let p = aa.attach().unwrap();
-        within(PATIENCE, || Region::new(&p, &pa).on(&alone, |_| ()).serve_one())
+        within(PATIENCE, || Region::new(&p, &pa).on(&waited_on, |_| ()).serve_one())
     });
     thread::sleep(Duration::from_millis(100));
-    ports.close(key_twin).unwrap();
+    ports.close(&alone).unwrap();
     assert!(matches!(region.join().unwrap(), Err(Error::NotFound(_))), "the region waiting on it alone");
     // A sender waiting for its message to be taken.
     let port = ports.open::<u32, u32>("closing").unwrap();
@@ -404,7 +430,7 @@ fn closing_a_port_ends_its_waiters_and_frees_its_name() {
         let ports = ports.clone();
         thread::spawn(move || {
             thread::sleep(Duration::from_millis(100));
-            ports.close(port).unwrap();
+            ports.close(&port).unwrap();
         })
     };
     let r = within(PATIENCE, || to.send(&me, &2, Checkpoint::OnDelivery));
@@ -413,6 +439,6 @@ fn closing_a_port_ends_its_waiters_and_frees_its_name() {
     assert!(matches!(mine.connect::<u32, u32>(&me, "closing"), Err(Error::NotFound(_))), "the name is gone");
     for i in 0..1500 {
         let p = ports.open::<u32, ()>(&format!("churn-{i}")).unwrap();
-        ports.close(p).unwrap();
+        ports.close(&p).unwrap();
     }
 }

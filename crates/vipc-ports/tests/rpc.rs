@@ -248,6 +248,25 @@ fn unknown_names_and_foreign_messages_are_typed_errors() {
     assert_eq!(s.make(2, 5).unwrap(), vec![5, 6]);
 }
 
+/// A second server under a name a live one holds is refused and leaves no
+/// process (it took the name over; a refused name left a server running).
+#[test]
+fn a_name_is_served_once() {
+    let n = nodes(1);
+    start(&n[0], "store-once");
+    let running = n[0].stats().processes;
+    let again = spawn_server(&n[0], "store-once", StoreServer(Impl { calls: Arc::default() }));
+    assert!(matches!(again, Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NameTaken(_))))), "{again:?}");
+    let bad = spawn_server(&n[0], &"x".repeat(33), StoreServer(Impl { calls: Arc::default() }));
+    assert!(bad.is_err());
+    assert_eq!(n[0].stats().processes, running, "nothing left running");
+    // One variable directory and one activator per node.
+    let _vars = vipc_ports::Variables::start(&n[0]).unwrap();
+    assert!(vipc_ports::Variables::start(&n[0]).is_err());
+    let _activator = vipc_ports::Activator::start(&n[0]).unwrap();
+    assert!(vipc_ports::Activator::start(&n[0]).is_err());
+}
+
 proptest::proptest! {
     /// Bytes from the network — requests, answers, arguments, port lists,
     /// variable directories — are decoded or refused, never a panic.

@@ -139,9 +139,13 @@ impl Drop for FileWindow<'_> {
 /// EPYC vipc is developed on, whose `rep movsb` slows down when the
 /// destination is just ahead of the source modulo 4 KiB: `pread` of 1 MiB
 /// at 1.3–1.5 GB/s, against 4.4–5.5 GB/s page-aligned.
+///
+/// # Panics
+/// As `vec![0; len]` does, when `len` bytes cannot be allocated.
 pub fn page_aligned(len: usize) -> (Vec<u8>, usize) {
     let page = PAGE as usize;
-    let raw = vec![0u8; len + page];
+    // Saturating: a length near usize::MAX fails the allocation, not the sum.
+    let raw = vec![0u8; len.saturating_add(page)];
     let at = raw.as_ptr().align_offset(page).min(page);
     (raw, at)
 }

@@ -249,6 +249,13 @@ impl Node {
         self.handle.shared.call(None, |e, _| e.set_pid(name.as_bytes(), pid, scope))
     }
 
+    /// Registers `pid` under `name` unless another live process holds it
+    /// ([`ProtocolError::NameTaken`](crate::ProtocolError::NameTaken)): how a
+    /// server starts, rather than taking over a running one's name.
+    pub fn claim_name(&self, name: &str, pid: Pid, scope: Scope) -> Result<()> {
+        self.handle.shared.call(None, |e, _| e.claim_name(name.as_bytes(), pid, scope))
+    }
+
     /// [`ProtocolError::BadName`](crate::ProtocolError::BadName) unless
     /// `name` can be registered (1 to 32 bytes): for a caller that would
     /// start a process only to find its name refused.
@@ -280,6 +287,26 @@ impl Node {
         let pid = process.pid();
         let jh = std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process))?;
         Ok((pid, jh))
+    }
+
+    /// [`Node::spawn`] for a server registered as `name`: the name is claimed
+    /// for the new process first ([`Node::claim_name`]), so that a name taken
+    /// by another live process, or invalid, starts nothing.
+    pub fn spawn_server<F, T>(&self, name: &str, scope: Scope, f: F) -> Result<(Pid, JoinHandle<T>)>
+    where
+        F: FnOnce(Process) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let process = self.attach()?;
+        let pid = process.pid();
+        self.claim_name(name, pid, scope)?;
+        match std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process)) {
+            Ok(jh) => Ok((pid, jh)),
+            Err(e) => {
+                let _ = self.unset_pid(name, pid);
+                Err(e.into())
+            }
+        }
     }
 
     /// Stops the node: its threads exit and every blocked or later call on

@@ -190,11 +190,17 @@ impl ExportedSegment {
         self.seg.shared.call(None, |e, _| e.segment_poll_data(id))
     }
 
-    /// Applies a queued write to the segment (the exporter decides when).
+    /// Applies a queued write to the segment (the exporter decides when):
+    /// all of it, or nothing if any piece falls outside the segment.
     pub fn apply(&self, record: &DataRecord) -> Result<()> {
+        let size = self.size() as u64;
         for (offset, piece) in record.pieces() {
-            let offset = u32::try_from(offset).map_err(|_| vipc_engine::Error::NoSuchSegment)?;
-            self.write(offset, piece)?;
+            if offset.checked_add(piece.len() as u64).is_none_or(|end| end > size) {
+                return Err(vipc_engine::Error::OutOfSegment { offset, len: piece.len() as u64, size }.into());
+            }
+        }
+        for (offset, piece) in record.pieces() {
+            self.write(offset as u32, piece)?;
         }
         Ok(())
     }

@@ -161,6 +161,11 @@ fn notifications_wake_the_exporter_only_when_asked() {
     seg.apply(&d).unwrap();
     assert_eq!(seg.to_vec(16, 8).unwrap(), [3; 8]);
     assert!(seg.poll_control().unwrap().is_none() && seg.poll_data().unwrap().is_none());
+    // A record (made by hand) reaching past the end is refused whole: its first piece was written.
+    let past = vipc::DataRecord { from: 2, offset: 48, stride: 16, elem: 8, data: vec![7; 16] };
+    let e = seg.apply(&past).unwrap_err();
+    assert!(matches!(e, Error::Protocol(ProtocolError::OutOfSegment { offset: 64, len: 8, size: 64 })), "{e}");
+    assert_eq!(seg.to_vec(48, 8).unwrap(), [0; 8], "nothing written");
 }
 
 /// A record wakes the waiters of its own segment, all of them, and no

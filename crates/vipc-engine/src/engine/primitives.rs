@@ -536,6 +536,20 @@ impl Engine {
         Ok(())
     }
 
+    /// SetPid for a server starting under `name`: refused with
+    /// [`Error::NameTaken`] while another live process (or a pid of another
+    /// node) holds the name, which `set_pid` would silently take over.
+    pub fn claim_name(&mut self, name: &[u8], pid: Pid, scope: Scope) -> Result<(), Error> {
+        check_name(name)?;
+        if let Some(&(holder, _)) = self.names.get(name) {
+            let alive = !self.is_local(holder) || self.procs.contains_key(&holder);
+            if holder != pid && alive {
+                return Err(Error::NameTaken(holder));
+            }
+        }
+        self.set_pid(name, pid, scope)
+    }
+
     /// The most segment bytes a Reply to `to` may carry in its packet
     /// ([`Engine::reply`] refuses more): a packet's data to `to`'s node, or
     /// to a local sender what a loopback packet holds. 0 if `to` awaits no

@@ -120,7 +120,7 @@ impl FileServer {
             .map_err(|e| FsError::Protocol(format!("cannot export {}: {e}", cfg.dir.display())))?;
         // Only once the server will start (a refused one leaves the process's umask alone).
         rustix::process::umask(rustix::fs::Mode::empty());
-        let instance = rand_instance();
+        let instance = crate::random_nonzero_u32();
         let svc = Arc::new(Service {
             root,
             read_only: cfg.read_only,
@@ -157,7 +157,13 @@ impl FileServer {
         let (nm, st, s) = (name.clone(), stop.clone(), svc.clone());
         threads.push(spawn(format!("fs-{}-recv", cfg.name), move || worker::receiver(receiver, s, pool, nm, st))?);
         let server = FileServer { node: node.clone(), name, receiver: rpid, svc, threads, stop };
-        node.set_pid(&server.name, rpid, Scope::Any)?;
+        // Dropped (stopped) if another live server holds the name.
+        node.claim_name(&server.name, rpid, Scope::Any).map_err(|e| match e {
+            vipc::Error::Protocol(vipc::ProtocolError::NameTaken(by)) => {
+                FsError::Protocol(format!("export {:?} is already served by {by}", cfg.name))
+            }
+            e => e.into(),
+        })?;
         Ok(server)
     }
 
@@ -202,12 +208,4 @@ impl Drop for FileServer {
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> FsResult<JoinHandle<()>> {
     std::thread::Builder::new().name(name).spawn(f).map_err(FsError::from)
-}
-
-/// A random nonzero server instance id.
-fn rand_instance() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    (h.finish() as u32).max(1)
 }

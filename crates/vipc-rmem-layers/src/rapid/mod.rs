@@ -102,9 +102,16 @@ impl RapidParams {
         if self.slots == 0 || self.max_args as u64 > limit || self.max_result as u64 > limit {
             return false;
         }
+        // Checked: a huge slot count must fail here, not wrap to a small size.
         let stack = (ARGS_AT as u64 + self.max_args as u64).next_multiple_of(8);
-        let size = (HEADER as u64 + 8 * self.slots as u64).next_multiple_of(8) + self.slots as u64 * stack;
-        size <= u64::from(u32::MAX)
+        let slots = self.slots as u64;
+        let size = slots
+            .checked_mul(8)
+            .and_then(|table| (HEADER as u64).checked_add(table))
+            .map(|head| head.next_multiple_of(8))
+            .zip(slots.checked_mul(stack))
+            .and_then(|(head, stacks)| head.checked_add(stacks));
+        size.is_some_and(|size| size <= u64::from(u32::MAX))
     }
 }
 
@@ -169,4 +176,20 @@ fn result_check(nonce: u32, seq: u32, status: u32, bytes: &[u8]) -> u32 {
 /// `a` is after `b` (sequence numbers wrap).
 fn newer(a: u32, b: u32) -> bool {
     a != b && a.wrapping_sub(b) < 1 << 31
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot count whose segment size overflows is invalid (it wrapped to
+    /// a small size in release builds and panicked in debug ones).
+    #[test]
+    fn huge_slot_counts_are_invalid() {
+        assert!(RapidParams::default().valid());
+        for slots in [usize::MAX, 1 << 61, 1 << 40] {
+            assert!(!RapidParams { slots, ..RapidParams::default() }.valid(), "{slots} slots");
+        }
+        assert!(!RapidParams { slots: 0, ..RapidParams::default() }.valid());
+    }
 }
