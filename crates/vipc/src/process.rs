@@ -43,7 +43,9 @@ pub struct ReceiveInfo {
 }
 
 /// A V process: a pid on a node, used by one thread at a time. Blocking
-/// primitives block the calling thread. Dropping it destroys the process:
+/// primitives block the calling thread; another thread's blocking call on
+/// the same process meanwhile is refused with
+/// [`ProtocolError::Busy`](crate::ProtocolError::Busy). Dropping it destroys the process:
 /// senders waiting on it fail at once and its own exchanges are cleaned up.
 pub struct Process {
     shared: Arc<Shared>,

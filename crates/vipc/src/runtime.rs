@@ -166,6 +166,8 @@ pub(crate) struct State {
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
     rxbuf: net::RecvBuf,
+    /// Where a receive in place saves the bytes it lands on (with the token too).
+    rxsave: Vec<u8>,
     /// Who reads the multicast socket (see [`mcast`]).
     mcast: mcast::Token,
     /// Group multicast addresses the multicast socket has joined, with the
@@ -271,6 +273,7 @@ impl Shared {
                 send_kick: false,
                 kicked: false,
                 rxbuf: net::RecvBuf::new(),
+                rxsave: Vec::new(),
                 mcast: mcast::Token::default(),
                 joined: HashMap::new(),
                 fanout: 0,

@@ -96,6 +96,46 @@ fn misuse_is_a_typed_error() {
     assert!(matches!(t.join().unwrap(), Err(Error::NodeStopped)));
 }
 
+/// Two threads sending as one process for 3 s: every reply is the caller's
+/// own, an overlapping call is refused Busy, and neither thread hangs. The
+/// second call was taken in the moment between the first's completion and
+/// its collection, and the two then shared one slot: one waited for ever
+/// (past any `within`), or took the other's reply (runtime stress helper).
+#[test]
+fn two_threads_of_one_process_never_share_a_reply() {
+    let nodes = cluster(2);
+    let echo = vipc::services::spawn_echo(&nodes[1], None).unwrap();
+    let local_echo = vipc::services::spawn_echo(&nodes[0], None).unwrap();
+    let p = Arc::new(nodes[0].attach().unwrap());
+    let until = Instant::now() + Duration::from_secs(3);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for (t, to) in [echo, local_echo].into_iter().enumerate() {
+        let (p, done) = (p.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let mut replies = 0u64;
+            while Instant::now() < until {
+                let mut m = [t as u8; 32];
+                m[1..9].copy_from_slice(&replies.to_le_bytes());
+                let sent = m;
+                match p.send(&mut m, to) {
+                    Ok(_) => {
+                        assert_eq!(m, sent, "thread {t} got another call's reply");
+                        replies += 1;
+                    }
+                    Err(e) => assert!(is(&e, |x| matches!(x, ProtocolError::Busy(_))), "thread {t}: {e}"),
+                }
+            }
+            let _ = done.send(replies);
+        });
+    }
+    let mut replies = 0;
+    for _ in 0..2 {
+        // A thread that panicked drops its sender without sending: Err here too.
+        replies += done_rx.recv_timeout(Duration::from_secs(30)).expect("a thread hung or failed");
+    }
+    assert!(replies > 0);
+}
+
 #[test]
 fn shutdown_wakes_blocked_calls_with_node_stopped() {
     let nodes = cluster(1);

@@ -413,6 +413,50 @@ fn a_lent_write_segment_gets_exactly_what_receivers_write() {
     local_thread.join().unwrap();
 }
 
+/// A MoveTo into a lent write segment that the mover gives up (its deadline)
+/// before replying: datagrams that arrive meanwhile are received where the
+/// next chunk was expected, and must not stay there. The Send succeeded with
+/// another datagram's bytes in a range nobody wrote (runtime stress helper).
+#[test]
+fn bytes_no_mover_wrote_stay_the_callers_after_a_move_given_up() {
+    const LEN: usize = 48 << 20;
+    let nodes = cluster(2);
+    let client_addr = nodes[1].local_addr();
+    let (cut_tx, cut_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (mover, mover_thread) = nodes[0]
+        .spawn(move |p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            let data = vec![0x22u8; LEN];
+            let cut = vipc::within(Duration::from_millis(1), || p.move_to(info.from, 0, &data));
+            cut_tx.send(cut.is_err()).unwrap();
+            go_rx.recv().unwrap();
+            p.reply(&m, info.from).unwrap();
+        })
+        .unwrap();
+    let client = nodes[1].attach().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut buf = vec![0x11u8; LEN];
+        let mut m = msg(1);
+        client.send_with(&mut m, mover, Some(SegmentRef::Write(&mut buf)), SendOptions::default()).unwrap();
+        buf
+    });
+    assert!(cut_rx.recv().unwrap(), "the 48 MiB MoveTo was not cut by its 1 ms deadline");
+    // Foreign datagrams while the client waits for its reply (dropped as malformed there).
+    let noise = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..20 {
+        noise.send_to(&[0x5a; 1200], client_addr).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    go_tx.send(()).unwrap();
+    let buf = sender.join().unwrap();
+    mover_thread.join().unwrap();
+    let foreign = buf.iter().position(|&b| b != 0x11 && b != 0x22);
+    assert_eq!(foreign, None, "a byte neither the caller's nor the mover's");
+    assert!(nodes[1].stats().malformed >= 1, "the noise reached the client's node");
+}
+
 /// A read-only segment sent to a remote process is lent, not copied: the
 /// receiver's MoveFrom reads the caller's buffer — also when the exchange is
 /// forwarded back to a process on the caller's own node, which then gets

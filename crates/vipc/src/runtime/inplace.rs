@@ -69,29 +69,48 @@ impl Shared {
         (st, placed)
     }
 
-    /// The leader of a lent MoveFrom reads the next datagram in place into
-    /// `dest`, the chunk the engine expects at `at` (`len` bytes at most).
-    /// Data of another chunk are copied to their place outside the lock.
-    /// Returns with the lock held.
+    /// The leader of a lent MoveFrom, or of a Send whose write segment is
+    /// lent, reads the next datagram in place into `dest`, the chunk the
+    /// engine expects at `at` (`len` bytes at most). Data of another chunk
+    /// are copied to their place outside the lock. The chunk's bytes are
+    /// saved first and put back if anything else landed there: the
+    /// expected chunk may never come (a mover that gave up its MoveTo, then
+    /// replied), and bytes no mover wrote must stay the caller's, not
+    /// another datagram's. Returns with the lock held.
     pub(super) fn read_in_place<'s>(
         &'s self,
         pid: Pid,
         dest: &mut [u8],
         next: (usize, usize),
-        buf: &mut [u8],
+        bufs: (&mut [u8], &mut Vec<u8>),
         spin: Option<(&AtomicBool, Instant)>,
     ) -> MutexGuard<'s, State> {
+        let (buf, saved) = bufs;
+        let (at, len) = next;
+        saved.clear();
+        saved.extend_from_slice(&dest[at..at + len]);
         let origin = Origin::Net(Some(pid));
         let (st, placed) =
             self.recv_in_place(dest, next, buf, spin, |st, from, bytes| self.feed(st, from, bytes, origin));
-        match placed {
-            Some((to, source)) if !landed(to, &source) => {
-                drop(st);
-                put(dest, buf, to, source);
-                self.lock()
-            }
-            _ => st,
+        if placed.as_ref().is_some_and(|(to, source)| landed(*to, source)) {
+            return st;
         }
+        drop(st);
+        // The chunk's place back as it was, then the data where they belong
+        // (which may be that very place: a datagram longer than expected).
+        match placed {
+            Some((to, Source::Dest(r))) => {
+                let data = dest[r].to_vec(); // rare: another chunk came first
+                dest[at..at + len].copy_from_slice(saved);
+                place_into(dest, to, &data);
+            }
+            Some((to, Source::Buf(r))) => {
+                dest[at..at + len].copy_from_slice(saved);
+                place_into(dest, to, &buf[r]);
+            }
+            None => dest[at..at + len].copy_from_slice(saved),
+        }
+        self.lock()
     }
 
     /// Receives one datagram with `loan` out, in place at the answer the

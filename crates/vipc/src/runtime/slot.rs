@@ -42,6 +42,12 @@ pub(super) type Slots = HashMap<Pid, Slot, std::hash::BuildHasherDefault<PidHash
 #[repr(align(128))]
 pub(crate) struct Signal {
     pub(super) ready: AtomicBool,
+    /// A thread is in a blocking call of this process, from before the
+    /// engine takes it until its completion is collected. The engine counts
+    /// the process unblocked as soon as it delivers the completion, so a
+    /// second thread's call in that window was taken, and the two threads
+    /// shared one slot (one took the other's reply, or waited for ever).
+    pub(super) in_call: AtomicBool,
     /// The CPU its thread was on when it last began to wait.
     pub(super) cpu: AtomicUsize,
     /// The CPU of the thread this one last handed something to (the one
@@ -58,6 +64,7 @@ impl Signal {
     pub(super) fn new() -> Signal {
         Signal {
             ready: AtomicBool::new(false),
+            in_call: AtomicBool::new(false),
             cpu: AtomicUsize::new(NO_CPU),
             peer_cpu: AtomicUsize::new(NO_CPU),
             done: Mutex::new(None),

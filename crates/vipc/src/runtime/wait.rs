@@ -29,6 +29,9 @@ impl Shared {
         let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
         let (signal, hot, mhot) = (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast));
         let left = crate::within::remaining()?;
+        if signal.in_call.swap(true, Ordering::Acquire) {
+            return Err(vipc_engine::Error::Busy(pid).into());
+        }
         let mut r = f(&mut state.engine, now);
         // Only a call the engine took owns the slot: one refused (Busy: the
         // process already waits, in another thread) must not wipe the
@@ -49,6 +52,7 @@ impl Shared {
         }
         self.drain(&mut st, Origin::Call(Some(pid)), now);
         if let Err(e) = r {
+            signal.in_call.store(false, Ordering::Release);
             self.flush(st);
             return Err(e.into());
         }
@@ -59,14 +63,16 @@ impl Shared {
             Lead::No => false,
             Lead::IfHot => hot,
         };
-        if self.poll_spin.is_some() && !lead {
+        let done = if self.poll_spin.is_some() && !lead {
             // A spinning follower waits without the lock (see `wait`).
             self.flush(st);
             self.wait(pid, None, &signal, (lead, mlead), lend)
         } else {
             let st = self.flush_locked(st);
             self.wait(pid, Some(st), &signal, (lead, mlead), lend)
-        }
+        };
+        signal.in_call.store(false, Ordering::Release);
+        done
     }
 
     /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
@@ -149,7 +155,7 @@ impl Shared {
                 }
                 st.reader_blocked = spin.is_none();
                 signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked above
-                let mut buf = std::mem::take(&mut st.rxbuf);
+                let (mut buf, mut saved) = (std::mem::take(&mut st.rxbuf), std::mem::take(&mut st.rxsave));
                 let in_place = match &lend {
                     Lend::Write(dest) => {
                         st.engine.next_placement(pid).filter(|&(at, len)| at >= HEADER_LEN && at + len <= dest.len())
@@ -159,7 +165,7 @@ impl Shared {
                 drop(st);
                 let spin = spin.map(|until| (&signal.ready, until));
                 if let (Some((at, len)), Lend::Write(dest)) = (in_place, &mut lend) {
-                    st = self.read_in_place(pid, dest, (at, len), &mut buf, spin);
+                    st = self.read_in_place(pid, dest, (at, len), (&mut buf, &mut saved), spin);
                 } else {
                     let got = net::recv_parts(&self.unicast, &mut buf, &mut [], spin);
                     st = self.lock();
@@ -172,7 +178,7 @@ impl Shared {
                         }
                     }
                 }
-                st.rxbuf = buf;
+                (st.rxbuf, st.rxsave) = (buf, saved);
                 st = self.flush_locked(st);
                 continue;
             }
