@@ -501,7 +501,7 @@ impl Shared {
             tracing::debug!(%pid, "completion for a process that is gone");
             return;
         };
-        *slot.signal.done() = Some(completion);
+        slot.signal.done().completion = Some(completion);
         match origin {
             Origin::Net(_) => slot.last_net = Some(now),
             Origin::Multicast(_) => slot.last_mcast = Some(now),

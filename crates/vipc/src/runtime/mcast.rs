@@ -220,13 +220,13 @@ impl Shared {
         st.mcast.holder_blocked = false;
         st.mcast.guess.after(guess, hit, got.is_some());
         if let Some((n, from)) = got {
-            let had = signal.done().is_some();
+            let had = signal.done().completion.is_some();
             if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Multicast(Some(pid))) {
                 drop(st);
                 super::wait::place(lend, offset, &buf[range]);
                 st = self.lock();
             }
-            if !had && signal.done().is_some() {
+            if !had && signal.done().completion.is_some() {
                 st.mcast.by_receiver += 1;
             }
         }

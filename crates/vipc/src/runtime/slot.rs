@@ -42,21 +42,14 @@ pub(super) type Slots = HashMap<Pid, Slot, std::hash::BuildHasherDefault<PidHash
 #[repr(align(128))]
 pub(crate) struct Signal {
     pub(super) ready: AtomicBool,
-    /// A thread is in a blocking call of this process, from before the
-    /// engine takes it until its completion is collected. The engine counts
-    /// the process unblocked as soon as it delivers the completion, so a
-    /// second thread's call in that window was taken, and the two threads
-    /// shared one slot (one took the other's reply, or waited for ever).
-    pub(super) in_call: AtomicBool,
     /// The CPU its thread was on when it last began to wait.
     pub(super) cpu: AtomicUsize,
     /// The CPU of the thread this one last handed something to (the one
     /// that will most likely answer): spinning while it shares our CPU only
     /// keeps it from running.
     pub(super) peer_cpu: AtomicUsize,
-    /// The completion of the pending call, once delivered (put there under
-    /// the node's lock).
-    pub(super) done: Mutex<Option<Completion>>,
+    /// The pending call's state (put there under the node's lock).
+    pub(super) done: Mutex<Done>,
     pub(super) cv: Condvar,
 }
 
@@ -64,22 +57,40 @@ impl Signal {
     pub(super) fn new() -> Signal {
         Signal {
             ready: AtomicBool::new(false),
-            in_call: AtomicBool::new(false),
             cpu: AtomicUsize::new(NO_CPU),
             peer_cpu: AtomicUsize::new(NO_CPU),
-            done: Mutex::new(None),
+            done: Mutex::new(Done::default()),
             cv: Condvar::new(),
         }
     }
 
-    pub(super) fn done(&self) -> MutexGuard<'_, Option<Completion>> {
+    pub(super) fn done(&self) -> MutexGuard<'_, Done> {
         self.done.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the completion, if delivered.
+    /// Takes the completion, if delivered: the call is over.
     pub(super) fn take(&self) -> Option<Completion> {
-        self.done().take()
+        let mut done = self.done();
+        let c = done.completion.take();
+        if c.is_some() {
+            done.in_call = false;
+        }
+        c
     }
+}
+
+/// A process's pending call, under its slot's own lock.
+#[derive(Default)]
+pub(super) struct Done {
+    /// The call's completion, once delivered.
+    pub(super) completion: Option<Completion>,
+    /// A thread is in a blocking call of the process, from before the
+    /// engine takes it until it collects the completion (or fails). The
+    /// engine counts the process unblocked as soon as it delivers the
+    /// completion, so another thread's call in that window was taken, and
+    /// the two threads shared one slot (one took the other's reply, or
+    /// waited for ever); such a call is refused with Busy.
+    pub(super) in_call: bool,
 }
 
 /// `Signal::cpu` when unknown.

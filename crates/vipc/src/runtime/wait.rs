@@ -2,7 +2,7 @@
 //! while it holds the reader token (leader/follower), spinning first with
 //! `poll_spin`.
 
-use super::slot::{current_cpu, NO_CPU};
+use super::slot::{current_cpu, Done, NO_CPU};
 use super::*;
 use std::time::Instant;
 use vipc_wire::HEADER_LEN;
@@ -29,19 +29,21 @@ impl Shared {
         let hot = |t: Option<Time>| t.is_some_and(|t| now.since(t) < HOT);
         let (signal, hot, mhot) = (slot.signal.clone(), hot(slot.last_net), hot(slot.last_mcast));
         let left = crate::within::remaining()?;
-        if signal.in_call.swap(true, Ordering::Acquire) {
+        let mut done = signal.done();
+        if done.in_call {
             return Err(vipc_engine::Error::Busy(pid).into());
         }
         let mut r = f(&mut state.engine, now);
-        // Only a call the engine took owns the slot: one refused (Busy: the
-        // process already waits, in another thread) must not wipe the
-        // completion that call may have just been given. The new call's own
-        // completions are still in the engine's events, drained below.
-        if r.is_ok() {
-            *slot.signal.done() = None;
+        // Only a call the engine took owns the slot: one refused must not
+        // wipe the completion another call may have just been given. The new
+        // call's own completions are still in the engine's events, drained below.
+        let taken = r.is_ok();
+        if taken {
+            *done = Done { completion: None, in_call: true };
             slot.work.clear();
             slot.signal.ready.store(false, Ordering::Relaxed);
         }
+        drop(done);
         if let (Ok(()), Some(left)) = (&r, left) {
             // The limit must not pass before the caller's deadline. It is
             // checked against the coarse clock, which never runs ahead of the
@@ -52,7 +54,9 @@ impl Shared {
         }
         self.drain(&mut st, Origin::Call(Some(pid)), now);
         if let Err(e) = r {
-            signal.in_call.store(false, Ordering::Release);
+            if taken {
+                signal.done().in_call = false; // the deadline could not be set: the call is over
+            }
             self.flush(st);
             return Err(e.into());
         }
@@ -63,7 +67,7 @@ impl Shared {
             Lead::No => false,
             Lead::IfHot => hot,
         };
-        let done = if self.poll_spin.is_some() && !lead {
+        let result = if self.poll_spin.is_some() && !lead {
             // A spinning follower waits without the lock (see `wait`).
             self.flush(st);
             self.wait(pid, None, &signal, (lead, mlead), lend)
@@ -71,8 +75,10 @@ impl Shared {
             let st = self.flush_locked(st);
             self.wait(pid, Some(st), &signal, (lead, mlead), lend)
         };
-        signal.in_call.store(false, Ordering::Release);
-        done
+        if result.is_err() {
+            signal.done().in_call = false; // an Ok took its completion, which ended the call
+        }
+        result
     }
 
     /// Waits until `pid`'s slot is filled. A thread that `lead`s takes the
@@ -122,7 +128,7 @@ impl Shared {
             };
             if !slot.work.is_empty() {
                 std::mem::swap(&mut work, &mut slot.work);
-                if slot.signal.done().is_none() {
+                if slot.signal.done().completion.is_none() {
                     slot.signal.ready.store(false, Ordering::Relaxed);
                 }
                 drop(st);
