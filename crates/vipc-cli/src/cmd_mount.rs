@@ -5,7 +5,7 @@ use crate::error::{CliError, CliResult};
 use crate::opts::NodeArgs;
 use clap::Args;
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,9 +60,8 @@ fn parse_spec(spec: &str) -> CliResult<(Option<SocketAddr>, String)> {
     if server.is_empty() {
         return Ok((None, export.to_string()));
     }
-    let addr = server.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-        CliError(format!("invalid server {server:?}: expected the server node's IP:PORT or HOST:PORT"))
-    })?;
+    // Resolved as a --peer is (it becomes the mount node's static peer).
+    let addr = crate::opts::parse_peer(server).map_err(|e| CliError(format!("server of {spec:?}: {e}")))?;
     Ok((Some(addr), export.to_string()))
 }
 

@@ -283,10 +283,7 @@ impl Node {
         F: FnOnce(Process) -> T + Send + 'static,
         T: Send + 'static,
     {
-        let process = self.attach()?;
-        let pid = process.pid();
-        let jh = std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process))?;
-        Ok((pid, jh))
+        run_on_thread(self.attach()?, f)
     }
 
     /// [`Node::spawn`] for a server registered as `name`: the name is claimed
@@ -300,13 +297,9 @@ impl Node {
         let process = self.attach()?;
         let pid = process.pid();
         self.claim_name(name, pid, scope)?;
-        match std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process)) {
-            Ok(jh) => Ok((pid, jh)),
-            Err(e) => {
-                let _ = self.unset_pid(name, pid);
-                Err(e.into())
-            }
-        }
+        run_on_thread(process, f).inspect_err(|_| {
+            let _ = self.unset_pid(name, pid);
+        })
     }
 
     /// Stops the node: its threads exit and every blocked or later call on
@@ -314,4 +307,16 @@ impl Node {
     pub fn shutdown(&self) {
         self.handle.shutdown();
     }
+}
+
+/// Runs `f` with `process` on a new thread named after its pid (the
+/// process is destroyed when `f` returns, or at once if no thread starts).
+fn run_on_thread<F, T>(process: Process, f: F) -> Result<(Pid, JoinHandle<T>)>
+where
+    F: FnOnce(Process) -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let pid = process.pid();
+    let jh = std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process))?;
+    Ok((pid, jh))
 }
