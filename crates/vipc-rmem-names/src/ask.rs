@@ -21,6 +21,9 @@ use vipc::{Access, ExportedSegment, HostId, Node, Notify, ProtectionGroup, Remot
 /// segment are dropped without a word.
 const REIMPORT_AFTER: u32 = 3;
 
+/// The shortest wait before a request is written again ([`crate::ClerkParams::notify_rto`]).
+const MIN_RTO: Duration = Duration::from_millis(1);
+
 /// What this clerk's lookups by notification cost, counted since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NotifyStats {
@@ -71,7 +74,7 @@ impl Asker {
             answer,
             requests: HashMap::new(),
             seq: 0,
-            rto,
+            rto: rto.max(MIN_RTO),
             spin,
             stats: NotifyStats::default(),
         })

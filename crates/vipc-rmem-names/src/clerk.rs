@@ -51,7 +51,8 @@ pub struct ClerkParams {
     /// requests, which then count as lost and are written again).
     pub request_slots: u32,
     /// How long a lookup by notification waits for its answer before it
-    /// writes the same request again.
+    /// writes the same request again. Taken as at least 1 ms (with none, the
+    /// request was written again without pause until the lookup's timeout).
     pub notify_rto: Duration,
     /// How long it spins on its answer area before it sleeps (003's importer
     /// "spin waits (at user level)").

@@ -10,7 +10,7 @@ mod support;
 use common::*;
 use std::time::{Duration, Instant};
 use support::*;
-use vipc::{Access, FaultConfig, Node};
+use vipc::{Access, FaultConfig, Node, ProtectionGroup};
 use vipc_rmem_names::{
     bucket_of, well_known_requests, Clerk, ClerkParams, Error, LookupPolicy, Request, Source, REQUEST_SIZE,
 };
@@ -109,6 +109,26 @@ fn lost_requests_and_answers_are_recovered_by_writing_the_request_again() {
     let (s1, s2) = (c[1].notify_stats(), c[2].notify_stats());
     assert!(s1.resent > 0 && s2.resent > 0, "nothing was lost ({s1:?}, {s2:?}): the test tested nothing");
     eprintln!("lossy lookups by notification: {s1:?} {s2:?}, served {:?}", c[0].serve_stats());
+}
+
+#[test]
+fn a_zero_notify_rto_still_waits_between_copies() {
+    // Node 1 asks with no wait between copies asked for, and its answer
+    // segment admits only itself, so node 0's answers never land: it must
+    // not write the request again without pause.
+    let nodes = cluster(2, 341, clean());
+    let base = serving(&nodes);
+    let c0 = Clerk::start(&nodes[0], base.clone()).unwrap();
+    let h1 = nodes[1].host_id();
+    let asking = ClerkParams { notify_rto: Duration::ZERO, protection: ProtectionGroup::Hosts(vec![h1]), ..base };
+    let c1 = Clerk::start(&nodes[1], asking).unwrap();
+    let h0 = nodes[0].host_id();
+    c0.register("unanswered", binding(1, h0)).unwrap();
+    let timeout = Duration::from_millis(200);
+    assert!(matches!(c1.lookup_notify("unanswered", h0, timeout), Err(Error::Timeout)));
+    let s = c1.notify_stats();
+    assert!(s.resent >= 2, "no copy was written again ({s:?}): the test tested nothing");
+    assert!(s.resent <= 200, "{} copies in {timeout:?}: written without pause", s.resent);
 }
 
 /// A request's bytes with a check word made good again after `f` changed them:
