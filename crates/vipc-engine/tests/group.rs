@@ -276,6 +276,73 @@ fn an_idempotent_group_send_whose_reply_was_lost_is_delivered_again() {
     assert_eq!(net.stats(i).replies_resent, 0, "nothing was kept to resend");
 }
 
+/// Node 1 restarts (a new life, same host id) and its member joins again
+/// and waits: the new member's pid.
+fn restart_node_1(net: &mut Net, group: Pid) -> Pid {
+    net.nodes[1] = Engine::new(Config { seed: 78, ..config(2) }, net.now);
+    net.settle();
+    let m = net.proc(1);
+    net.nodes[1].join_group(m, group).unwrap();
+    let now = net.now;
+    net.nodes[1].receive(now, m, None, 0).unwrap();
+    m
+}
+
+#[test]
+fn a_group_send_begun_before_a_member_host_restarted_is_not_taken_again() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(1, members[1].1).msg, msg(1), "the first life took it");
+    net.advance(Duration::from_millis(5));
+    let reborn = restart_node_1(&mut net, group);
+    net.advance(Duration::from_millis(50)); // two retransmissions
+    assert!(net.stats(0).retransmissions >= 2);
+    assert!(net.take(1, reborn).is_none(), "the new life took the Send again");
+    assert_eq!(net.stats(1).group_deliveries, 0);
+    assert!(net.stats(1).restart_refusals >= 2, "{:?}", net.stats(1));
+    // The Send goes on for the other members.
+    members_reply(&mut net, &members[2..3], sender);
+    assert_eq!(net.take_send(0, sender).unwrap().replier, members[2].1);
+}
+
+#[test]
+fn a_group_send_begun_after_the_restart_is_taken_from_a_retransmission() {
+    let (mut net, group, sender, _) = setup();
+    net.advance(Duration::from_millis(5));
+    let reborn = restart_node_1(&mut net, group);
+    net.advance(Duration::from_millis(1));
+    // The first transmission is lost: the new life hears only retransmissions.
+    let mut first = true;
+    net.filter = Some(Box::new(move |from, to, _| {
+        let drop = from == 0 && matches!(to, Destination::Group(_)) && std::mem::take(&mut first);
+        usize::from(!drop)
+    }));
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(2), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    assert!(net.take(1, reborn).is_none(), "the first transmission was lost");
+    net.advance(Duration::from_millis(25));
+    assert_eq!(net.take_received(1, reborn).msg, msg(2));
+    assert_eq!(net.stats(1).restart_refusals, 0);
+}
+
+#[test]
+fn an_idempotent_group_send_is_taken_by_a_restarted_host_again() {
+    let (mut net, group, sender, members) = setup();
+    let now = net.now;
+    let opts = SendOptions { idempotent: true };
+    net.nodes[0].send_group(now, sender, group, msg(3), ReplyMode::Many, opts).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(1, members[1].1).msg, msg(3));
+    net.advance(Duration::from_millis(5));
+    let reborn = restart_node_1(&mut net, group);
+    net.advance(Duration::from_millis(25));
+    assert_eq!(net.take_received(1, reborn).msg, msg(3), "at least once");
+    assert_eq!(net.stats(1).restart_refusals, 0);
+}
+
 #[test]
 fn replies_beyond_max_group_replies_are_dropped_and_counted() {
     let (mut net, group, sender, members) = setup_tweaked(|c| c.max_group_replies = 2);

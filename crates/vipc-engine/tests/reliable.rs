@@ -210,6 +210,32 @@ fn a_host_that_dies_after_the_snapshot_fails_all_reply_but_not_k_reply() {
 }
 
 #[test]
+fn a_host_that_restarts_within_a_send_is_a_nack_not_a_second_delivery() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 0);
+    reply(&mut s, 2);
+    reply(&mut s, 3);
+    // Node 1's member took the message but its host restarts before it replies.
+    let (_, taken) = s.members[1];
+    assert_eq!(s.net.take_received(1, taken).msg, msg(7));
+    s.net.advance(Duration::from_millis(5));
+    let mut c = config(2);
+    c.alive_period = Some(PERIOD);
+    s.net.nodes[1] = Engine::new(Config { seed: 79, ..c }, s.net.now);
+    s.net.settle();
+    let reborn = s.net.proc(1);
+    s.net.nodes[1].join_group(reborn, s.group).unwrap();
+    let now = s.net.now;
+    s.net.nodes[1].receive(now, reborn, None, 0).unwrap();
+    s.net.advance(Duration::from_millis(25)); // the retransmission to node 1
+    assert!(s.net.take(1, reborn).is_none(), "the new life took the Send again");
+    let o = outcome(&mut s).expect("the restarted host's NACK decides");
+    assert!(!o.met, "{o:?}");
+    assert_eq!(s.net.stats(1).restart_refusals, 1);
+}
+
+#[test]
 fn retransmissions_go_to_silent_hosts_only() {
     let mut s = setup();
     // The first Send does not reach node 2.

@@ -3,7 +3,7 @@
 //! and replied to which send, which hosts were up.
 
 use crate::check::{Invariant, Violation};
-use crate::history::ProcId;
+use crate::history::{History, ProcId};
 use std::collections::{BTreeMap, BTreeSet};
 use vipc_engine::{GroupOutcome, HostId, Message, Pid, Reliable, ReplyMode, Time};
 
@@ -125,6 +125,25 @@ pub fn check_member_receipt(
         ));
     }
     Ok(())
+}
+
+/// A member on `node` receives `s` (every group send of the simulation is
+/// non-idempotent): no earlier life of that node may have received it — the
+/// new life would execute it a second time (PROTOCOL §4.10).
+pub fn check_one_life(now: Time, s: &GroupSend, node: usize, hist: &History) -> Result<(), Violation> {
+    let earlier = |r: &&(ProcId, Pid, Time)| hist.procs[r.0 as usize].node == node && hist.down_during(node, r.2, now);
+    match s.received.iter().find(earlier) {
+        Some((_, pid, at)) => Err(v(
+            Invariant::NoDuplicate,
+            now,
+            format!(
+                "group send #{} taken by two lives of node {node}: by {pid} at {} before the node restarted",
+                s.sid,
+                crate::fmt_time(*at)
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A reply handed to the sender of `s` (as its first reply or by GetReply):

@@ -354,7 +354,7 @@ impl GroupSim {
     }
 
     fn member_received(&mut self, id: ProcId, r: Result<vipc_engine::Received, Error>) {
-        let pid = self.procs[&id].pid;
+        let (node, pid) = (self.procs[&id].node, self.procs[&id].pid);
         let m = match r {
             Ok(m) => m,
             Err(e) => {
@@ -363,7 +363,9 @@ impl GroupSim {
         };
         let sid = gcheck::decode(&m.msg).map(|d| d.0);
         let send = sid.and_then(|s| self.sends.get(&s));
-        if let Err(v) = gcheck::check_member_receipt(self.w.now, send, id, m.from, &m.msg) {
+        if let Err(v) = gcheck::check_member_receipt(self.w.now, send, id, m.from, &m.msg)
+            .and_then(|()| gcheck::check_one_life(self.w.now, send.expect("checked"), node, &self.procs.hist))
+        {
             return self.w.fail(v);
         }
         let sid = sid.expect("checked");

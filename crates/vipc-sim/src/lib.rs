@@ -45,7 +45,8 @@
 //!
 //! Group invariants (`gcheck`): every group send and GetReply completes
 //! exactly once and in time (T_t after its last packet); a member receives a
-//! given group message at most once; every reply handed to the sender (first
+//! given group message at most once, and no two lives of one node receive
+//! the same one (a restarted node does not execute it again); every reply handed to the sender (first
 //! reply or GetReply) answers that very send, comes from a member that
 //! received it and replied, and is handed out once; GetReply after mode One
 //! returns nothing; reliable outcomes: `hosts` = the sender's alive-host

@@ -159,6 +159,8 @@ pub(crate) struct Collected {
     waiting: Option<Time>,
     /// The Send packet went out once (later transmissions are retransmissions).
     transmitted: bool,
+    /// When the Send began: its transmissions carry its age (§4.10).
+    began: Time,
     /// The state of a reliable Send (004).
     pub reliable: Option<ReliableSend>,
 }
@@ -171,6 +173,22 @@ pub(crate) struct Groups {
     pub copies: HashMap<(Pid, Pid), GroupCopy>,
     pub collected: HashMap<Pid, Collected>,
     next_id: u16,
+}
+
+/// A non-idempotent group Send's age as its transmissions carry it in
+/// `remote_addr`: 1 + whole milliseconds since it began, at most `u32::MAX`
+/// (0 is "no age": an idempotent Send, or a sender that does not say).
+fn age_field(age: Duration) -> u32 {
+    u32::try_from(age.as_millis()).unwrap_or(u32::MAX).saturating_add(1)
+}
+
+/// True if a group Send whose packet carries `age_field` began before this
+/// node's life did (`uptime` ago): the previous life of this host may have
+/// taken it. The packet's own transit makes the Send look younger than it
+/// is, never older, so a Send begun after the start is never taken for one
+/// begun before.
+fn began_before(age_field: u32, uptime: Duration) -> bool {
+    age_field != 0 && u128::from(age_field - 1) > uptime.as_millis()
 }
 
 fn check_group(group: Pid) -> Result<(), Error> {
@@ -308,7 +326,7 @@ impl Engine {
             ex.segment = segment;
         }
         let retransmit = now + self.cfg.retransmit;
-        self.transmit_send(from, false);
+        self.transmit_send(now, from, false);
         self.stats.group_sends += 1;
         if mode == ReplyMode::None {
             self.exchanges.remove(&from);
@@ -345,6 +363,7 @@ impl Engine {
             queue: VecDeque::new(),
             waiting: None,
             transmitted: false,
+            began: now,
             reliable,
         };
         self.groups.collected.insert(from, collected);
@@ -373,9 +392,10 @@ impl Engine {
 
     /// (Re)transmits `sender`'s group Send: the first time on the broadcast
     /// channel; a reliable one later only to the hosts that have not acknowledged.
-    pub(super) fn transmit_group_send(&mut self, sender: Pid) {
+    pub(super) fn transmit_group_send(&mut self, now: Time, sender: Pid) {
         let Some(c) = self.groups.collected.get_mut(&sender) else { return };
         let first = !std::mem::replace(&mut c.transmitted, true);
+        let age = now - c.began;
         let reliable = self.reliable_targets(sender, first);
         let Some(ex) = self.exchanges.get(&sender) else { return };
         let ExchangeState::Remote { seq, .. } = ex.state else { return };
@@ -391,6 +411,7 @@ impl Engine {
         h.dst = ex.to;
         h.fwd = sender;
         h.total_len = ex.segment_size() as u32;
+        h.remote_addr = if ex.opts.idempotent { 0 } else { age_field(age) };
         h.message = ex.msg;
         match reliable {
             None => {
@@ -472,6 +493,8 @@ impl Engine {
             };
         }
         let (mut pending, mut duplicate, mut refused) = (false, false, 0);
+        let before_this_life = !h.flags.has(Flags::IDEMPOTENT) && began_before(h.remote_addr, now - self.started);
+        let mut restart_refused = false;
         for m in members {
             let again = self
                 .groups
@@ -495,6 +518,12 @@ impl Engine {
                 }
                 Some(c) if c.incarnation == h.incarnation && !state::seq_newer(h.seq, c.seq) => {
                     self.stats.duplicates += 1;
+                }
+                _ if before_this_life => {
+                    // Its members here joined after it began; and executing
+                    // it could execute it twice if this host's previous life took it.
+                    restart_refused = true;
+                    refused += 1;
                 }
                 _ => {
                     if self.groups.copies.len() >= self.cfg.max_aliens {
@@ -524,6 +553,9 @@ impl Engine {
                     self.queue_copy(now, h.src, m, copy);
                 }
             }
+        }
+        if restart_refused {
+            self.stats.restart_refusals += 1;
         }
         if refused > 0 {
             let of_this_send =

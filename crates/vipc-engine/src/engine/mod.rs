@@ -90,6 +90,8 @@ pub struct Engine {
     cfg: Config,
     rng: ChaCha8Rng,
     incarnation: u16,
+    /// When this life began ([`Engine::new`]): group Sends older than it are not taken (§4.10).
+    started: Time,
     host: Option<HostId>,
     alloc: Option<HostAlloc>,
     next_seq: u32,
@@ -142,6 +144,7 @@ impl Engine {
             cfg: config,
             rng,
             incarnation,
+            started: now,
             host: None,
             alloc: None,
             next_seq,

@@ -231,7 +231,7 @@ impl Engine {
                 ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver };
                 ex.timer_at = Some(timer);
             }
-            self.transmit_send(sender, false);
+            self.transmit_send(now, sender, false);
         }
     }
 
@@ -278,13 +278,13 @@ impl Engine {
     }
 
     /// Transmits the Send packet of a remote exchange, or (`again`) retransmits it.
-    pub(crate) fn transmit_send(&mut self, sender: Pid, again: bool) {
+    pub(crate) fn transmit_send(&mut self, now: Time, sender: Pid, again: bool) {
         if again {
             self.name_receiver_life(sender);
         }
         let Some(ex) = self.exchanges.get(&sender) else { return };
         if ex.to.is_group() {
-            return self.transmit_group_send(sender);
+            return self.transmit_group_send(now, sender);
         }
         let ExchangeState::Remote { seq, receiver, .. } = ex.state else { return };
         // One lookup of the exchange: the fields used below are disjoint from it.

@@ -236,7 +236,7 @@ impl Engine {
         }
         self.start_group_exchange(now, from, group, msg, opts, seq, ReplyMode::Many, Some(state));
         self.stats.group_sends += 1;
-        self.transmit_send(from, false);
+        self.transmit_send(now, from, false);
         if !self.decide_reliable(from) {
             let retransmit = now + self.cfg.retransmit;
             if let Some(ex) = self.exchanges.get_mut(&from) {

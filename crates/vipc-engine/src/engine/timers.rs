@@ -65,7 +65,7 @@ impl Engine {
         self.arm(next, TimerKey::Exchange(pid));
         if resend {
             self.stats.retransmissions += 1;
-            self.transmit_send(pid, true);
+            self.transmit_send(now, pid, true);
         }
     }
 
