@@ -185,8 +185,8 @@ fn age_field(age: Duration) -> u32 {
 /// True if a group Send whose packet carries `age_field` began before this
 /// node's life did (`uptime` ago): the previous life of this host may have
 /// taken it. The packet's own transit makes the Send look younger than it
-/// is, never older, so a Send begun after the start is never taken for one
-/// begun before.
+/// is, never older, so a Send begun after the start (by more than the two
+/// clocks' error) is never taken for one begun before.
 fn began_before(age_field: u32, uptime: Duration) -> bool {
     age_field != 0 && u128::from(age_field - 1) > uptime.as_millis()
 }
