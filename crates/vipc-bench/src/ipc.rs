@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use vipc::{Node, Pid, Process, SegmentRef, Stats};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["penalty", "exchange", "idle", "moves", "pages", "units", "saturation", "memory"];
+pub const ITEMS: &[&str] = &["penalty", "exchange", "idle", "moves", "keyed", "pages", "units", "saturation", "memory"];
 
 /// How long a node with `poll_spin` busy-polls before sleeping.
 pub const SPIN: Duration = Duration::from_micros(200);
@@ -90,6 +90,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "exchange" => exchange(ctx),
         "idle" => idle(ctx),
         "moves" => moves(ctx),
+        "keyed" => crate::keyed::keyed(ctx),
         "pages" => pages(ctx),
         "units" => units(ctx),
         "saturation" => saturation(ctx),
@@ -155,10 +156,16 @@ pub(crate) fn pin_home(ctx: &mut Ctx<'_>, item: &str) -> crate::cpus::Pinned {
 }
 
 pub(crate) fn spawn_server(ctx: &mut Ctx<'_>, spin: Option<Duration>) -> Result<Server> {
+    spawn_server_with(ctx, spin, &[])
+}
+
+/// [`spawn_server`] with more arguments for the peer (`--keyed`).
+pub(crate) fn spawn_server_with(ctx: &mut Ctx<'_>, spin: Option<Duration>, more: &[&str]) -> Result<Server> {
     let mut args = vec!["--host".to_string(), ctx.host().to_string()];
     if let Some(s) = spin {
         args.extend(["--spin-us".to_string(), s.as_micros().to_string()]);
     }
+    args.extend(more.iter().map(|a| a.to_string()));
     let peer = Peer::spawn(&ctx.exe, "vipc-server", &args)?;
     let addr = peer.parsed("addr")?;
     let pid = Pid(peer.parsed("pid")?);
@@ -173,7 +180,12 @@ pub(crate) struct Local {
 }
 
 pub(crate) fn local(ctx: &mut Ctx<'_>, peers: Vec<SocketAddr>, spin: Option<Duration>) -> Result<Local> {
-    let node = Node::start(node_config(ctx.host(), peers, spin))?;
+    local_with(node_config(ctx.host(), peers, spin))
+}
+
+/// [`local`] on a node configured as `config`.
+pub(crate) fn local_with(config: vipc::NodeConfig) -> Result<Local> {
+    let node = Node::start(config)?;
     let (server, _thread) = node.spawn(serve)?;
     let client = node.attach()?;
     Ok(Local { node, client, server })

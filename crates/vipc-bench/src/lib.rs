@@ -27,6 +27,7 @@ pub mod filestyles;
 pub mod groups;
 pub mod grpc;
 pub mod ipc;
+pub mod keyed;
 pub mod layers;
 pub mod names;
 pub mod peer;

@@ -42,6 +42,16 @@ pub const STATUS_BAD: u8 = 1;
 /// packet with the header and a MAC (the page bars count 2 packets).
 pub const MIN_PACKET: usize = 4096 + 256;
 
+/// The cluster key of item `ipc/keyed`'s nodes: a constant, since the item
+/// measures what authentication costs, not who may take part.
+pub const BENCH_KEY: [u8; 32] = [0x6b; 32];
+
+/// `c` with every packet MACed under [`BENCH_KEY`].
+pub fn keyed(mut c: NodeConfig) -> NodeConfig {
+    c.key = Some(vipc::AuthKey::from_bytes(BENCH_KEY));
+    c
+}
+
 /// A node for the bench on loopback: fixed host id, no multicast, the given
 /// static peers, `poll_spin` as asked, and packets of at least [`MIN_PACKET`].
 pub fn node_config(host: HostId, peers: Vec<SocketAddr>, spin: Option<Duration>) -> NodeConfig {
@@ -181,10 +191,15 @@ fn spin_arg(a: &PeerArgs) -> Result<Option<Duration>> {
     Ok(a.opt::<u64>("spin-us")?.map(Duration::from_micros))
 }
 
-/// The server peer (`vipc-server --host H [--spin-us N]`): a node with the
-/// bench server; READY `addr=` `pid=` (raw u32); runs until stdin closes.
+/// The server peer (`vipc-server --host H [--spin-us N] [--keyed]`): a node
+/// with the bench server (its packets MACed under [`BENCH_KEY`] with
+/// `--keyed`); READY `addr=` `pid=` (raw u32); runs until stdin closes.
 pub fn server_peer(a: &PeerArgs) -> Result<()> {
-    let node = Node::start(node_config(a.get("host")?, Vec::new(), spin_arg(a)?))?;
+    let mut config = node_config(a.get("host")?, Vec::new(), spin_arg(a)?);
+    if a.flag("keyed") {
+        config = keyed(config);
+    }
+    let node = Node::start(config)?;
     let (pid, _thread) = node.spawn(serve)?;
     announce(&[("addr", node.local_addr().to_string()), ("pid", pid.0.to_string())]);
     stdin_lines().wait_for_close()

@@ -289,13 +289,16 @@ impl Process {
     /// To a remote process (on a node without a key or fault injection) the data are sent
     /// straight from `data`, chunk by chunk, without being copied first.
     pub fn move_to(&self, dest: Pid, offset: u32, data: &[u8]) -> Result<()> {
-        let me = self.pid;
-        let c = if self.lead_to(dest) == Lead::Yes && self.shared.lends() {
+        let (me, lead) = (self.pid, self.lead_to(dest));
+        let c = if lead == Lead::Yes && self.shared.lends() {
             let len = u32_len(data.len(), "move_to data")?;
-            self.shared.block(me, Lead::Yes, Lend::Read(data), |e, now| e.move_to_lent(now, me, dest, offset, len))?
+            self.shared.block(me, lead, Lend::Read(data), |e, now| e.move_to_lent(now, me, dest, offset, len))?
         } else {
+            // Copied into the engine (a key's MAC, fault injection, or a
+            // local receiver); a remote one's acknowledgements are still
+            // read by this thread, not left to the background thread's grace.
             let d = data.to_vec();
-            self.shared.block(me, Lead::No, Lend::None, |e, now| e.move_to(now, me, dest, offset, d))?
+            self.shared.block(me, lead, Lend::None, |e, now| e.move_to(now, me, dest, offset, d))?
         };
         moved("move_to", c)
     }
