@@ -54,6 +54,9 @@ pub struct Stats {
     pub appended_dropped: u64,
     /// Retransmitted Sends refused because they named a previous incarnation of this node.
     pub restart_refusals: u64,
+    /// Finished exchanges' records (refused, cancelled, or idempotent and
+    /// replied) dropped from a full alien table to make room for a new Send.
+    pub aliens_evicted: u64,
     /// Location-cache misses (sends that had to be broadcast).
     pub location_misses: u64,
     /// I-Am-Here: hosts that came up.
@@ -202,6 +205,7 @@ impl Stats {
             ("remote_exchanges", self.remote_exchanges),
             ("appended_dropped", self.appended_dropped),
             ("restart_refusals", self.restart_refusals),
+            ("aliens_evicted", self.aliens_evicted),
             ("location_misses", self.location_misses),
             ("active_exchanges", self.active_exchanges),
             ("active_aliens", self.active_aliens),

@@ -725,6 +725,41 @@ fn a_full_alien_table_still_takes_a_known_senders_next_exchange() {
     assert_eq!((r.from, r.msg), (a, msg(4)));
 }
 
+/// A full alien table makes room for a new sender by dropping the record of
+/// a finished exchange (here a Send refused for want of its receiver) that
+/// has been quiet for T_r; one heard within T_r, or one holding a reply, is kept.
+#[test]
+fn a_full_alien_table_drops_a_quiet_refused_exchange_for_a_new_sender() {
+    let mut net = Net::with(4, |c| c.max_aliens = 2);
+    let (server, a, b, c) = (net.proc(0), net.proc(1), net.proc(2), net.proc(3));
+    let nobody = Pid::new(server.host(), 999);
+    let now = net.now;
+    // a's Send is refused (no such process): the table keeps its tombstone.
+    net.nodes[1].send(now, a, nobody, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, a), Err(Error::NoSuchProcess(nobody)));
+    // b's request is taken and replied: the table keeps the reply.
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[2].send(now, b, server, msg(2), SendOptions::default(), None).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, b, msg(3), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(2, b).unwrap().reply, msg(3));
+    assert_eq!(net.stats(0).active_aliens, 2, "full");
+    // Within T_r of the refusal c must wait; after it, a's tombstone makes room.
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[3].send(now, c, server, msg(4), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert!(net.take(0, server).is_none(), "a's refusal was too recent to forget");
+    assert_eq!(net.stats(0).aliens_evicted, 0);
+    net.advance(Duration::from_millis(25)); // c retransmits after T_r
+    let r = net.take_received(0, server);
+    assert_eq!((r.from, r.msg), (c, msg(4)));
+    assert_eq!(net.stats(0).aliens_evicted, 1);
+    assert_eq!(net.stats(0).active_aliens, 2, "b's reply is still kept");
+}
+
 /// The server keeps a reply's header and segment data, not its packet: the
 /// Reply resent to a duplicate Send is encoded again, byte for byte the
 /// packet that was lost, segment data included.

@@ -137,7 +137,7 @@ impl Engine {
         // the old one's place in the table, which it leaves as it found it.
         let replacing = self.release_alien(h.src);
         let exists = self.procs.contains_key(&h.dst);
-        if !replacing && self.aliens.len() >= self.cfg.max_aliens {
+        if !replacing && self.aliens.len() >= self.cfg.max_aliens && !self.evict_finished_alien(now) {
             if !exists {
                 return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]);
             }

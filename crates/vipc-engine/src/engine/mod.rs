@@ -462,6 +462,27 @@ impl Engine {
         true
     }
 
+    /// Makes room in a full alien table: drops the least recently heard
+    /// record of an exchange that ended without a reply to keep (refused,
+    /// cancelled — a retransmission of it is refused again or never comes —,
+    /// or idempotent and replied, which may run again anyway) and silent for
+    /// a whole T_r, so that no duplicate of it is still on its way. False if
+    /// no alien qualifies: the new sender then waits. Without this, 4,096
+    /// forged senders refreshing refused Sends kept every real sender out.
+    fn evict_finished_alien(&mut self, now: Time) -> bool {
+        let quiet = |a: &Alien| now.since(a.last_heard) >= self.cfg.retransmit;
+        let finished = self
+            .aliens
+            .iter()
+            .filter(|(_, a)| matches!(a.state, AlienState::Gone { .. } | AlienState::Done) && quiet(a))
+            .min_by_key(|(_, a)| a.last_heard)
+            .map(|(src, _)| *src);
+        let Some(src) = finished else { return false };
+        self.drop_alien(src);
+        self.stats.aliens_evicted += 1;
+        true
+    }
+
     /// Removes an alien, its queue entry and its buffered bytes.
     fn drop_alien(&mut self, src: Pid) {
         if self.release_alien(src) {
