@@ -731,21 +731,15 @@ fn a_full_alien_table_still_takes_a_known_senders_next_exchange() {
 #[test]
 fn a_full_alien_table_drops_a_quiet_refused_exchange_for_a_new_sender() {
     let mut net = Net::with(4, |c| c.max_aliens = 2);
-    let (server, a, b, c) = (net.proc(0), net.proc(1), net.proc(2), net.proc(3));
+    let (server, b, a, c) = (net.proc(0), net.proc(1), net.proc(2), net.proc(3));
     let nobody = Pid::new(server.host(), 999);
     let now = net.now;
     // a's Send is refused (no such process): the table keeps its tombstone.
-    net.nodes[1].send(now, a, nobody, msg(1), SendOptions::default(), None).unwrap();
+    net.nodes[2].send(now, a, nobody, msg(1), SendOptions::default(), None).unwrap();
     net.settle();
-    assert_eq!(net.take_send(1, a), Err(Error::NoSuchProcess(nobody)));
+    assert_eq!(net.take_send(2, a), Err(Error::NoSuchProcess(nobody)));
     // b's request is taken and replied: the table keeps the reply.
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    net.nodes[2].send(now, b, server, msg(2), SendOptions::default(), None).unwrap();
-    net.settle();
-    net.take_received(0, server);
-    net.nodes[0].reply(now, server, b, msg(3), None).unwrap();
-    net.settle();
-    assert_eq!(net.take_send(2, b).unwrap().reply, msg(3));
+    complete_exchange(&mut net, server, b);
     assert_eq!(net.stats(0).active_aliens, 2, "full");
     // Within T_r of the refusal c must wait; after it, a's tombstone makes room.
     net.nodes[0].receive(now, server, None, 0).unwrap();
