@@ -9,7 +9,7 @@
 use crate::faults::Faults;
 use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -368,10 +368,13 @@ impl Shared {
                         push(*a, t.bytes.clone());
                     }
                 }
-                // No multicast: unicast fan-out to the static peers and the alive hosts.
+                // No multicast: unicast fan-out to the static peers and the
+                // alive hosts, one copy per address (rows that share one —
+                // forged announcements — must not multiply the traffic).
                 (Destination::Broadcast | Destination::Group(_), None) => {
-                    let alive = engine.alive_addrs().filter(|a| !self.peers.contains(a) && !self.own.contains(a));
-                    for a in self.peers.iter().copied().chain(alive) {
+                    let mut sent: HashSet<SocketAddr> = self.own.iter().copied().collect();
+                    let targets = self.peers.iter().copied().chain(engine.alive_addrs());
+                    for a in targets.filter(|a| sent.insert(*a)) {
                         *fanout += 1;
                         push(a, t.bytes.clone());
                     }

@@ -83,3 +83,39 @@ fn the_kernel_server_reads_rows_and_resets_the_table() {
     assert!(nodes[1].stats().hosts_up >= 4, "both hosts came up again after the reset");
     assert!(services::query_hosts(&me, 2).unwrap().seq != remote.seq);
 }
+
+/// Without multicast a broadcast goes by unicast to every alive host, one
+/// copy per address: 40 hosts announced from one socket (forged, or one
+/// address behind many ids) get one copy, not 40 (the hostile-network
+/// audit measured 3 packets back per forged announcement).
+#[test]
+fn unicast_fan_out_sends_one_copy_per_address() {
+    use vipc_wire::{Flags, Header, PacketType, Pid};
+    let nodes = cluster(1);
+    let fake = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    fake.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let to = nodes[0].local_addr();
+    let announce = || {
+        for i in 0..40u16 {
+            let mut h = Header::new(PacketType::IAmHere);
+            (h.flags, h.incarnation, h.src) = (Flags(0), 1, Pid::new(0x6000 + i, 0));
+            h.message[..4].copy_from_slice(&100u32.to_be_bytes());
+            fake.send_to(&vipc_wire::to_vec(&h, &[], None), to).unwrap();
+        }
+    };
+    announce();
+    let heard = wait_until(Duration::from_secs(2), || sorted_hosts(&nodes[0]).len() == 40);
+    assert!(heard.is_some(), "the node took the 40 announcements: {:?}", sorted_hosts(&nodes[0]));
+    let mut buf = [0u8; 2048];
+    while fake.recv_from(&mut buf).is_ok() {}
+    // 350 ms: the node's own IAmHere goes out 3 or 4 times (every 100 ms).
+    let (start, mut got) = (Instant::now(), 0);
+    while start.elapsed() < Duration::from_millis(350) {
+        if start.elapsed().as_millis() % 100 < 5 {
+            announce(); // keep the 40 rows alive, and answered: they are no newcomers
+        }
+        got += usize::from(fake.recv_from(&mut buf).is_ok());
+    }
+    assert!(got >= 2, "no broadcast reached the fake hosts' address: the test tested nothing");
+    assert!(got <= 10, "{got} datagrams to one address in 350 ms: a copy per row");
+}
