@@ -11,6 +11,10 @@
 //! node against a condvar hand-off), `move` (MoveTo / MoveFrom against TCP
 //! bulk transfer), `read` (64 KB read by transfer unit), `rss` (resident
 //! memory of a server node holding 1,000 remote exchanges). No suite: all.
+//! Also `tails`: percentiles and a histogram of the remote exchange beside
+//! UDP ping-pong's, alternating in tenths, and the context switches of each
+//! of this process's threads (which background wake-ups the tail comes
+//! from); run it under `taskset -c 0` with `PERF_CHILD_CPU=0`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -57,6 +61,46 @@ fn main() {
                 println!("vipc remote median {:.2} µs, cpu {cpu:.2} µs per exchange", median(v));
             }
             "local" => local(iters),
+            "tails" => {
+                let mut u = UdpPingPong::new(false);
+                let (_c, _node, me, server) = start_server(false);
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                for _ in 0..10 {
+                    a.extend(time_each(iters / 10, || u.round_trip()));
+                    b.extend(time_each(iters / 10, || {
+                        let mut m: Message = [0; 32];
+                        me.send(&mut m, server).unwrap();
+                    }));
+                }
+                for line in thread_switches() {
+                    println!("{line}");
+                }
+                for (name, mut v) in [("udp", a), ("vipc", b)] {
+                    v.sort_by(|x, y| x.partial_cmp(y).unwrap());
+                    let q = |f: f64| v[((v.len() as f64 * f) as usize).min(v.len() - 1)];
+                    println!(
+                        "{name}: p50 {:.1} p90 {:.1} p95 {:.1} p98 {:.1} p99 {:.1} p99.5 {:.1} p99.9 {:.1}",
+                        q(0.5),
+                        q(0.9),
+                        q(0.95),
+                        q(0.98),
+                        q(0.99),
+                        q(0.995),
+                        q(0.999)
+                    );
+                    let hist = [15.0, 20.0, 25.0, 30.0, 40.0, 60.0, 100.0, 1e9];
+                    let mut prev = 0.0;
+                    let counts: Vec<String> = hist
+                        .iter()
+                        .map(|&h| {
+                            let c = v.iter().filter(|&&x| x >= prev && x < h).count();
+                            prev = h;
+                            format!("<{h}:{c}")
+                        })
+                        .collect();
+                    println!("   {}", counts.join(" "));
+                }
+            }
             "local-poll-only" => {
                 let node = Node::start(node_cfg(1, vec![], true)).unwrap();
                 let (server, _t) = node
@@ -82,6 +126,24 @@ fn main() {
 }
 
 // ───────────────────────── helpers ─────────────────────────
+
+/// Each thread of this process: its name and context switches (voluntary, involuntary).
+fn thread_switches() -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let f = |k: &str| {
+            st.lines().find(|l| l.starts_with(k)).map(|l| l[k.len()..].trim().to_string()).unwrap_or_default()
+        };
+        out.push(format!(
+            "{} vol {} invol {}",
+            f("Name:"),
+            f("voluntary_ctxt_switches:"),
+            f("nonvoluntary_ctxt_switches:")
+        ));
+    }
+    out
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
