@@ -63,7 +63,7 @@ fn main() {
             "local" => local(iters),
             "tails" => {
                 let mut u = UdpPingPong::new(false);
-                let (_c, _node, me, server) = start_server(false);
+                let (c, _node, me, server) = start_server(false);
                 let (mut a, mut b) = (Vec::new(), Vec::new());
                 for _ in 0..10 {
                     a.extend(time_each(iters / 10, || u.round_trip()));
@@ -72,7 +72,7 @@ fn main() {
                         me.send(&mut m, server).unwrap();
                     }));
                 }
-                for line in thread_switches() {
+                for line in thread_switches("self").into_iter().chain(thread_switches(&c.child.id().to_string())) {
                     println!("{line}");
                 }
                 for (name, mut v) in [("udp", a), ("vipc", b)] {
@@ -127,10 +127,10 @@ fn main() {
 
 // ───────────────────────── helpers ─────────────────────────
 
-/// Each thread of this process: its name and context switches (voluntary, involuntary).
-fn thread_switches() -> Vec<String> {
+/// Each thread of process `pid` (or `self`): its name and context switches (voluntary, involuntary).
+fn thread_switches(pid: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
         let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
         let f = |k: &str| {
             st.lines().find(|l| l.starts_with(k)).map(|l| l[k.len()..].trim().to_string()).unwrap_or_default()
