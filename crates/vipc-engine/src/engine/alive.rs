@@ -32,6 +32,9 @@ pub(crate) struct AliveRow {
 #[derive(Debug, Default)]
 pub(crate) struct AliveTable {
     rows: Vec<Option<AliveRow>>,
+    /// Host → its row: every valid packet looks its sender up, and forged
+    /// announcements can fill tens of thousands of rows.
+    index: HashMap<HostId, usize>,
     seq: u32,
     /// When the next periodic announcement is due (the timer it expects).
     next_tick: Option<Time>,
@@ -39,19 +42,28 @@ pub(crate) struct AliveTable {
 
 impl AliveTable {
     fn find(&self, host: HostId) -> Option<usize> {
-        self.rows.iter().position(|r| r.as_ref().is_some_and(|r| r.host == host))
+        self.index.get(&host).copied()
     }
 
     fn insert(&mut self, row: AliveRow) {
-        match self.rows.iter().position(Option::is_none) {
-            Some(i) => self.rows[i] = Some(row),
-            None => self.rows.push(Some(row)),
-        }
+        let host = row.host;
+        let i = match self.rows.iter().position(Option::is_none) {
+            Some(i) => {
+                self.rows[i] = Some(row);
+                i
+            }
+            None => {
+                self.rows.push(Some(row));
+                self.rows.len() - 1
+            }
+        };
+        self.index.insert(host, i);
         self.seq = self.seq.wrapping_add(1);
     }
 
     fn remove(&mut self, i: usize) -> Option<AliveRow> {
         let row = self.rows.get_mut(i)?.take()?;
+        self.index.remove(&row.host);
         while self.rows.last().is_some_and(Option::is_none) {
             self.rows.pop();
         }
@@ -225,6 +237,35 @@ impl Engine {
         if answer {
             let delay = self.rng.gen_range(0..=NEWCOMER_REPLY_MAX.as_nanos() as u64);
             self.arm(now + Duration::from_nanos(delay), TimerKey::AliveReply(host));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The index answers as a scan of the rows would, through random joins
+    /// and departures (freed rows reused, trailing ones dropped).
+    #[test]
+    fn the_host_index_agrees_with_the_rows() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut t = AliveTable::default();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 1));
+        for _ in 0..20_000 {
+            let host: HostId = rng.gen_range(1..200);
+            match t.find(host) {
+                Some(i) if rng.gen_bool(0.5) => {
+                    assert_eq!(t.remove(i).map(|r| r.host), Some(host));
+                }
+                Some(_) => {}
+                None => t.insert(AliveRow { host, addr, incarnation: 1, last_heard: Time::ZERO }),
+            }
+            let probe: HostId = rng.gen_range(1..200);
+            let scanned = t.rows.iter().position(|r| r.as_ref().is_some_and(|r| r.host == probe));
+            assert_eq!(t.find(probe), scanned, "host {probe}");
+            assert_eq!(t.index.len(), t.rows.iter().flatten().count());
         }
     }
 }
