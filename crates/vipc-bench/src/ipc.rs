@@ -7,6 +7,7 @@
 //! | `exchange` | Send–Receive–Reply 32 B local and remote (± `poll_spin`) against UDP, TCP, condvar, ZeroMQ, gRPC; packets per exchange |
 //! | `idle` | the remote exchange and the UDP ping-pong each after [`IDLE_GAP`] without traffic, and back to back |
 //! | `moves` | MoveTo / MoveFrom remote 1 KB–16 MiB against TCP bulk; 1 KB local |
+//! | `keyed` | the remote exchange and 1 MiB MoveTo / MoveFrom between keyed nodes against unkeyed ones and TCP bulk ([`crate::keyed`]) |
 //! | `pages` | page read / write 512 B and 4 KB: appended segment against MoveTo/MoveFrom; packets |
 //! | `units` | 64 KB read by MoveTo transfer unit 1, 4, 16, 64 KB |
 //! | `saturation` | exchanges/s one server sustains with 1, 2, 4, 8 client processes, against a UDP echo server |
