@@ -313,16 +313,20 @@ impl Process {
     /// been sent as zeros).
     pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
         let (me, lead) = (self.pid, self.lead_to(dest));
-        if lead == Lead::Yes && self.shared.lends() {
-            if len > 0 {
-                if let Ok(window) = FileWindow::map(file, file_offset, len as usize) {
-                    let c = self
-                        .shared
-                        .block(me, lead, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
-                    moved("move_to_from_file", c)?;
-                    return window.take_error().map_or(Ok(()), |e| Err(e.into()));
-                }
+        let lent = lead == Lead::Yes && self.shared.lends();
+        if lent && len > 0 {
+            if let Ok(window) = FileWindow::map(file, file_offset, len as usize) {
+                let c = self
+                    .shared
+                    .block(me, lead, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
+                moved("move_to_from_file", c)?;
+                return window.take_error().map_or(Ok(()), |e| Err(e.into()));
             }
+        }
+        // The bytes are read into memory: only once the engine has said the
+        // move may take place, not gigabytes read for a move it refuses.
+        self.shared.call(Some(me), |e, _| e.check_move_to(me, dest, offset, u64::from(len)))?;
+        if lent {
             // Not mapped: read into page-aligned memory, lent from there.
             let len = len as usize;
             let (mut raw, at) = page_aligned(len);

@@ -90,3 +90,29 @@ fn a_move_from_a_file_it_cannot_read_fails_with_an_io_error() {
     assert!(matches!(unreadable, Err(vipc::Error::Io(_))), "{unreadable:?}");
     assert!(matches!(past, Err(vipc::Error::Io(_))), "{past:?}");
 }
+
+/// The peak resident memory of this process so far, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+    kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024
+}
+
+/// A move the engine refuses (its receiver awaits no reply from the mover)
+/// fails before the file is read: a keyed node and a local receiver, whose
+/// bytes are read into memory first, used to read all 1 GiB of it.
+#[test]
+fn a_refused_move_from_a_file_reads_nothing() {
+    let key = vipc::AuthKey::from_bytes([9; 32]);
+    let nodes = cluster_with(2, 60, |_, c| c.key = Some(key.clone()));
+    let big = tempfile::NamedTempFile::new().unwrap();
+    big.as_file().set_len(1 << 30).unwrap();
+    let mover = nodes[0].attach().unwrap();
+    for stranger in [nodes[1].attach().unwrap(), nodes[0].attach().unwrap()] {
+        let before = peak_rss();
+        let r = mover.move_to_from_file(stranger.pid(), 0, big.as_file(), 0, 1 << 30);
+        assert!(r.is_err(), "a move to {} that awaits nothing", stranger.pid());
+        let grown = peak_rss().saturating_sub(before);
+        assert!(grown < 256 << 20, "{} MiB read for a refused move", grown >> 20);
+    }
+}

@@ -176,15 +176,29 @@ impl Engine {
         }
     }
 
-    /// MoveTo: write `data` at `offset` of the write-granted segment of `dest`,
-    /// which must be awaiting a reply from `from`. Blocks until [`Completion::Move`].
-    pub fn move_to(&mut self, now: Time, from: Pid, dest: Pid, offset: u32, data: Vec<u8>) -> Result<(), Error> {
+    /// The grant a MoveTo of `len` bytes at `offset` by `from` into `dest`'s
+    /// segment would use, if it may take place.
+    fn write_grant(&self, from: Pid, dest: Pid, offset: u32, len: u64) -> Result<Grant, Error> {
         self.check_caller(from)?;
         let g = self.grant(from, dest)?;
         if !g.access.write {
             return Err(Error::NoAccess("write"));
         }
-        check_range(offset as u64, data.len() as u64, g.size)?;
+        check_range(offset as u64, len, g.size)?;
+        Ok(g)
+    }
+
+    /// The checks [`Engine::move_to`] makes before it moves anything, alone:
+    /// a caller whose bytes are costly to produce (read from a file) can
+    /// fail before it produces them.
+    pub fn check_move_to(&self, from: Pid, dest: Pid, offset: u32, len: u64) -> Result<(), Error> {
+        self.write_grant(from, dest, offset, len).map(drop)
+    }
+
+    /// MoveTo: write `data` at `offset` of the write-granted segment of `dest`,
+    /// which must be awaiting a reply from `from`. Blocks until [`Completion::Move`].
+    pub fn move_to(&mut self, now: Time, from: Pid, dest: Pid, offset: u32, data: Vec<u8>) -> Result<(), Error> {
+        let g = self.write_grant(from, dest, offset, data.len() as u64)?;
         self.set_blocked(from, Blocked::Move);
         let Some((addr, exchange)) = g.remote.filter(|_| !data.is_empty()) else {
             self.write_exchange_segment(dest, offset as usize, &data, false);
@@ -214,12 +228,7 @@ impl Engine {
     /// node without a key only (else [`Error::Unsupported`]); otherwise as
     /// [`Engine::move_to`].
     pub fn move_to_lent(&mut self, now: Time, from: Pid, dest: Pid, offset: u32, len: u32) -> Result<(), Error> {
-        self.check_caller(from)?;
-        let g = self.grant(from, dest)?;
-        if !g.access.write {
-            return Err(Error::NoAccess("write"));
-        }
-        check_range(offset as u64, len as u64, g.size)?;
+        let g = self.write_grant(from, dest, offset, len as u64)?;
         if self.cfg.key.is_some() {
             return Err(Error::Unsupported("a lent MoveTo on a node with a key"));
         }
