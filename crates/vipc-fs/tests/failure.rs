@@ -185,6 +185,40 @@ fn a_client_that_vanishes_between_calls_is_reaped() {
     drop(c);
 }
 
+/// Many clients on hosts that all die at once: their pings fail only after
+/// T_t each, so one at a time would release them one T_t apart (the soak
+/// test's 90 killed `vipc cp` clients: 110 s); pinged together they go in a
+/// couple of sweeps.
+#[test]
+fn many_dead_clients_are_reaped_together() {
+    const CLIENTS: usize = 16;
+    let addrs = free_addrs(CLIENTS + 1);
+    let server_node = node(1, addrs[0], addrs.clone(), short);
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("reapmany");
+    let server = serve(&server_node, &name, dir.path(), false);
+    let mut clients = Vec::new();
+    for (i, addr) in addrs[1..].iter().enumerate() {
+        let client_node = node(2 + i as u16, *addr, vec![addrs[0]], short);
+        let c = FsClient::connect(&client_node, &name).unwrap();
+        c.open(&format!("f{i}"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        clients.push((client_node, c));
+    }
+    assert_eq!(server.open_handles(), CLIENTS);
+    for (client_node, _) in &clients {
+        client_node.shutdown();
+    }
+    // Idle for a sweep (0.5 s), then pinged at the next one; each ping fails
+    // after T_t (0.3 s). One at a time took 16 × 0.3 s on top of that.
+    let t = Instant::now();
+    while server.open_handles() > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.open_handles(), 0, "still held after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_millis(3000), "released one by one: {:?}", t.elapsed());
+    drop(clients);
+}
+
 /// With a T_t longer than the reaper's ping limit, a ping to a dead host
 /// never fails with Timeout: pings left unanswered sweep after sweep do it.
 #[test]

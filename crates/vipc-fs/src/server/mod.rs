@@ -70,6 +70,9 @@ impl Default for Tuning {
 
 /// Most worker processes of one server.
 pub const MAX_WORKERS: usize = 1024;
+/// Silent clients the reaper pings at once (each from a process of its own).
+const REAPER_PINGS: usize = 16;
+
 /// Shortest reaper sweep: a shorter one would ping clients without pause.
 pub const MIN_SWEEP: Duration = Duration::from_millis(50);
 
@@ -149,9 +152,9 @@ impl FileServer {
             let (svc, pool) = (svc.clone(), pool.clone());
             threads.push(spawn(format!("fs-{}-w{i}", cfg.name), move || worker::worker(p, svc, pool, i))?);
         }
-        let reaper = node.attach()?;
+        let pingers = (0..REAPER_PINGS).map(|_| node.attach()).collect::<Result<Vec<_>, _>>()?;
         let (s, st, sweep) = (svc.clone(), stop.clone(), tuning.sweep);
-        threads.push(spawn(format!("fs-{}-reaper", cfg.name), move || worker::reaper(reaper, s, sweep, st))?);
+        threads.push(spawn(format!("fs-{}-reaper", cfg.name), move || worker::reaper(pingers, s, sweep, st))?);
         let receiver = node.attach()?;
         let rpid = receiver.pid();
         let (nm, st, s) = (name.clone(), stop.clone(), svc.clone());

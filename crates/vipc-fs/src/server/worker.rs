@@ -358,8 +358,12 @@ fn serve_one(
 /// owner process of each client that holds handles and has been silent for
 /// a whole `sweep`; a client whose owner is gone (its node says no such
 /// process, or its node is down) or has left [`SILENT_SWEEPS`] pings in a
-/// row unanswered has its handles released.
-pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBool>) {
+/// row unanswered has its handles released. The pings go out together, one
+/// per process of `pingers` at a time: a ping to a dead host fails only
+/// after T_t, and one at a time released at most one dead client a second
+/// (90 killed `vipc cp` clients held 100 descriptors, and the disk space of
+/// deleted files, for 110 s).
+pub fn reaper(pingers: Vec<Process>, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBool>) {
     let mut last = Instant::now();
     let mut silent: HashMap<Pid, u32> = HashMap::new();
     while !stop.load(Ordering::SeqCst) {
@@ -371,36 +375,64 @@ pub fn reaper(p: Process, svc: Arc<Service>, sweep: Duration, stop: Arc<AtomicBo
         svc.handles.shed_read_ahead(last - READ_AHEAD_TTL);
         let idle = svc.handles.idle_owners(last - sweep);
         silent.retain(|o, _| idle.contains(o));
-        for owner in idle {
+        for batch in idle.chunks(pingers.len().max(1)) {
             if stop.load(Ordering::SeqCst) {
                 return;
             }
-            let mut m = Req::new(OP_PING_OWNER).0;
-            // Bounded: an owner that receives and never replies is kept
-            // alive by its node forever, and must not stop the sweep.
-            let gone = match vipc::within(PING_LIMIT.min(sweep), || p.send(&mut m, owner)) {
-                Ok(_) => {
-                    svc.handles.seen(owner);
-                    silent.remove(&owner);
-                    continue;
+            for (owner, answer) in ping_owners(&pingers, batch, PING_LIMIT.min(sweep)) {
+                if !reap(&svc, &mut silent, owner, answer) {
+                    return;
                 }
-                Err(e) if stopped(&e) => return,
-                Err(e) if e.is_deadline() => {
-                    let n = silent.entry(owner).or_default();
-                    *n += 1;
-                    tracing::debug!("file server: client {owner} did not answer its ping ({n} in a row)");
-                    if *n < SILENT_SWEEPS {
-                        continue;
-                    }
-                    format!("{SILENT_SWEEPS} pings unanswered")
-                }
-                Err(e) => e.to_string(),
-            };
-            silent.remove(&owner);
-            let n = svc.handles.release_owner(owner);
-            tracing::debug!("file server: client {owner} is gone ({gone}); released {n} handles");
+            }
         }
     }
+}
+
+/// Pings each of `owners` from its own process of `pingers` (as many as
+/// there are owners, at most), all at once, each bounded by `limit`: an
+/// owner that receives and never replies is kept alive by its node forever,
+/// and must not stop the sweep.
+fn ping_owners(pingers: &[Process], owners: &[Pid], limit: Duration) -> Vec<(Pid, Result<Pid, Error>)> {
+    std::thread::scope(|s| {
+        let pings: Vec<_> = owners
+            .iter()
+            .zip(pingers)
+            .map(|(&owner, p)| {
+                s.spawn(move || {
+                    let mut m = Req::new(OP_PING_OWNER).0;
+                    (owner, vipc::within(limit, || p.send(&mut m, owner)))
+                })
+            })
+            .collect();
+        pings.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
+/// Acts on `owner`'s answer to its ping: keeps its handles, counts a silent
+/// sweep, or releases them. False if the node has stopped.
+fn reap(svc: &Service, silent: &mut HashMap<Pid, u32>, owner: Pid, answer: Result<Pid, Error>) -> bool {
+    let gone = match answer {
+        Ok(_) => {
+            svc.handles.seen(owner);
+            silent.remove(&owner);
+            return true;
+        }
+        Err(e) if stopped(&e) => return false,
+        Err(e) if e.is_deadline() => {
+            let n = silent.entry(owner).or_default();
+            *n += 1;
+            tracing::debug!("file server: client {owner} did not answer its ping ({n} in a row)");
+            if *n < SILENT_SWEEPS {
+                return true;
+            }
+            format!("{SILENT_SWEEPS} pings unanswered")
+        }
+        Err(e) => e.to_string(),
+    };
+    silent.remove(&owner);
+    let n = svc.handles.release_owner(owner);
+    tracing::debug!("file server: client {owner} is gone ({gone}); released {n} handles");
+    true
 }
 
 #[cfg(test)]
