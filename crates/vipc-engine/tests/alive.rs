@@ -184,3 +184,31 @@ fn i_am_here_is_off_unless_configured() {
     assert_eq!(hosts(&net, 0), Vec::<HostId>::new());
     assert_eq!(net.stats(0).stray, 1);
 }
+
+#[test]
+fn a_host_that_leaves_is_dropped_at_once_and_only_by_its_own_life() {
+    let mut net = alive_net(3);
+    net.advance(Duration::from_millis(250));
+    net.events.clear();
+    // Node 3 (host 3) shuts down: it says so, and both others drop it now.
+    net.nodes[2].leave();
+    net.settle();
+    assert_eq!(hosts(&net, 0), vec![2]);
+    assert_eq!(hosts(&net, 1), vec![1]);
+    assert_eq!(changes(&net, 0), vec![(false, 3)]);
+    assert_eq!(net.stats(0).hosts_down, 1);
+    // A goodbye from a life the table does not hold changes nothing:
+    // node 2 restarts, and its old life's goodbye arrives late.
+    let mut c = config(2);
+    c.alive_period = Some(PERIOD);
+    let old = std::mem::replace(&mut net.nodes[1], Engine::new(Config { seed: 99, ..c }, net.now));
+    net.advance(Duration::from_millis(20));
+    assert_eq!(hosts(&net, 0), vec![2], "the new life is up");
+    let mut old = old;
+    old.leave();
+    let leaving =
+        |t: &Transmit| vipc_wire::parse(&t.bytes, None).is_ok_and(|p| p.header.flags.has(vipc_wire::Flags::LEAVING));
+    let bye = std::iter::from_fn(|| old.poll_transmit()).find(leaving).expect("the old life's goodbye");
+    net.nodes[0].handle_datagram(net.now, addr(1), &bye.bytes);
+    assert_eq!(hosts(&net, 0), vec![2], "the new life stays");
+}

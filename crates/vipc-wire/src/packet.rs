@@ -187,6 +187,9 @@ impl Flags {
     /// with ReplyPending, so that the sender learns which life of the node
     /// took it before any retransmission has to name one.
     pub const EARLY_PENDING: u16 = 1 << 10;
+    /// I-Am-Here: the sender is shutting down; drop it from the alive-host
+    /// table now rather than after it has been silent for a while.
+    pub const LEAVING: u16 = 1 << 11;
     /// A MAC trailer follows the data.
     pub const MAC: u16 = 1 << 15;
     /// Bits a version-1 node understands; others are ignored.
@@ -201,6 +204,7 @@ impl Flags {
         | Self::NOTIFY
         | Self::ANSWER
         | Self::EARLY_PENDING
+        | Self::LEAVING
         | Self::MAC;
 
     /// True when every bit of `bits` is set.

@@ -683,6 +683,12 @@ impl Shared {
 
     /// Stops the node: threads exit, blocked calls return `NodeStopped`.
     pub(crate) fn stop(&self) {
+        // Goodbye first, while the sockets still send: the other hosts drop
+        // this one from their alive-host tables now (best effort).
+        let _ = self.call(None, |e, _| {
+            e.leave();
+            Ok(())
+        });
         let mut st = self.lock();
         if st.stopped {
             return;
