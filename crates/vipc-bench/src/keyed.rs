@@ -53,8 +53,8 @@ pub fn keyed(ctx: &mut Ctx<'_>) -> Result<()> {
     let (rounds, n, warm) = ctx.scale(5, 16, 4);
     let mover = |p: &vipc::Process, to: vipc::Pid, op: u8| {
         let mut s = seg.borrow_mut();
-        let seg = if op == vserver::OP_MOVE_TO { SegmentRef::Write(&mut s[..]) } else { SegmentRef::Read(&s[..]) };
-        Ok(mbps(MOVED, server_time(p, to, request(op, MOVED, 0), Some(seg))?))
+        let segment = if op == vserver::OP_MOVE_TO { SegmentRef::Write(&mut s[..]) } else { SegmentRef::Read(&s[..]) };
+        Ok(mbps(MOVED, server_time(p, to, request(op, MOVED, 0), Some(segment))?))
     };
     let mut moves = vec![
         Probe::new(&format!("tcp_bulk_{l}"), n, || Ok(mbps(MOVED, tc.borrow_mut().bulk(MOVED)?))),
