@@ -3,10 +3,13 @@
 //! again to the same packet; the input is also read as a header plus data,
 //! encoded, and must parse back to itself. The remote-memory field layouts
 //! (`vipc_wire::rmem`) read from any header must write back the same fields.
+//! Split as a receive GRO may have coalesced (`vipc_wire::coalesced`), the
+//! input's pieces must be the input, and several only in GRO's shape.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use vipc_wire::coalesced::{datagrams, stated_len};
 use vipc_wire::rmem::{
     CasAnswer, CasFields, ImportFields, ImportReplyFields, NackFields, ReadFields, WriteFields, WritevFields,
 };
@@ -18,10 +21,22 @@ fuzz_target!(|data: &[u8]| {
         check_round_trip(data, k);
     }
     check_encode_parse(data, &key);
+    check_coalesced(data);
     if let Ok(p) = parse(data, None) {
         check_rmem_fields(&p.header, p.data);
     }
 });
+
+/// The pieces are the buffer, in order; several only if each states its
+/// own length, all but the last of one size and the last no longer.
+fn check_coalesced(bytes: &[u8]) {
+    let pieces: Vec<&[u8]> = datagrams(bytes).collect();
+    assert_eq!(pieces.concat(), bytes, "the pieces are the buffer");
+    if let [first, .., last] = pieces[..] {
+        assert!(pieces.iter().all(|p| stated_len(p) == Some(p.len())));
+        assert!(pieces[..pieces.len() - 1].iter().all(|p| p.len() == first.len()) && last.len() <= first.len());
+    }
+}
 
 /// Each remote-memory layout: get, put into a fresh header, get again: the same fields.
 fn check_rmem_fields(h: &Header, data: &[u8]) {

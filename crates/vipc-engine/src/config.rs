@@ -109,7 +109,7 @@ impl Default for Config {
             getpid_timeout: Duration::from_millis(300),
             max_packet: 1472,
             loopback_packet: None,
-            window: 64,
+            window: 256,
             window_bytes: 4 << 20,
             min_stream_rate: 256 << 10,
             location_cache: 256,

@@ -90,6 +90,13 @@ pub struct Stats {
     /// wake-ups of a thread blocked reading the socket, its broadcasts
     /// looped back, or forged ones. Counted by the runtime; the engine leaves it 0.
     pub own_datagrams: u64,
+    /// Sends that carried several datagrams to one address in one system
+    /// call (UDP GSO; the kernel cuts them apart). Counted by the runtime;
+    /// the engine leaves it 0.
+    pub runs_sent: u64,
+    /// Receives that returned several datagrams of one sender at once (UDP
+    /// GRO), split by their headers. Counted by the runtime; the engine leaves it 0.
+    pub runs_received: u64,
     /// Fire-and-forget calls (remote writes) that waited because more than
     /// the runtime's send-queue limit was queued unsent. Counted by the
     /// runtime; the engine leaves it 0.
@@ -222,6 +229,8 @@ impl Stats {
             ("unicast_fanout", self.unicast_fanout),
             ("multicast_by_receiver", self.multicast_by_receiver),
             ("own_datagrams", self.own_datagrams),
+            ("runs_sent", self.runs_sent),
+            ("runs_received", self.runs_received),
             ("writes_throttled", self.writes_throttled),
             ("rmem_answers_from_segment", self.rmem_answers_from_segment),
             ("rmem_answers_in_place", self.rmem_answers_in_place),

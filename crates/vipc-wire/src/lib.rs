@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+pub mod coalesced;
 mod packet;
 mod pid;
 pub mod rmem;

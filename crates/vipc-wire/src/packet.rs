@@ -312,11 +312,11 @@ pub enum ParseError {
     BadMac,
 }
 
-fn be16(b: &[u8], at: usize) -> u16 {
+pub(crate) fn be16_at(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-fn be32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn be32_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -325,7 +325,7 @@ pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, Par
     if buf.len() < HEADER_LEN {
         return Err(ParseError::TooShort(buf.len()));
     }
-    let magic = be16(buf, 0);
+    let magic = be16_at(buf, 0);
     if magic != MAGIC {
         return Err(ParseError::BadMagic(magic));
     }
@@ -333,9 +333,9 @@ pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, Par
         return Err(ParseError::BadVersion(buf[2]));
     }
     let ptype = PacketType::from_u8(buf[3]).ok_or(ParseError::UnknownType(buf[3]))?;
-    let flags = Flags(be16(buf, 4));
+    let flags = Flags(be16_at(buf, 4));
     let mac_len = if flags.has(Flags::MAC) { MAC_LEN } else { 0 };
-    let length = be32(buf, 24);
+    let length = be32_at(buf, 24);
     let actual = buf.len().saturating_sub(HEADER_LEN + mac_len);
     if buf.len() < HEADER_LEN + mac_len || length as usize != actual {
         return Err(ParseError::LengthMismatch { field: length, actual });
@@ -356,14 +356,14 @@ pub fn parse<'a>(buf: &'a [u8], key: Option<&AuthKey>) -> Result<Packet<'a>, Par
     let header = Header {
         ptype,
         flags,
-        incarnation: be16(buf, 6),
-        seq: be32(buf, 8),
-        src: Pid(be32(buf, 12)),
-        dst: Pid(be32(buf, 16)),
-        fwd: Pid(be32(buf, 20)),
-        total_len: be32(buf, 28),
-        local_addr: be32(buf, 32),
-        remote_addr: be32(buf, 36),
+        incarnation: be16_at(buf, 6),
+        seq: be32_at(buf, 8),
+        src: Pid(be32_at(buf, 12)),
+        dst: Pid(be32_at(buf, 16)),
+        fwd: Pid(be32_at(buf, 20)),
+        total_len: be32_at(buf, 28),
+        local_addr: be32_at(buf, 32),
+        remote_addr: be32_at(buf, 36),
         message,
     };
     Ok(Packet { header, data: &buf[HEADER_LEN..HEADER_LEN + length as usize] })

@@ -15,6 +15,7 @@
 //! A page the kernel cannot read from the disk fails the same way; the
 //! `pread` then reports the error, which the MoveTo returns once done.
 
+use crate::gso::{Gso, Part, Run};
 use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use std::cell::Cell;
 use std::fs::File;
@@ -67,8 +68,40 @@ impl<'a> FileWindow<'a> {
         Ok(FileWindow { file, offset, base, skip, len, failed: Cell::new(None) })
     }
 
+    /// Sends datagrams (to, head, at, n), each `head` then the window's
+    /// bytes `at..at + n`, in runs ([`crate::gso`]); a run the kernel
+    /// refuses (EFAULT: the file was cut short) goes datagram by datagram.
+    pub(crate) fn send_all<'h>(
+        &self,
+        sock: &UdpSocket,
+        gso: &Gso,
+        chunks: impl Iterator<Item = (SocketAddr, &'h [u8], usize, usize)>,
+    ) {
+        let chunks: Vec<_> = chunks.collect();
+        let mut run = Run::new(sock, gso, |to, i: usize, _| {
+            let (_, head, at, n) = chunks[i];
+            self.send(sock, to, head, at, n);
+            true
+        });
+        for (i, &(to, head, at, n)) in chunks.iter().enumerate() {
+            match self.part(at, n) {
+                Some(data) => run.push(to, Part::from(head), data, i),
+                None => tracing::debug!("a lent chunk beyond the file window"),
+            }
+        }
+        run.finish();
+    }
+
+    /// The window's bytes `at..at + n`, for the kernel to read.
+    fn part(&self, at: usize, n: usize) -> Option<Part<'_>> {
+        at.checked_add(n).filter(|&e| e <= self.len)?;
+        // SAFETY: inside the mapping (checked above), which stays mapped
+        // while `self` lives; the kernel alone reads it (see the module docs).
+        Some(unsafe { Part::raw(self.base.as_ptr().cast::<u8>().wrapping_add(self.skip + at), n) })
+    }
+
     /// Sends one datagram to `to`: `head`, then the window's bytes `at..at + n`.
-    pub(crate) fn send(&self, sock: &UdpSocket, to: SocketAddr, head: &[u8], at: usize, n: usize) {
+    fn send(&self, sock: &UdpSocket, to: SocketAddr, head: &[u8], at: usize, n: usize) {
         let Some(end) = at.checked_add(n).filter(|&e| e <= self.len) else {
             tracing::debug!("a lent chunk beyond the file window");
             return;
@@ -82,7 +115,7 @@ impl<'a> FileWindow<'a> {
                     let first = self.failed.take().unwrap_or(e);
                     self.failed.set(Some(first));
                 }
-                crate::net::send_parts(sock, to, head, &data);
+                crate::gso::send_logged(sock, to, &[Part::from(head), Part::from(&data[..])]);
             }
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
             Err(e) => tracing::debug!("send to {to} failed: {e}"),
@@ -169,7 +202,40 @@ pub(crate) fn read_full(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Re
 #[cfg(test)]
 mod tests {
     use super::{page_aligned, FileWindow};
+    use crate::gso::Gso;
     use std::net::UdpSocket;
+
+    #[test]
+    fn a_run_from_a_window_cut_short_goes_datagram_by_datagram() {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &[7u8; 4 * 4096]).unwrap();
+        let window = FileWindow::map(&f, 0, 4 * 4096).unwrap();
+        let (tx, rx) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let to = rx.local_addr().unwrap();
+        let gso = Gso::new();
+        let chunks = || (0..4).map(move |i| (to, &b"head"[..], i * 4000, 4000));
+        let mut got = vec![0u8; 8192];
+        // Whole: one run (four datagrams in one send), each head then its bytes.
+        window.send_all(&tx, &gso, chunks());
+        for _ in 0..4 {
+            assert_eq!(rx.recv(&mut got).unwrap(), 4004);
+            assert!(&got[..4] == b"head" && got[4..4004].iter().all(|&b| b == 7));
+        }
+        // Cut to one page: the run's send faults, and each datagram goes on
+        // its own, the bytes past the new end as zeros.
+        f.set_len(4096).unwrap();
+        window.send_all(&tx, &gso, chunks());
+        let mut bytes = Vec::new();
+        for _ in 0..4 {
+            assert_eq!(rx.recv(&mut got).unwrap(), 4004);
+            assert_eq!(&got[..4], b"head");
+            bytes.extend_from_slice(&got[4..4004]);
+        }
+        assert!(bytes[..4096].iter().all(|&b| b == 7) && bytes[4096..].iter().all(|&b| b == 0));
+        assert!(window.take_error().is_none(), "the pread worked");
+        gso.runs_allowed(4004);
+    }
 
     #[test]
     fn page_aligned_bytes_start_on_a_page_boundary() {

@@ -52,10 +52,13 @@
 mod config;
 mod error;
 mod faults;
-// The one module with `unsafe`: mapping a file and sending from the mapping
-// (each block states its invariant; tests/filemap.rs exercises them).
+// The two modules with `unsafe`: mapping a file and sending from the
+// mapping, and the iovecs of such pages handed to sendmsg (each block states
+// its invariant; tests/filemap.rs and gso's tests exercise them).
 #[allow(unsafe_code)]
 mod filemap;
+#[allow(unsafe_code)]
+mod gso;
 pub mod locate;
 mod loopback;
 mod net;

@@ -3,6 +3,7 @@
 //! derived from the configuration.
 
 use crate::config::{Multicast, NodeConfig};
+use crate::gso::{Gso, Part, Run};
 use crate::{Error, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, IoSliceMut};
@@ -119,6 +120,7 @@ pub(crate) fn open(cfg: &NodeConfig) -> Result<Sockets> {
     sock.set_read_timeout(Some(RECV_POLL))?;
     let recv_buffer = sock.recv_buffer_size().unwrap_or(0);
     let unicast: UdpSocket = sock.into();
+    crate::gso::enable_gro(&unicast);
     let local = unicast.local_addr()?;
 
     let multicast = match (&cfg.broadcast.multicast, local) {
@@ -340,48 +342,29 @@ fn recv_one(sock: &UdpSocket, buf: &mut [u8], dontwait: bool) -> nix::Result<(us
     }
 }
 
-/// Sends one datagram made of `head` followed by `data`, without joining them.
-pub(crate) fn send_parts(sock: &UdpSocket, to: SocketAddr, head: &[u8], data: &[u8]) {
-    sendmsg_parts(sock, to, head, data, nix::sys::socket::MsgFlags::empty());
-}
-
-/// [`send_parts`] that never blocks: false if the socket's buffer is full
-/// (nothing was sent). Other failures count as sent, as in [`send_parts`].
-pub(crate) fn try_send_parts(sock: &UdpSocket, to: SocketAddr, head: &[u8], data: &[u8]) -> bool {
-    sendmsg_parts(sock, to, head, data, nix::sys::socket::MsgFlags::MSG_DONTWAIT)
-}
-
-fn sendmsg_parts(
-    sock: &UdpSocket,
-    to: SocketAddr,
-    head: &[u8],
-    data: &[u8],
-    flags: nix::sys::socket::MsgFlags,
-) -> bool {
-    use nix::sys::socket::{sendmsg, SockaddrStorage};
-    let iov = [std::io::IoSlice::new(head), std::io::IoSlice::new(data)];
-    let addr = SockaddrStorage::from(to);
-    match sendmsg(sock.as_raw_fd(), &iov, &[], flags, Some(&addr)) {
-        Ok(_) => true,
-        Err(nix::errno::Errno::EAGAIN) => false,
-        Err(e) => {
-            if e != nix::errno::Errno::ECONNREFUSED {
-                tracing::debug!("send to {to} failed: {e}");
-            }
-            true
-        }
+/// Sends every datagram of `batch`, in order: runs of one size to one
+/// address in one system call each ([`crate::gso`]).
+pub(crate) fn send_all(sock: &UdpSocket, gso: &Gso, batch: &std::collections::VecDeque<(SocketAddr, Vec<u8>)>) {
+    if let (1, Some((to, bytes))) = (batch.len(), batch.front()) {
+        return send_one(sock, *to, bytes); // an exchange's one datagram: no run to set up
     }
+    let mut run = Run::new(sock, gso, |to, i: usize, _| {
+        send_one(sock, to, &batch[i].1);
+        true
+    });
+    for (i, (to, bytes)) in batch.iter().enumerate() {
+        run.push(*to, Part::from(&bytes[..]), Part::from(&[][..]), i);
+    }
+    run.finish();
 }
 
-/// Sends every datagram of `batch`, in order.
-pub(crate) fn send_all(sock: &UdpSocket, batch: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>) {
-    for (to, bytes) in batch.iter() {
-        // rustix: the system call itself, without libc's cancellation-point wrapper.
-        if let Err(e) = rustix::net::sendto(sock, bytes, rustix::net::SendFlags::empty(), to) {
-            // ConnectionRefused is the echo of an ICMP port-unreachable: a peer is down.
-            if e != rustix::io::Errno::CONNREFUSED {
-                tracing::debug!("send to {to} failed: {e}");
-            }
+/// Sends one datagram.
+fn send_one(sock: &UdpSocket, to: SocketAddr, bytes: &[u8]) {
+    // rustix: the system call itself, without libc's cancellation-point wrapper.
+    if let Err(e) = rustix::net::sendto(sock, bytes, rustix::net::SendFlags::empty(), &to) {
+        // ConnectionRefused is the echo of an ICMP port-unreachable: a peer is down.
+        if e != rustix::io::Errno::CONNREFUSED {
+            tracing::debug!("send to {to} failed: {e}");
         }
     }
 }

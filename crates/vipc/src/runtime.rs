@@ -7,6 +7,7 @@
 //! background threads ([`threads`]).
 
 use crate::faults::Faults;
+use crate::gso::{self, Part, Run};
 use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -177,6 +178,10 @@ pub(crate) struct State {
     fanout: u64,
     /// Datagrams from our own addresses, skipped ([`Stats::own_datagrams`]).
     own_datagrams: u64,
+    /// Receives that held several datagrams ([`Stats::runs_received`]).
+    pub(crate) runs_received: u64,
+    /// Split read answers being collected into runs (kept for its capacity).
+    splits: Vec<vipc_engine::Transmit>,
     /// Buffers of placed data, kept for the next datagram read for another
     /// thread's lent buffer (a fresh 64 KiB allocation costs page faults).
     place_bufs: Vec<Vec<u8>>,
@@ -204,6 +209,8 @@ pub(crate) struct Shared {
     /// The multicast thread sleeps on it while a process holds the multicast token.
     mcast_cv: Condvar,
     pub(crate) unicast: UdpSocket,
+    /// What UDP GSO may do on `unicast`.
+    pub(crate) gso: crate::gso::Gso,
     pub(crate) multicast: Option<UdpSocket>,
     /// The doorbells of the multicast socket's readers (with `multicast`).
     bells: Option<mcast::Bells>,
@@ -278,6 +285,8 @@ impl Shared {
                 joined: HashMap::new(),
                 fanout: 0,
                 own_datagrams: 0,
+                runs_received: 0,
+                splits: Vec::new(),
                 place_bufs: Vec::new(),
                 record_waiters: HashMap::new(),
             }),
@@ -291,6 +300,7 @@ impl Shared {
             bells: p.bells,
             self_addr: net::self_addr(p.local),
             unicast: p.unicast,
+            gso: crate::gso::Gso::new(),
             multicast: p.multicast,
             targets: p.targets,
             peers: p.peers,
@@ -338,10 +348,19 @@ impl Shared {
     /// sends the queue with [`Shared::flush`] (or `flush_locked`).
     pub(crate) fn drain(&self, st: &mut State, origin: Origin, now: Time) {
         let actor = origin.actor();
+        let mut splits = std::mem::take(&mut st.splits);
         while let Some(mut t) = st.engine.poll_transmit_split() {
-            if t.segment.is_some() && (self.send_split_now(st, &t) || !st.engine.join(&mut t)) {
-                continue; // sent, or its segment is gone
+            if t.segment.is_some() {
+                if self.may_send_split_now(st, &t) {
+                    splits.push(t); // sent together, straight from the segment
+                    continue;
+                }
+                if !st.engine.join(&mut t) {
+                    continue; // its segment is gone
+                }
             }
+            // What came before goes first.
+            self.send_splits(st, &mut splits);
             if let Some(lent) = t.lent {
                 // Only the lending thread can append the data.
                 if let (Destination::Addr(to), Some(slot)) = (t.to, st.slots.get_mut(&lent.pid)) {
@@ -381,6 +400,8 @@ impl Shared {
                 }
             }
         }
+        self.send_splits(st, &mut splits);
+        st.splits = splits;
         while let Some(ev) = st.engine.poll_event() {
             match ev {
                 Event::Wake { pid, completion } => self.deliver(st, pid, completion, origin, now),
@@ -449,20 +470,61 @@ impl Shared {
         }
     }
 
-    /// Sends a split read answer ([`vipc_engine::Transmit::segment`]) straight from its
-    /// segment, with the lock held (the bytes are the engine's), when it
-    /// would be next on the wire anyway: nobody else sending, nothing queued,
-    /// no fault injection. Never blocks: a full socket buffer says no.
-    /// False if it was not sent (the caller joins it and queues it).
-    fn send_split_now(&self, st: &mut State, t: &vipc_engine::Transmit) -> bool {
-        let (Destination::Addr(to), Some(s)) = (t.to, t.segment) else { return false };
-        if st.sending || !st.outq.is_empty() || st.faults.is_some() {
-            return false;
+    /// True if a split read answer ([`vipc_engine::Transmit::segment`]) may
+    /// be sent straight from its segment, with the lock held (the bytes are
+    /// the engine's): it would be next on the wire anyway (nobody else
+    /// sending, nothing queued) and there is no fault injection.
+    fn may_send_split_now(&self, st: &State, t: &vipc_engine::Transmit) -> bool {
+        matches!(t.to, Destination::Addr(_)) && !st.sending && st.outq.is_empty() && st.faults.is_none()
+    }
+
+    /// Sends the split read answers `splits` straight from their segments,
+    /// in runs ([`crate::gso`]), never blocking: from the first one a full
+    /// socket buffer refuses on, they are joined and queued, in order. An
+    /// answer whose segment is gone is dropped.
+    fn send_splits(&self, st: &mut State, splits: &mut Vec<vipc_engine::Transmit>) {
+        if splits.is_empty() {
+            return;
         }
-        let Some(data) = st.engine.segment_slice(&s) else { return false };
-        let sent = net::try_send_parts(&self.unicast, to, &t.bytes, data);
-        st.answers_from_segment += u64::from(sent);
-        sent
+        let sock = &self.unicast;
+        if let [vipc_engine::Transmit { to: Destination::Addr(to), segment: Some(s), bytes, .. }] = &splits[..] {
+            // One answer (a read of up to 64 KiB): no run to set up. Refused, the run below queues it.
+            let Some(data) = st.engine.segment_slice(s) else {
+                splits.clear(); // its segment is gone: dropped
+                return;
+            };
+            if gso::try_send(sock, *to, &[Part::from(&bytes[..]), Part::from(data)]) {
+                st.answers_from_segment += 1;
+                splits.clear();
+                return;
+            }
+        }
+        let mut unsent = Vec::new();
+        let mut run = Run::new(sock, &self.gso, |to, i: usize, parts| {
+            let sent = unsent.is_empty() && gso::try_send(sock, to, parts);
+            if !sent {
+                unsent.push(i);
+            }
+            sent
+        })
+        .nonblocking();
+        let mut pushed = 0;
+        for (i, t) in splits.iter().enumerate() {
+            let (Destination::Addr(to), Some(s)) = (t.to, t.segment) else { continue };
+            if let Some(data) = st.engine.segment_slice(&s) {
+                run.push(to, Part::from(&t.bytes[..]), Part::from(data), i);
+                pushed += 1;
+            }
+        }
+        run.finish();
+        st.answers_from_segment += (pushed - unsent.len()) as u64;
+        let mut splits = splits.drain(..).enumerate();
+        for i in unsent {
+            let Some((_, mut t)) = splits.find(|(j, _)| *j == i) else { continue };
+            if let (true, Destination::Addr(to)) = (st.engine.join(&mut t), t.to) {
+                st.outq.push_back((to, t.bytes));
+            }
+        }
     }
 
     /// Joins (or leaves) the multicast address of `group` on the multicast
@@ -673,6 +735,8 @@ impl Shared {
         Stats {
             unicast_fanout: st.fanout,
             own_datagrams: st.own_datagrams,
+            runs_sent: self.gso.runs_sent(),
+            runs_received: st.runs_received,
             multicast_by_receiver: st.mcast.by_receiver,
             writes_throttled: st.throttled_calls,
             rmem_answers_from_segment: st.answers_from_segment,

@@ -212,6 +212,47 @@ fn move_from_and_move_to_one_mebibyte_remote() {
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
 
+/// Moves in datagrams of an Ethernet frame's size (`max_packet`, as off
+/// loopback) leave in runs of one system call each (UDP GSO) and arrive
+/// in runs (UDP GRO), split by their headers, into a lent read-write
+/// segment and in place into a lent write-only one: every byte as sent.
+#[test]
+fn moves_in_ethernet_sized_datagrams_go_and_arrive_in_runs() {
+    const N: usize = 4 << 20;
+    let nodes = cluster_with(2, 1, |_, c| c.engine.loopback_packet = None);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (server, t) = a
+        .spawn(|p| {
+            let mut m = [0u8; 32];
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            let mut data = vec![0u8; N];
+            p.move_from(info.from, 0, &mut data).unwrap();
+            let ok = data == pattern(N, 4);
+            data.iter_mut().for_each(|x| *x = !*x);
+            p.move_to(info.from, 0, &data).unwrap();
+            m[0] = ok as u8;
+            p.reply(&m, info.from).unwrap();
+            let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+            p.move_to(info.from, 0, &pattern(N, 5)).unwrap();
+            p.reply(&m, info.from).unwrap();
+        })
+        .unwrap();
+    let c = b.attach().unwrap();
+    let mut buf = pattern(N, 4);
+    let mut m = [0u8; 32];
+    c.send_with(&mut m, server, Some(SegmentRef::ReadWrite(&mut buf)), SendOptions::default()).unwrap();
+    assert_eq!(m[0], 1, "the server read the segment intact");
+    assert!(buf.iter().zip(pattern(N, 4)).all(|(got, sent)| *got == !sent), "the MoveTo arrived intact");
+    let mut into = vec![0u8; N];
+    c.send_with(&mut m, server, Some(SegmentRef::Write(&mut into)), SendOptions::default()).unwrap();
+    t.join().unwrap();
+    assert!(into == pattern(N, 5), "the MoveTo into the lent write-only segment arrived intact");
+    for n in [a, b] {
+        let s = n.stats();
+        assert!(s.runs_sent > 0 && s.runs_received > 0, "runs sent {}, received {}", s.runs_sent, s.runs_received);
+    }
+}
+
 #[test]
 fn moves_need_the_granted_access() {
     let nodes = cluster(2);

@@ -485,6 +485,25 @@ fn answers_other_than_the_expected_ones_land_where_they_belong() {
     }
 }
 
+/// Answers in datagrams of an Ethernet frame's size (`max_packet`, as off
+/// loopback) arrive in runs (UDP GRO) into the lent destination, split by
+/// their headers: every byte where it belongs.
+#[test]
+fn answers_in_ethernet_sized_datagrams_arrive_in_runs() {
+    let nodes = cluster_with(2, 1, |_, c| c.engine.loopback_packet = None);
+    let (seg, data) = filled(&nodes[0], 1 << 20, 8);
+    let reader = &nodes[1];
+    let remote = reader.import_segment(seg.name(), Access::READ, WAIT).unwrap();
+    let local = reader.anonymous_segment(1 << 20).unwrap();
+    for (at, len) in [(0usize, 1usize << 20), (1000, 300_000), (77, 65_000)] {
+        remote.read(at as u32, len as u32, (&local, 0), false).unwrap().wait(WAIT).unwrap();
+        assert!(local.to_vec(0, len).unwrap() == data[at..at + len], "{len} bytes from {at}");
+    }
+    let s = reader.stats();
+    assert!(s.runs_received > 0 && s.rmem_answers_in_place > 0, "{s:?}");
+    assert!(nodes[0].stats().runs_sent > 0);
+}
+
 /// Reading a segment whose memory is lent to a receive that would wait
 /// long (its answer never comes, and no other datagram arrives) ends that
 /// receive instead of waiting for it (up to 100 ms each time).

@@ -18,6 +18,7 @@ use super::*;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 use vipc_engine::{MemLoan, SegmentId};
+use vipc_wire::coalesced::{continues, datagrams, stated_len};
 use vipc_wire::HEADER_LEN;
 
 /// Where the data of a datagram received in place are.
@@ -37,16 +38,18 @@ impl Shared {
     /// `dest` before `at` and up to `len` data bytes at `at` (the rest of a
     /// longer one in `buf`), and has `feed` handle it whole, with the lock
     /// held: in `dest` if it fit, else joined in `buf`. The bytes under the
-    /// header are put back. Returns with the lock held, and where `feed`
-    /// says the data belong in `dest` with where they are now.
+    /// header are put back. Returns with the lock held, where `feed` says
+    /// the data belong in `dest` with where they are now, and the same for
+    /// the datagrams after the first of a receive GRO coalesced (their
+    /// data in `buf`; the caller copies them after the first's).
     fn recv_in_place<'s>(
         &'s self,
         dest: &mut [u8],
         (at, len): (usize, usize),
         buf: &mut [u8],
         spin: Option<(&AtomicBool, Instant)>,
-        feed: impl FnOnce(&mut State, SocketAddr, &[u8]) -> Option<Placement>,
-    ) -> (MutexGuard<'s, State>, Option<(usize, Source)>) {
+        mut feed: impl FnMut(&mut State, SocketAddr, &[u8]) -> Option<Placement>,
+    ) -> (MutexGuard<'s, State>, Option<(usize, Source)>, Vec<Placement>) {
         let start = at - HEADER_LEN;
         let first = HEADER_LEN + len;
         let mut saved = [0u8; HEADER_LEN];
@@ -54,19 +57,63 @@ impl Shared {
         let got = net::recv_parts(&self.unicast, &mut dest[start..start + first], buf, spin);
         let mut st = self.lock();
         st.reader_blocked = false;
+        let (mut more, mut coalesced) = (Vec::new(), false);
         let placed = match got {
             None => None,
-            Some((n, from)) if n <= first => feed(&mut st, from, &dest[start..start + n])
-                .map(|(to, r)| (to, Source::Dest(start + r.start..start + r.end))),
+            Some((n, from)) if n <= first && datagrams(&dest[start..start + n]).piece_size() == n => {
+                feed(&mut st, from, &dest[start..start + n])
+                    .map(|(to, r)| (to, Source::Dest(start + r.start..start + r.end)))
+            }
+            // Coalesced, the first datagram the one expected in size: it is in place, the rest in `buf`.
+            Some((n, from))
+                if n > first && stated_len(&dest[start..]) == Some(first) && continues(&buf[..n - first], first) =>
+            {
+                coalesced = true;
+                let placed = feed(&mut st, from, &dest[start..start + first])
+                    .map(|(to, r)| (to, Source::Dest(start + r.start..start + r.end)));
+                self.feed_rest(&mut st, from, &buf[..n - first], 0, &mut feed, &mut more);
+                placed
+            }
             Some((n, from)) => {
-                // Longer than expected: join its two parts in `buf`.
-                buf.copy_within(0..n - first, first);
-                buf[..first].copy_from_slice(&dest[start..start + first]);
-                feed(&mut st, from, &buf[..n]).map(|(to, r)| (to, Source::Buf(r)))
+                // Longer than expected, or coalesced otherwise: joined in `buf`.
+                let head = n.min(first);
+                if n > first {
+                    buf.copy_within(0..n - first, first);
+                }
+                buf[..head].copy_from_slice(&dest[start..start + head]);
+                let one = datagrams(&buf[..n]).piece_size();
+                coalesced = one < n;
+                let placed = feed(&mut st, from, &buf[..one]).map(|(to, r)| (to, Source::Buf(r)));
+                if one < n {
+                    self.feed_rest(&mut st, from, &buf[one..n], one, &mut feed, &mut more);
+                }
+                placed
             }
         };
         dest[start..at].copy_from_slice(&saved);
-        (st, placed)
+        st.runs_received += u64::from(coalesced);
+        (st, placed, more)
+    }
+
+    /// Feeds the datagrams of `rest` (which starts at `base` of the receive
+    /// buffer) one by one; where their data belong in the lent buffer goes
+    /// to `more`, with where they are in the receive buffer.
+    fn feed_rest(
+        &self,
+        st: &mut State,
+        from: SocketAddr,
+        rest: &[u8],
+        base: usize,
+        feed: &mut impl FnMut(&mut State, SocketAddr, &[u8]) -> Option<Placement>,
+        more: &mut Vec<Placement>,
+    ) {
+        let mut off = base;
+        for d in datagrams(rest) {
+            if let Some((to, r)) = feed(st, from, d) {
+                more.push((to, off + r.start..off + r.end));
+            }
+            off += d.len();
+        }
     }
 
     /// The leader of a lent MoveFrom, or of a Send whose write segment is
@@ -90,15 +137,17 @@ impl Shared {
         saved.clear();
         saved.extend_from_slice(&dest[at..at + len]);
         let origin = Origin::Net(Some(pid));
-        let (st, placed) =
+        let (st, placed, more) =
             self.recv_in_place(dest, next, buf, spin, |st, from, bytes| self.feed(st, from, bytes, origin));
-        if placed.as_ref().is_some_and(|(to, source)| landed(*to, source)) {
+        let in_place = placed.as_ref().is_some_and(|(to, source)| landed(*to, source));
+        if in_place && more.is_empty() {
             return st;
         }
         drop(st);
         // The chunk's place back as it was, then the data where they belong
         // (which may be that very place: a datagram longer than expected).
         match placed {
+            _ if in_place => {}
             Some((to, Source::Dest(r))) => {
                 let data = dest[r].to_vec(); // rare: another chunk came first
                 dest[at..at + len].copy_from_slice(saved);
@@ -109,6 +158,9 @@ impl Shared {
                 place_into(dest, to, &buf[r]);
             }
             None => dest[at..at + len].copy_from_slice(saved),
+        }
+        for (to, r) in more {
+            place_into(dest, to, &buf[r]);
         }
         self.lock()
     }
@@ -123,11 +175,14 @@ impl Shared {
         spin: Option<(&AtomicBool, Instant)>,
     ) -> MutexGuard<'s, State> {
         let lent = |st: &mut State, from, bytes: &[u8]| self.feed_as(st, from, bytes, Origin::Net(None), true).1;
-        let (mut st, placed) = self.recv_in_place(&mut loan.mem, (loan.at, loan.len), buf, spin, lent);
+        let (mut st, placed, more) = self.recv_in_place(&mut loan.mem, (loan.at, loan.len), buf, spin, lent);
         match placed {
             Some((to, source)) if landed(to, &source) => st.answers_in_place += 1,
             Some((to, source)) => put(&mut loan.mem, buf, to, source),
             None => {} // not an answer into this segment
+        }
+        for (to, r) in more {
+            put(&mut loan.mem, buf, to, Source::Buf(r));
         }
         st.engine.mem_return(loan);
         if st.rmem_sleepers > 0 {

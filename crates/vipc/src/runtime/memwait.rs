@@ -70,7 +70,11 @@ impl Shared {
                 let mut st = self.lock();
                 st.reader_blocked = false;
                 if let Some((n, from)) = got {
-                    self.feed(&mut st, from, &buf[..n], Origin::Net(None));
+                    let pieces = vipc_wire::coalesced::datagrams(&buf[..n]);
+                    st.runs_received += u64::from(pieces.piece_size() < n);
+                    for d in pieces {
+                        self.feed(&mut st, from, d, Origin::Net(None));
+                    }
                 }
                 st
             }

@@ -3,6 +3,7 @@
 
 use super::slot::{signal_all, take_notify};
 use super::*;
+use crate::gso::{self, Part, Run};
 use vipc_engine::HeaderFor;
 
 impl Shared {
@@ -21,7 +22,7 @@ impl Shared {
         }
         st.sending |= send;
         loop {
-            let mut batch = if send { self.take_queue(&mut st) } else { VecDeque::new() };
+            let batch = if send { self.take_queue(&mut st) } else { VecDeque::new() };
             drop(st);
             signal_all(&mut notify);
             if std::mem::take(&mut wake) {
@@ -30,7 +31,7 @@ impl Shared {
             if std::mem::take(&mut wake_holder) {
                 self.ring_holder();
             }
-            net::send_all(&self.unicast, &mut batch);
+            net::send_all(&self.unicast, &self.gso, &batch);
             st = self.lock();
             if !send {
                 return st;
@@ -97,12 +98,15 @@ impl Shared {
         let now = self.now();
         self.drain(&mut st, Origin::Call(None), now);
         st.sending = true;
-        let mut batch = self.take_queue(&mut st);
+        let batch = self.take_queue(&mut st);
         drop(st);
-        net::send_all(&self.unicast, &mut batch);
+        net::send_all(&self.unicast, &self.gso, &batch);
+        let sock = &self.unicast;
+        let mut run = Run::new(sock, &self.gso, |to, (), parts| gso::send_logged(sock, to, parts));
         for p in &packets {
-            net::send_parts(&self.unicast, p.to, &p.head, &data[p.data.clone()]);
+            run.push(p.to, Part::from(&p.head[..]), Part::from(&data[p.data.clone()]), ());
         }
+        run.finish();
         let mut st = self.lock();
         give_back(&mut st, batch);
         self.stop_sending(&mut st);

@@ -4,7 +4,9 @@
 
 use super::slot::{current_cpu, Done, NO_CPU};
 use super::*;
+use crate::gso::{self, Part, Run};
 use std::time::Instant;
+use vipc_wire::coalesced::datagrams;
 use vipc_wire::HEADER_LEN;
 
 impl Shared {
@@ -177,10 +179,14 @@ impl Shared {
                     st = self.lock();
                     st.reader_blocked = false;
                     if let Some((n, from)) = got {
-                        if let Some((offset, range)) = self.feed(&mut st, from, &buf[..n], Origin::Net(Some(pid))) {
-                            drop(st);
-                            place(&mut lend, offset, &buf[range]);
-                            st = self.lock();
+                        let pieces = datagrams(&buf[..n]);
+                        st.runs_received += u64::from(pieces.piece_size() < n);
+                        for d in pieces {
+                            if let Some((offset, range)) = self.feed(&mut st, from, d, Origin::Net(Some(pid))) {
+                                drop(st);
+                                place(&mut lend, offset, &d[range]);
+                                st = self.lock();
+                            }
                         }
                     }
                 }
@@ -237,18 +243,20 @@ impl Shared {
     /// Does the queued work on the lent buffer (outside the lock), in order;
     /// the placed data's buffers go to `spent`, for [`keep_place_bufs`].
     pub(super) fn do_work(&self, pid: Pid, work: &mut VecDeque<Work>, lend: &mut Lend<'_>, spent: &mut Vec<Vec<u8>>) {
-        for w in work.drain(..) {
-            match w {
-                Work::Send { to, head, lent } => match lend {
-                    Lend::Read(data) if lent.offset + lent.len <= data.len() => {
-                        net::send_parts(&self.unicast, to, &head, &data[lent.offset..lent.offset + lent.len]);
-                    }
-                    Lend::File(window) => window.send(&self.unicast, to, &head, lent.offset, lent.len),
-                    _ => tracing::debug!("a lent chunk for a call that lends no such data"),
-                },
+        let mut i = 0;
+        while i < work.len() {
+            // Consecutive sends go together, in runs ([`crate::gso`]).
+            let sends = work.range(i..).take_while(|w| matches!(w, Work::Send { .. })).count();
+            if sends > 0 {
+                self.send_lent(work.range(i..i + sends), lend);
+                i += sends;
+                continue;
+            }
+            match &mut work[i] {
+                Work::Send { .. } => {}
                 Work::Place { offset, data } => {
-                    place(lend, offset, &data);
-                    spent.push(data);
+                    place(lend, *offset, data);
+                    spent.push(std::mem::take(data));
                 }
                 Work::Fetch => match lend {
                     Lend::Read(data) => {
@@ -260,6 +268,31 @@ impl Shared {
                     _ => tracing::debug!("a fetch of lent bytes from a call that lends none"),
                 },
             }
+            i += 1;
+        }
+        work.clear();
+    }
+
+    /// Sends lent chunks: `Work::Send`s, each a header and a range of the lent data.
+    fn send_lent<'w>(&self, sends: impl Iterator<Item = &'w Work>, lend: &Lend<'_>) {
+        let sock = &self.unicast;
+        let chunks = sends.filter_map(|w| match w {
+            Work::Send { to, head, lent } => Some((*to, &head[..], lent.offset, lent.len)),
+            _ => None,
+        });
+        match lend {
+            Lend::Read(data) => {
+                let mut run = Run::new(sock, &self.gso, |to, (), parts| gso::send_logged(sock, to, parts));
+                for (to, head, at, n) in chunks {
+                    match data.get(at..at.saturating_add(n)) {
+                        Some(bytes) => run.push(to, Part::from(head), Part::from(bytes), ()),
+                        None => tracing::debug!("a lent chunk beyond the lent data"),
+                    }
+                }
+                run.finish();
+            }
+            Lend::File(window) => window.send_all(sock, &self.gso, chunks),
+            _ => tracing::debug!("a lent chunk for a call that lends no such data"),
         }
     }
 
