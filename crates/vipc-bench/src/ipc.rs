@@ -12,6 +12,7 @@
 //! | `units` | 64 KB read by MoveTo transfer unit 1, 4, 16, 64 KB |
 //! | `saturation` | exchanges/s one server sustains with 1, 2, 4, 8 client processes, against a UDP echo server |
 //! | `memory` | resident size of a server node holding 1,000 concurrent remote exchanges |
+//! | `link` | MoveTo / MoveFrom 1 MiB and 16 MiB and a 1 MiB remote-memory read over a veth link with a 1,500-byte MTU (two network namespaces, root) against TCP bulk over the same link ([`crate::link`]) |
 
 use crate::condvar::HandOff;
 use crate::error::{BenchError, Result};
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 use vipc::{Node, Pid, Process, SegmentRef, Stats};
 
 /// The items of the suite, in the order they run.
-pub const ITEMS: &[&str] = &["penalty", "exchange", "idle", "moves", "keyed", "pages", "units", "saturation", "memory"];
+pub const ITEMS: &[&str] =
+    &["penalty", "exchange", "idle", "moves", "keyed", "pages", "units", "saturation", "memory", "link"];
 
 /// How long a node with `poll_spin` busy-polls before sleeping.
 pub const SPIN: Duration = Duration::from_micros(200);
@@ -96,6 +98,7 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
         "units" => units(ctx),
         "saturation" => saturation(ctx),
         "memory" => memory(ctx),
+        "link" => crate::link::link(ctx),
         other => Err(BenchError::Other(format!("unknown item ipc/{other} (items: {})", ITEMS.join(", ")))),
     }
 }

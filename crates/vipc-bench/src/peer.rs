@@ -272,10 +272,11 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "file-styles-server" => crate::filestyles::server_peer(&a),
         "names-clerk" => crate::names::clerk_peer(&a),
         "vipc-client" => crate::vserver::client_peer(&a),
+        "link-client" => crate::link::client_peer(&a),
         "fs-server" => crate::files::vipcside::fs_server_peer(&a),
         "group-host" => crate::groups::peers::host_peer(&a),
         "group-client" => crate::groups::peers::client_peer(&a),
-        "group-reaper" => crate::groups::reaper_peer(&a),
+        "group-reaper" => crate::netns::reaper_peer(&a),
         crate::apps_procs::KIND => crate::apps_procs::worker_peer(&a),
         other => Err(format!("bench-peer: unknown peer kind {other:?}").into()),
     }

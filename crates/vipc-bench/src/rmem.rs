@@ -64,14 +64,19 @@ pub fn run_item(ctx: &mut Ctx<'_>, item: &str) -> Result<()> {
     }
 }
 
-/// The owner peer (`rmem-owner --host H`): a node exporting a segment of
+/// The owner peer (`rmem-owner --host H [--listen ADDR]`; on ADDR with the
+/// default packet size, for a real link): a node exporting a segment of
 /// `SEGMENT` bytes that any host may read and write (no notification), and
 /// a thread answering the raw UDP baselines, so that they run between the
 /// same two processes as the operations; READY `addr=` `name=` (hex)
 /// `pong=` (hex) `udp=`. No thread of it touches the segment again: every
 /// operation is served by its node. Runs until stdin closes.
 pub fn owner_peer(a: &PeerArgs) -> Result<()> {
-    let node = Node::start(node_config(a.get("host")?, Vec::new(), None))?;
+    let config = match a.opt("listen")? {
+        Some(listen) => crate::link::link_config(a.get("host")?, listen, Vec::new()),
+        None => node_config(a.get("host")?, Vec::new(), None),
+    };
+    let node = Node::start(config)?;
     let opts = SegmentOptions { access: Access::READ_WRITE, notify: Notify::Never, protection: ProtectionGroup::Any };
     let seg = node.export_segment(SEGMENT, opts.clone())?;
     seg.write(0, &vec![0x5a; SEGMENT])?;

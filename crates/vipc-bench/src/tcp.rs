@@ -17,9 +17,10 @@ const OP_ECHO: u8 = 0;
 const OP_SINK: u8 = 1;
 const HEADER: usize = 9;
 
-/// The echo/sink peer (`tcp-echo`): one thread per connection, until stdin closes.
-pub fn echo_peer(_a: &PeerArgs) -> Result<()> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+/// The echo/sink peer (`tcp-echo [--listen ADDR]`, default an ephemeral
+/// loopback port): one thread per connection, until stdin closes.
+pub fn echo_peer(a: &PeerArgs) -> Result<()> {
+    let listener = TcpListener::bind(a.opt("listen")?.unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0))))?;
     announce(&[("addr", listener.local_addr()?.to_string())]);
     exit_when_stdin_closes();
     for conn in listener.incoming() {

@@ -191,11 +191,17 @@ fn spin_arg(a: &PeerArgs) -> Result<Option<Duration>> {
     Ok(a.opt::<u64>("spin-us")?.map(Duration::from_micros))
 }
 
-/// The server peer (`vipc-server --host H [--spin-us N] [--keyed]`): a node
-/// with the bench server (its packets MACed under [`BENCH_KEY`] with
-/// `--keyed`); READY `addr=` `pid=` (raw u32); runs until stdin closes.
+/// The server peer (`vipc-server --host H [--spin-us N] [--keyed] [--listen
+/// ADDR]`): a node with the bench server (its packets MACed under
+/// [`BENCH_KEY`] with `--keyed`; on ADDR with the default packet size, for a
+/// real link, with `--listen`); READY `addr=` `pid=` (raw u32); runs until
+/// stdin closes.
 pub fn server_peer(a: &PeerArgs) -> Result<()> {
-    let mut config = node_config(a.get("host")?, Vec::new(), spin_arg(a)?);
+    let mut config = match a.opt("listen")? {
+        // On a real link (item `ipc/link`): the default packet size.
+        Some(listen) => crate::link::link_config(a.get("host")?, listen, Vec::new()),
+        None => node_config(a.get("host")?, Vec::new(), spin_arg(a)?),
+    };
     if a.flag("keyed") {
         config = keyed(config);
     }

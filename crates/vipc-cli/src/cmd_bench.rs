@@ -11,7 +11,8 @@ use vipc_bench::{Options, PeerExe};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Suites or single items (default: every suite): `ipc` or `ipc/ITEM` with ITEM one of
-    /// penalty, exchange, idle, moves, keyed, pages, units, saturation, memory; `files` (against sshfs and
+    /// penalty, exchange, idle, moves, keyed, pages, units, saturation, memory, link (network namespaces,
+    /// root); `files` (against sshfs and
     /// the local file system) or `files/ITEM` with ITEM one of pages, sequential, tree, clients, pipe;
     /// `groups` (network namespaces, root) or `groups/ITEM` with ITEM one of sizes, soak, detect;
     /// `rmem` (remote memory) or `rmem/ITEM` with ITEM one of latency, idle, write, block, block_transfer, rapid,

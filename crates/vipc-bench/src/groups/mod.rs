@@ -29,8 +29,6 @@ mod raw;
 pub mod report;
 mod topology;
 
-pub use topology::reaper_peer;
-
 use crate::error::Result;
 use crate::peer::PeerExe;
 use crate::record::Record;

@@ -1,0 +1,207 @@
+//! Item `ipc/link`: bulk transfer over a real link, not loopback. Two
+//! network namespaces joined by a veth pair with Ethernet's 1,500-byte MTU,
+//! as two machines on one switch: the bench server (and a TCP sink) in
+//! one, a client (peer `link-client`) in the other. Nodes use their default
+//! packet size, 1,472 bytes, so a move is many datagrams — where loopback
+//! carries it in a few 64 KiB ones — and the figures show what a cluster
+//! gets: MoveTo and MoveFrom of 1 MiB and 16 MiB, and a remote-memory read
+//! of 1 MiB (an `rmem-owner` peer's segment), against TCP bulk over the
+//! same link, interleaved in one run. Needs root (skipped with the reason
+//! elsewhere).
+
+use crate::error::Result;
+use crate::ipc::{label, mbps, server_time, Ctx};
+use crate::netns::{effective_uid, in_namespace, ip, remove_namespace, spawn_reaper, Setup};
+use crate::peer::{announce, parse_fields, say, stdin_lines, Peer, PeerArgs};
+use crate::probe::{find, interleave, Probe};
+use crate::tcp::TcpClient;
+use crate::vserver::{self, request};
+use std::cell::RefCell;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Child;
+use std::time::Duration;
+use vipc::{Access, Node, NodeConfig, Pid, SegmentRef};
+
+/// The two ends' addresses on the link.
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
+/// Transfer sizes measured.
+const SIZES: [usize; 2] = [1 << 20, 16 << 20];
+/// Bytes of the remote-memory read (one of the sizes: its TCP baseline).
+const RMEM_SIZE: usize = 1 << 20;
+
+/// The two namespaces and the link, removed when dropped.
+struct Link {
+    server_ns: String,
+    client_ns: String,
+    reaper: Option<Child>,
+    created: Vec<String>,
+}
+
+impl Link {
+    fn create(exe: &crate::peer::PeerExe) -> std::result::Result<Link, Setup> {
+        if effective_uid() != Some(0) {
+            return Err(Setup::Unavailable("not root (network namespaces need root)".into()));
+        }
+        ip(&["-V"]).map_err(|e| Setup::Unavailable(format!("no iproute2 ({e})")))?;
+        let prefix = format!("vb{}l-", std::process::id());
+        let (server_ns, client_ns) = (format!("{prefix}s"), format!("{prefix}c"));
+        let mut link = Link { server_ns, client_ns, reaper: None, created: Vec::new() };
+        link.reaper = Some(spawn_reaper(exe, &prefix).map_err(|e| Setup::Failed(format!("no reaper: {e}")))?);
+        for ns in [link.server_ns.clone(), link.client_ns.clone()] {
+            ip(&["netns", "add", &ns])
+                .map_err(|e| Setup::Unavailable(format!("cannot create a network namespace ({e})")))?;
+            link.created.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"]).map_err(Setup::Failed)?;
+        }
+        let (s, c) = (&link.server_ns, &link.client_ns);
+        ip(&["-n", s, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", c])
+            .map_err(Setup::Failed)?;
+        for (ns, addr) in [(s, SERVER_IP), (c, CLIENT_IP)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]).map_err(Setup::Failed)?;
+            ip(&["-n", ns, "link", "set", "eth0", "up"]).map_err(Setup::Failed)?;
+        }
+        Ok(link)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in self.created.drain(..).rev() {
+            remove_namespace(&ns);
+        }
+        if let Some(mut r) = self.reaper.take() {
+            drop(r.stdin.take());
+            let _ = r.wait();
+        }
+    }
+}
+
+/// A node on the link: a fixed host id, the given static peers, the
+/// default packet size (an Ethernet frame's payload).
+pub fn link_config(host: vipc::HostId, listen: SocketAddr, peers: Vec<SocketAddr>) -> NodeConfig {
+    NodeConfig::fixed(host, listen, peers)
+}
+
+/// Runs the item.
+pub fn link(ctx: &mut Ctx<'_>) -> Result<()> {
+    let link = match Link::create(&ctx.exe) {
+        Ok(l) => l,
+        Err(Setup::Unavailable(why)) => {
+            eprintln!("bench: ipc/link skipped: {why}");
+            ctx.out.note(format!("ipc/link: skipped ({why})"));
+            return Ok(());
+        }
+        Err(Setup::Failed(e)) => return Err(format!("setting up the link: {e}").into()),
+    };
+    let in_server = in_namespace(&ctx.exe, &link.server_ns);
+    let host = ctx.host().to_string();
+    let listen = SocketAddr::from((SERVER_IP, 0)).to_string();
+    let server = Peer::spawn(&in_server, "vipc-server", &["--host".into(), host, "--listen".into(), listen.clone()])?;
+    let tcp = Peer::spawn(&in_server, "tcp-echo", &["--listen".into(), listen.clone()])?;
+    let owner_host = ctx.host().to_string();
+    let owner = Peer::spawn(&in_server, "rmem-owner", &["--host".into(), owner_host, "--listen".into(), listen])?;
+    let (rounds, n, warm) = ctx.scale(5, 8, 2);
+    let args = [
+        ("host", ctx.host().to_string()),
+        ("server-addr", server.field("addr")?.to_string()),
+        ("server-pid", server.field("pid")?.to_string()),
+        ("tcp-addr", tcp.field("addr")?.to_string()),
+        ("owner-addr", owner.field("addr")?.to_string()),
+        ("segment", owner.field("name")?.to_string()),
+        ("rounds", rounds.to_string()),
+        ("per-round", n.to_string()),
+        ("warm", warm.to_string()),
+    ];
+    let args: Vec<String> = args.iter().flat_map(|(k, v)| [format!("--{k}"), v.clone()]).collect();
+    let mut client = Peer::spawn(&in_namespace(&ctx.exe, &link.client_ns), "link-client", &args)?;
+    client.send_line("RUN")?;
+    let line = client.read_line(Duration::from_secs(600))?;
+    let fields = parse_fields(line.strip_prefix("RESULT").ok_or_else(|| format!("link-client: {line}"))?);
+    let get = |k: &str| -> Result<f64> {
+        fields.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| format!("link-client: no {k} in {line:?}").into())
+    };
+    for size in SIZES {
+        let l = label(size);
+        let tcp = get(&format!("tcp_bulk_{l}"))?;
+        for dir in ["moveto", "movefrom"] {
+            ctx.rec(
+                &format!("link_{dir}_{l}"),
+                get(&format!("{dir}_{l}"))?,
+                "MB/s",
+                &format!("link_tcp_bulk_{l}"),
+                tcp,
+            );
+        }
+    }
+    let l = label(RMEM_SIZE);
+    let tcp = get(&format!("tcp_bulk_{l}"))?;
+    ctx.rec(
+        &format!("link_rmem_read_{l}"),
+        get(&format!("rmem_read_{l}"))?,
+        "MB/s",
+        &format!("link_tcp_bulk_{l}"),
+        tcp,
+    );
+    Ok(())
+}
+
+/// Peer `link-client --host H --server-addr A --server-pid P --tcp-addr T
+/// --owner-addr O --segment NAME --rounds R --per-round N --warm W`: a node
+/// on the link's client end; at `RUN`, measures TCP bulk, MoveTo and
+/// MoveFrom of each size and a remote read of the owner's segment,
+/// interleaved, and answers `RESULT NAME=MB/s …` (medians).
+pub fn client_peer(a: &PeerArgs) -> Result<()> {
+    let server: SocketAddr = a.get("server-addr")?;
+    let to = Pid(a.get("server-pid")?);
+    let peers = vec![server, a.get("owner-addr")?];
+    let node = Node::start(link_config(a.get("host")?, SocketAddr::from((CLIENT_IP, 0)), peers))?;
+    let p = node.attach()?;
+    let segment = crate::rmem::unhex(&a.get::<String>("segment")?)?;
+    let remote = node.import_segment(segment, Access::READ, Duration::from_secs(5))?;
+    let anon = node.anonymous_segment(RMEM_SIZE)?;
+    let tc = RefCell::new(TcpClient::connect(a.get("tcp-addr")?)?);
+    let (rounds, n, warm): (usize, usize, usize) = (a.get("rounds")?, a.get("per-round")?, a.get("warm")?);
+    let seg = RefCell::new(vec![0u8; SIZES[SIZES.len() - 1]]);
+    announce(&[]);
+    for line in stdin_lines() {
+        if line != "RUN" {
+            continue;
+        }
+        let mut probes = Vec::new();
+        for size in SIZES {
+            let l = label(size);
+            let (p, seg, tc) = (&p, &seg, &tc);
+            probes.push(Probe::new(&format!("tcp_bulk_{l}"), n, move || Ok(mbps(size, tc.borrow_mut().bulk(size)?))));
+            probes.push(Probe::new(&format!("moveto_{l}"), n, move || {
+                let mut s = seg.borrow_mut();
+                let msg = request(vserver::OP_MOVE_TO, size, 0);
+                Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Write(&mut s[..size])))?))
+            }));
+            probes.push(Probe::new(&format!("movefrom_{l}"), n, move || {
+                let s = seg.borrow();
+                let msg = request(vserver::OP_MOVE_FROM, size, 0);
+                Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Read(&s[..size])))?))
+            }));
+        }
+        let l = label(RMEM_SIZE);
+        let (remote, anon) = (&remote, &anon);
+        probes.push(Probe::new(&format!("rmem_read_{l}"), n, move || {
+            let t = std::time::Instant::now();
+            remote.read(0, RMEM_SIZE as u32, (anon, 0), false)?.wait(Duration::from_secs(5))?;
+            Ok(mbps(RMEM_SIZE, t.elapsed()))
+        }));
+        interleave(&mut probes, rounds, warm)?;
+        let mut answer = String::from("RESULT");
+        for size in SIZES {
+            let l = label(size);
+            for name in [format!("tcp_bulk_{l}"), format!("moveto_{l}"), format!("movefrom_{l}")] {
+                answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
+            }
+        }
+        let name = format!("rmem_read_{}", label(RMEM_SIZE));
+        answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
+        say(&answer);
+    }
+    Ok(())
+}
