@@ -88,6 +88,7 @@ pub(crate) fn enable_gro(sock: &UdpSocket) {
 /// process may never have read — a file window's pages are only ever read
 /// by the kernel ([`crate::filemap`]), so no `&[u8]` to them is made.
 #[derive(Clone, Copy)]
+#[repr(transparent)] // an iovec: handed to the kernel as one (`io_slices`)
 pub(crate) struct Part<'a> {
     iov: libc::iovec,
     _borrow: PhantomData<&'a [u8]>,
@@ -113,11 +114,13 @@ impl<'a> Part<'a> {
 
 /// `parts` as the `IoSlice`s the system calls take.
 fn io_slices<'s>(parts: &'s [Part<'_>]) -> &'s [IoSlice<'s>] {
-    // SAFETY: `Part` is a `libc::iovec` with a zero-sized marker, and std
+    // SAFETY: `Part` is `repr(transparent)` over a `libc::iovec`, and std
     // guarantees `IoSlice` ABI-compatible with `iovec` on Unix; the slices
     // are handed to sendmsg only (the kernel reads them; nothing here
     // dereferences them, so a file page is never read as a Rust slice).
-    // Tested by `runs_of_parts_arrive_as_their_datagrams`.
+    // Tested by `runs_of_parts_arrive_as_their_datagrams` (bytes in memory)
+    // and filemap's `a_run_from_a_window_cut_short_goes_datagram_by_datagram`
+    // (a file's pages, also once they fault).
     const _: () = assert!(std::mem::size_of::<Part<'_>>() == std::mem::size_of::<IoSlice<'_>>());
     unsafe { std::slice::from_raw_parts(parts.as_ptr().cast::<IoSlice<'s>>(), parts.len()) }
 }
