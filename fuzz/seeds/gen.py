@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of the engine_datagram fuzz target (fuzz/seeds/engine_datagram/).
+"""Writes the seed inputs of the engine_datagram fuzz target (fuzz/seeds/engine_datagram/),
+and of the parse target (fuzz/seeds/parse/: receive buffers in the shape UDP GRO
+makes, which random mutation does not find: vipc datagrams of one size back to
+back, the last shorter).
 
 The byte layout is the script format decoded by fuzz_targets/engine_datagram.rs
 (`Harness::step`); each seed walks one path that random mutation finds slowly:
@@ -106,3 +109,23 @@ for name, body in seeds.items():
         with open(os.path.join(OUT, f"{name}-{'keyed' if keyed else 'plain'}"), "wb") as f:
             f.write(bytes([keyed]) + body)
 print(f"wrote {2 * len(seeds)} seeds to {OUT}")
+
+
+def datagram(ptype, data_len):
+    """A whole unkeyed vipc packet (PROTOCOL section 2) with `data_len` data bytes."""
+    words = struct.pack(">IIIIIIII", 1, 0x00010001, 0x00020001, 0, data_len, data_len, 0, 0)
+    return struct.pack(">HBBHH", 0x5669, 1, ptype + 1, 0, 7) + words + bytes(32) + bytes([0x5A]) * data_len
+
+
+PARSE_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parse")
+coalesced = {
+    "gro-chunks": datagram(MOVE_TO_DATA, 1400) * 5 + datagram(MOVE_TO_DATA, 200),
+    "gro-small": datagram(REPLY, 0) * 3,
+    "gro-equal": datagram(SEND, 64) * 2,
+    "one-datagram": datagram(SEND, 100),
+}
+os.makedirs(PARSE_OUT, exist_ok=True)
+for name, body in coalesced.items():
+    with open(os.path.join(PARSE_OUT, name), "wb") as f:
+        f.write(body)
+print(f"wrote {len(coalesced)} seeds to {PARSE_OUT}")
