@@ -11,14 +11,13 @@
 
 use crate::error::Result;
 use crate::ipc::{label, mbps, server_time, Ctx};
-use crate::netns::{effective_uid, in_namespace, ip, remove_namespace, spawn_reaper, Setup};
+use crate::netns::{in_namespace, ip, Namespaces, Setup};
 use crate::peer::{announce, parse_fields, say, stdin_lines, Peer, PeerArgs};
 use crate::probe::{find, interleave, Probe};
 use crate::tcp::TcpClient;
 use crate::vserver::{self, request};
 use std::cell::RefCell;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::Child;
 use std::time::Duration;
 use vipc::{Access, Node, NodeConfig, Pid, SegmentRef};
 
@@ -30,50 +29,24 @@ const SIZES: [usize; 2] = [1 << 20, 16 << 20];
 /// Bytes of the remote-memory read (one of the sizes: its TCP baseline).
 const RMEM_SIZE: usize = 1 << 20;
 
-/// The two namespaces and the link, removed when dropped.
+/// The two namespaces and the link between them, removed when dropped.
 struct Link {
     server_ns: String,
     client_ns: String,
-    reaper: Option<Child>,
-    created: Vec<String>,
+    _namespaces: Namespaces,
 }
 
 impl Link {
     fn create(exe: &crate::peer::PeerExe) -> std::result::Result<Link, Setup> {
-        if effective_uid() != Some(0) {
-            return Err(Setup::Unavailable("not root (network namespaces need root)".into()));
-        }
-        ip(&["-V"]).map_err(|e| Setup::Unavailable(format!("no iproute2 ({e})")))?;
-        let prefix = format!("vb{}l-", std::process::id());
-        let (server_ns, client_ns) = (format!("{prefix}s"), format!("{prefix}c"));
-        let mut link = Link { server_ns, client_ns, reaper: None, created: Vec::new() };
-        link.reaper = Some(spawn_reaper(exe, &prefix).map_err(|e| Setup::Failed(format!("no reaper: {e}")))?);
-        for ns in [link.server_ns.clone(), link.client_ns.clone()] {
-            ip(&["netns", "add", &ns])
-                .map_err(|e| Setup::Unavailable(format!("cannot create a network namespace ({e})")))?;
-            link.created.push(ns.clone());
-            ip(&["-n", &ns, "link", "set", "lo", "up"]).map_err(Setup::Failed)?;
-        }
-        let (s, c) = (&link.server_ns, &link.client_ns);
-        ip(&["-n", s, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", c])
+        let mut namespaces = Namespaces::new(exe, format!("vb{}l-", std::process::id()))?;
+        let (s, c) = (namespaces.add("s")?, namespaces.add("c")?);
+        ip(&["-n", &s, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &c])
             .map_err(Setup::Failed)?;
-        for (ns, addr) in [(s, SERVER_IP), (c, CLIENT_IP)] {
+        for (ns, addr) in [(&s, SERVER_IP), (&c, CLIENT_IP)] {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]).map_err(Setup::Failed)?;
             ip(&["-n", ns, "link", "set", "eth0", "up"]).map_err(Setup::Failed)?;
         }
-        Ok(link)
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for ns in self.created.drain(..).rev() {
-            remove_namespace(&ns);
-        }
-        if let Some(mut r) = self.reaper.take() {
-            drop(r.stdin.take());
-            let _ = r.wait();
-        }
+        Ok(Link { server_ns: s, client_ns: c, _namespaces: namespaces })
     }
 }
 

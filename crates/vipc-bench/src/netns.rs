@@ -19,6 +19,57 @@ pub enum Setup {
     Failed(String),
 }
 
+/// The namespaces named `PREFIX…` an item makes, and the reaper that removes
+/// them however the bench ends; dropped, it removes them itself (newest
+/// first, after what runs in them) and lets the reaper go.
+pub struct Namespaces {
+    prefix: String,
+    /// Stdin of the reaper: when it closes (the bench exits, however it
+    /// exits, Ctrl-C and SIGKILL included) the reaper removes our namespaces.
+    reaper: Option<Child>,
+    created: Vec<String>,
+}
+
+impl Namespaces {
+    /// Checks that namespaces can be made here (root, iproute2) and starts
+    /// the reaper for `prefix` (`vb…-`).
+    pub fn new(exe: &PeerExe, prefix: String) -> std::result::Result<Namespaces, Setup> {
+        if effective_uid() != Some(0) {
+            return Err(Setup::Unavailable("not root (network namespaces need root)".into()));
+        }
+        ip(&["-V"]).map_err(|e| Setup::Unavailable(format!("no iproute2 ({e})")))?;
+        let reaper = spawn_reaper(exe, &prefix).map_err(|e| Setup::Failed(format!("cannot start the reaper: {e}")))?;
+        Ok(Namespaces { prefix, reaper: Some(reaper), created: Vec::new() })
+    }
+
+    /// The name of namespace `suffix`.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
+    /// Makes namespace `suffix` with its loopback up; its name.
+    pub fn add(&mut self, suffix: &str) -> std::result::Result<String, Setup> {
+        let ns = self.name(suffix);
+        ip(&["netns", "add", &ns])
+            .map_err(|e| Setup::Unavailable(format!("cannot create a network namespace ({e})")))?;
+        self.created.push(ns.clone());
+        ip(&["-n", &ns, "link", "set", "lo", "up"]).map_err(Setup::Failed)?;
+        Ok(ns)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in self.created.drain(..).rev() {
+            remove_namespace(&ns);
+        }
+        if let Some(mut r) = self.reaper.take() {
+            drop(r.stdin.take());
+            let _ = r.wait();
+        }
+    }
+}
+
 /// Runs `ip ARGS`: its error output as the error.
 pub fn ip(args: &[&str]) -> std::result::Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
@@ -39,7 +90,7 @@ pub fn in_namespace(exe: &PeerExe, ns: &str) -> PeerExe {
 }
 
 /// The effective uid, from `/proc/self/status` (`Uid: real effective …`).
-pub fn effective_uid() -> Option<u32> {
+fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     uid_from_status(&status)
 }
@@ -50,7 +101,7 @@ fn uid_from_status(status: &str) -> Option<u32> {
 }
 
 /// Kills what runs in namespace `ns` (only our peers run there) and removes it.
-pub fn remove_namespace(ns: &str) {
+fn remove_namespace(ns: &str) {
     if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
         for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             let _ = Command::new("kill").args(["-9", pid]).status();
@@ -71,7 +122,7 @@ pub fn namespaces_with_prefix(list: &str, prefix: &str) -> Vec<String> {
 
 /// Starts `bench-peer group-reaper --prefix P` in a process group of its own
 /// (a Ctrl-C at the terminal does not reach it).
-pub fn spawn_reaper(exe: &PeerExe, prefix: &str) -> std::io::Result<Child> {
+fn spawn_reaper(exe: &PeerExe, prefix: &str) -> std::io::Result<Child> {
     Command::new(&exe.program)
         .args(&exe.prefix)
         .args(["group-reaper", "--prefix", prefix])

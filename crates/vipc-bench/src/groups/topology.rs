@@ -6,11 +6,10 @@
 use super::Fields;
 use crate::error::Result;
 pub use crate::netns::Setup;
-use crate::netns::{effective_uid, in_namespace, ip, remove_namespace, spawn_reaper};
+use crate::netns::{in_namespace, ip, Namespaces};
 use crate::peer::{parse_fields, Peer, PeerExe};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::process::Child;
 use std::time::Duration;
 
 const PORT: u16 = 7701;
@@ -27,13 +26,10 @@ pub struct HostStats {
 
 /// The running namespaces and peers.
 pub struct Topology {
-    prefix: String,
-    /// Stdin of the reaper: when it closes (the bench exits, however it
-    /// exits, Ctrl-C and SIGKILL included) the reaper removes our namespaces.
-    reaper: Option<Child>,
-    created: Vec<String>,
-    hosts: Vec<Option<Peer>>,
     client: Option<Peer>,
+    hosts: Vec<Option<Peer>>,
+    /// Removed once the peers are gone (fields drop in this order).
+    namespaces: Namespaces,
 }
 
 /// The address of member host `i` (200: the client).
@@ -46,25 +42,14 @@ impl Topology {
     /// every size `≥ i`) and the client, and waits until the client sees
     /// every host alive.
     pub fn create(exe: &PeerExe, hosts: usize, sizes: &[usize]) -> std::result::Result<Topology, Setup> {
-        let prefix = format!("vb{}-", std::process::id());
-        let mut t =
-            Topology { prefix: prefix.clone(), reaper: None, created: Vec::new(), hosts: Vec::new(), client: None };
-        let br = format!("{prefix}br");
-        if effective_uid() != Some(0) {
-            return Err(Setup::Unavailable("not root (network namespaces need root)".into()));
-        }
-        ip(&["-V"]).map_err(|e| Setup::Unavailable(format!("no iproute2 ({e})")))?;
-        t.reaper =
-            Some(spawn_reaper(exe, &prefix).map_err(|e| Setup::Failed(format!("cannot start the reaper: {e}")))?);
-        ip(&["netns", "add", &br])
-            .map_err(|e| Setup::Unavailable(format!("cannot create a network namespace ({e})")))?;
-        t.created.push(br.clone());
+        let namespaces = Namespaces::new(exe, format!("vb{}-", std::process::id()))?;
+        let mut t = Topology { hosts: Vec::new(), client: None, namespaces };
+        let br = t.namespaces.add("br")?;
         ip(&["-n", &br, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0"]).map_err(Setup::Unavailable)?;
         ip(&["-n", &br, "link", "set", "br0", "up"]).map_err(Setup::Failed)?;
         for i in 1..=hosts + 1 {
-            let ns = t.ns(i, hosts);
-            t.add_namespace(&br, &ns, i, if i <= hosts { host_ip(i as u8) } else { host_ip(200) })
-                .map_err(Setup::Failed)?;
+            let ns = t.namespaces.add(&ns_suffix(i, hosts))?;
+            add_port(&br, &ns, i, if i <= hosts { host_ip(i as u8) } else { host_ip(200) }).map_err(Setup::Failed)?;
         }
         let err = |e: crate::BenchError| Setup::Failed(format!("a peer did not start: {e}"));
         for i in 1..=hosts {
@@ -77,7 +62,8 @@ impl Topology {
                 "--groups".into(),
                 groups.join(","),
             ];
-            let peer = Peer::spawn(&in_namespace(exe, &t.ns(i, hosts)), "group-host", &args).map_err(err)?;
+            let ns = t.namespaces.name(&ns_suffix(i, hosts));
+            let peer = Peer::spawn(&in_namespace(exe, &ns), "group-host", &args).map_err(err)?;
             t.hosts.push(Some(peer));
         }
         let args = vec![
@@ -88,28 +74,9 @@ impl Topology {
             "--expect".into(),
             hosts.to_string(),
         ];
-        t.client = Some(Peer::spawn(&in_namespace(exe, &t.ns(hosts + 1, hosts)), "group-client", &args).map_err(err)?);
+        let client_ns = t.namespaces.name(&ns_suffix(hosts + 1, hosts));
+        t.client = Some(Peer::spawn(&in_namespace(exe, &client_ns), "group-client", &args).map_err(err)?);
         Ok(t)
-    }
-
-    fn ns(&self, i: usize, hosts: usize) -> String {
-        if i > hosts {
-            format!("{}c", self.prefix)
-        } else {
-            format!("{}h{i}", self.prefix)
-        }
-    }
-
-    fn add_namespace(&mut self, br: &str, ns: &str, i: usize, addr: Ipv4Addr) -> std::result::Result<(), String> {
-        ip(&["netns", "add", ns])?;
-        self.created.push(ns.to_string());
-        let port = format!("p{i}");
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        ip(&["-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns", br])?;
-        ip(&["-n", br, "link", "set", &port, "master", "br0", "up"])?;
-        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
-        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
-        ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])
     }
 
     /// The number of member hosts.
@@ -214,16 +181,21 @@ impl Topology {
     }
 }
 
-impl Drop for Topology {
-    fn drop(&mut self) {
-        self.client.take();
-        self.hosts.clear();
-        for ns in self.created.drain(..).rev() {
-            remove_namespace(&ns);
-        }
-        if let Some(mut r) = self.reaper.take() {
-            drop(r.stdin.take());
-            let _ = r.wait();
-        }
+/// The namespace of member host `i` (`h1`…), or the client's (`c`) past `hosts`.
+fn ns_suffix(i: usize, hosts: usize) -> String {
+    if i > hosts {
+        "c".into()
+    } else {
+        format!("h{i}")
     }
+}
+
+/// Joins namespace `ns` to the bridge in `br` (port `p<i>`) at `addr`, multicast routed there.
+fn add_port(br: &str, ns: &str, i: usize, addr: Ipv4Addr) -> std::result::Result<(), String> {
+    let port = format!("p{i}");
+    ip(&["-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns", br])?;
+    ip(&["-n", br, "link", "set", &port, "master", "br0", "up"])?;
+    ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
+    ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+    ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])
 }
