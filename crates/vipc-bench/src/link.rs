@@ -4,9 +4,10 @@
 //! one, a client (peer `link-client`) in the other. Nodes use their default
 //! packet size, 1,472 bytes, so a move is many datagrams — where loopback
 //! carries it in a few 64 KiB ones — and the figures show what a cluster
-//! gets: MoveTo and MoveFrom of 1 MiB and 16 MiB, and a remote-memory read
-//! of 1 MiB (an `rmem-owner` peer's segment), against TCP bulk over the
-//! same link, interleaved in one run. Needs root (skipped with the reason
+//! gets: MoveTo and MoveFrom of 1 MiB and 16 MiB, the same of 1 MiB between
+//! nodes with a cluster key (a second server), and a remote-memory read of
+//! 1 MiB (an `rmem-owner` peer's segment), against TCP bulk over the same
+//! link, interleaved in one run. Needs root (skipped with the reason
 //! elsewhere).
 
 use crate::error::Result;
@@ -26,8 +27,8 @@ const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
 /// Transfer sizes measured.
 const SIZES: [usize; 2] = [1 << 20, 16 << 20];
-/// Bytes of the remote-memory read (one of the sizes: its TCP baseline).
-const RMEM_SIZE: usize = 1 << 20;
+/// Bytes of the remote-memory read and of the keyed moves (one of the sizes: their TCP baseline).
+const ONE_SIZE: usize = 1 << 20;
 
 /// The two namespaces and the link between them, removed when dropped.
 struct Link {
@@ -73,7 +74,14 @@ pub fn link(ctx: &mut Ctx<'_>) -> Result<()> {
     let server = Peer::spawn(&in_server, "vipc-server", &["--host".into(), host, "--listen".into(), listen.clone()])?;
     let tcp = Peer::spawn(&in_server, "tcp-echo", &["--listen".into(), listen.clone()])?;
     let owner_host = ctx.host().to_string();
-    let owner = Peer::spawn(&in_server, "rmem-owner", &["--host".into(), owner_host, "--listen".into(), listen])?;
+    let owner =
+        Peer::spawn(&in_server, "rmem-owner", &["--host".into(), owner_host, "--listen".into(), listen.clone()])?;
+    let keyed_host = ctx.host().to_string();
+    let keyed = Peer::spawn(
+        &in_server,
+        "vipc-server",
+        &["--host".into(), keyed_host, "--listen".into(), listen, "--keyed".into()],
+    )?;
     let (rounds, n, warm) = ctx.scale(5, 8, 2);
     let args = [
         ("host", ctx.host().to_string()),
@@ -82,6 +90,9 @@ pub fn link(ctx: &mut Ctx<'_>) -> Result<()> {
         ("tcp-addr", tcp.field("addr")?.to_string()),
         ("owner-addr", owner.field("addr")?.to_string()),
         ("segment", owner.field("name")?.to_string()),
+        ("keyed-host", ctx.host().to_string()),
+        ("keyed-addr", keyed.field("addr")?.to_string()),
+        ("keyed-pid", keyed.field("pid")?.to_string()),
         ("rounds", rounds.to_string()),
         ("per-round", n.to_string()),
         ("warm", warm.to_string()),
@@ -107,23 +118,20 @@ pub fn link(ctx: &mut Ctx<'_>) -> Result<()> {
             );
         }
     }
-    let l = label(RMEM_SIZE);
+    let l = label(ONE_SIZE);
     let tcp = get(&format!("tcp_bulk_{l}"))?;
-    ctx.rec(
-        &format!("link_rmem_read_{l}"),
-        get(&format!("rmem_read_{l}"))?,
-        "MB/s",
-        &format!("link_tcp_bulk_{l}"),
-        tcp,
-    );
+    for name in [format!("rmem_read_{l}"), format!("keyed_moveto_{l}"), format!("keyed_movefrom_{l}")] {
+        ctx.rec(&format!("link_{name}"), get(&name)?, "MB/s", &format!("link_tcp_bulk_{l}"), tcp);
+    }
     Ok(())
 }
 
 /// Peer `link-client --host H --server-addr A --server-pid P --tcp-addr T
-/// --owner-addr O --segment NAME --rounds R --per-round N --warm W`: a node
-/// on the link's client end; at `RUN`, measures TCP bulk, MoveTo and
-/// MoveFrom of each size and a remote read of the owner's segment,
-/// interleaved, and answers `RESULT NAME=MB/s …` (medians).
+/// --owner-addr O --segment NAME --keyed-host K --keyed-addr KA --keyed-pid
+/// KP --rounds R --per-round N --warm W`: a node on the link's client end,
+/// and a keyed one; at `RUN`, measures TCP bulk, MoveTo and MoveFrom of
+/// each size, keyed ones of [`ONE_SIZE`] and a remote read of the owner's
+/// segment, interleaved, and answers `RESULT NAME=MB/s …` (medians).
 pub fn client_peer(a: &PeerArgs) -> Result<()> {
     let server: SocketAddr = a.get("server-addr")?;
     let to = Pid(a.get("server-pid")?);
@@ -132,7 +140,11 @@ pub fn client_peer(a: &PeerArgs) -> Result<()> {
     let p = node.attach()?;
     let segment = crate::rmem::unhex(&a.get::<String>("segment")?)?;
     let remote = node.import_segment(segment, Access::READ, Duration::from_secs(5))?;
-    let anon = node.anonymous_segment(RMEM_SIZE)?;
+    let anon = node.anonymous_segment(ONE_SIZE)?;
+    let keyed_to = Pid(a.get("keyed-pid")?);
+    let keyed_config = link_config(a.get("keyed-host")?, SocketAddr::from((CLIENT_IP, 0)), vec![a.get("keyed-addr")?]);
+    let keyed_node = Node::start(vserver::keyed(keyed_config))?;
+    let kp = keyed_node.attach()?;
     let tc = RefCell::new(TcpClient::connect(a.get("tcp-addr")?)?);
     let (rounds, n, warm): (usize, usize, usize) = (a.get("rounds")?, a.get("per-round")?, a.get("warm")?);
     let seg = RefCell::new(vec![0u8; SIZES[SIZES.len() - 1]]);
@@ -143,26 +155,18 @@ pub fn client_peer(a: &PeerArgs) -> Result<()> {
         }
         let mut probes = Vec::new();
         for size in SIZES {
+            let tc = &tc;
             let l = label(size);
-            let (p, seg, tc) = (&p, &seg, &tc);
             probes.push(Probe::new(&format!("tcp_bulk_{l}"), n, move || Ok(mbps(size, tc.borrow_mut().bulk(size)?))));
-            probes.push(Probe::new(&format!("moveto_{l}"), n, move || {
-                let mut s = seg.borrow_mut();
-                let msg = request(vserver::OP_MOVE_TO, size, 0);
-                Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Write(&mut s[..size])))?))
-            }));
-            probes.push(Probe::new(&format!("movefrom_{l}"), n, move || {
-                let s = seg.borrow();
-                let msg = request(vserver::OP_MOVE_FROM, size, 0);
-                Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Read(&s[..size])))?))
-            }));
+            probes.extend(move_probes("", (&p, to), &seg, size, n));
         }
-        let l = label(RMEM_SIZE);
+        probes.extend(move_probes("keyed_", (&kp, keyed_to), &seg, ONE_SIZE, n));
+        let l = label(ONE_SIZE);
         let (remote, anon) = (&remote, &anon);
         probes.push(Probe::new(&format!("rmem_read_{l}"), n, move || {
             let t = std::time::Instant::now();
-            remote.read(0, RMEM_SIZE as u32, (anon, 0), false)?.wait(Duration::from_secs(5))?;
-            Ok(mbps(RMEM_SIZE, t.elapsed()))
+            remote.read(0, ONE_SIZE as u32, (anon, 0), false)?.wait(Duration::from_secs(5))?;
+            Ok(mbps(ONE_SIZE, t.elapsed()))
         }));
         interleave(&mut probes, rounds, warm)?;
         let mut answer = String::from("RESULT");
@@ -172,9 +176,36 @@ pub fn client_peer(a: &PeerArgs) -> Result<()> {
                 answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
             }
         }
-        let name = format!("rmem_read_{}", label(RMEM_SIZE));
-        answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
+        let l = label(ONE_SIZE);
+        for name in [format!("rmem_read_{l}"), format!("keyed_moveto_{l}"), format!("keyed_movefrom_{l}")] {
+            answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
+        }
         say(&answer);
     }
     Ok(())
+}
+
+/// Probes `{prefix}moveto_SIZE` and `{prefix}movefrom_SIZE`: the bench
+/// server `to` moves `size` bytes into and out of `seg` for `p` (MB/s,
+/// the server's time of the move).
+fn move_probes<'a>(
+    prefix: &str,
+    (p, to): (&'a vipc::Process, Pid),
+    seg: &'a RefCell<Vec<u8>>,
+    size: usize,
+    n: usize,
+) -> [Probe<'a>; 2] {
+    let l = label(size);
+    [
+        Probe::new(&format!("{prefix}moveto_{l}"), n, move || {
+            let mut s = seg.borrow_mut();
+            let msg = request(vserver::OP_MOVE_TO, size, 0);
+            Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Write(&mut s[..size])))?))
+        }),
+        Probe::new(&format!("{prefix}movefrom_{l}"), n, move || {
+            let s = seg.borrow();
+            let msg = request(vserver::OP_MOVE_FROM, size, 0);
+            Ok(mbps(size, server_time(p, to, msg, Some(SegmentRef::Read(&s[..size])))?))
+        }),
+    ]
 }
