@@ -762,6 +762,26 @@ fn large_read_answers_leave_split_and_carry_the_bytes_served() {
     assert!(t.segment.is_none() && t.bytes.len() == vipc_wire::HEADER_LEN + 1000);
 }
 
+/// Two nodes with datagrams of up to 64 KiB: node 0 exports 1 MiB (its
+/// first 100,000 bytes 9s), node 1 imports it with `access` and has a 1 MiB
+/// anonymous segment to read into.
+fn read_setup(access: Access) -> (Net, Imported, SegmentId) {
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let seg = export(&mut net, 1 << 20, rw());
+    net.nodes[0].segment_write(seg, 0, &vec![9u8; 100_000]).unwrap();
+    let h = import(&mut net, 1, access).unwrap();
+    let dest = anon(&mut net, 1, 1 << 20);
+    (net, h, dest)
+}
+
+/// A 100,000-byte read served by node 0: the operation and its two answers, not yet delivered.
+fn two_datagram_read(net: &mut Net, h: &Imported, dest: SegmentId) -> (MemOpId, Vec<Transmit>) {
+    let op = serve_read(net, h, 100_000, dest);
+    let answers: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect();
+    assert_eq!(answers.len(), 2);
+    (op, answers)
+}
+
 /// The runtime may borrow the memory of the anonymous segment the next
 /// answer is expected in: the oldest pending read's first missing bytes,
 /// with room for the header before them. While it is out, the owner's own
@@ -770,15 +790,9 @@ fn large_read_answers_leave_split_and_carry_the_bytes_served() {
 /// data go. Nothing is lent when two operations answer into one segment.
 #[test]
 fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
-    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
-    let seg = export(&mut net, 1 << 20, rw());
-    net.nodes[0].segment_write(seg, 0, &vec![9u8; 100_000]).unwrap();
-    let h = import(&mut net, 1, Access::READ).unwrap();
-    let dest = anon(&mut net, 1, 1 << 20);
+    let (mut net, h, dest) = read_setup(Access::READ);
     assert!(net.nodes[1].mem_lend().is_none(), "no read pending");
-    let op = serve_read(&mut net, &h, 100_000, dest);
-    let answers: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect();
-    assert_eq!(answers.len(), 2);
+    let (op, answers) = two_datagram_read(&mut net, &h, dest);
 
     let chunk = answers[0].bytes.len() - vipc_wire::HEADER_LEN;
     let loan = net.nodes[1].mem_lend().expect("the read's destination");
@@ -816,6 +830,29 @@ fn the_memory_an_answer_is_expected_in_is_lent_for_one_receive() {
     net.nodes[1].mem_read(now, &h, 0, 20_000, (dest, 0), false).unwrap();
     net.nodes[1].mem_read(now, &h, 0, 20_000, (dest, 50_000), false).unwrap();
     assert!(net.nodes[1].mem_lend().is_none());
+}
+
+/// A read whose answer has partly arrived says so (the runtime polls for
+/// the rest instead of sleeping); before its first answer, once done, and
+/// for a CAS-II, it does not.
+#[test]
+fn a_read_whose_answer_is_partly_in_is_arriving() {
+    let (mut net, h, dest) = read_setup(Access::READ_WRITE);
+    let (op, answers) = two_datagram_read(&mut net, &h, dest);
+    assert!(!net.nodes[1].mem_answer_arriving(op), "nothing has arrived");
+    let now = net.now;
+    net.nodes[1].handle_datagram(now, addr(0), &answers[1].bytes);
+    assert!(net.nodes[1].mem_answer_arriving(op), "the second half is in, the first due");
+    net.nodes[1].handle_datagram(now, addr(0), &answers[1].bytes);
+    assert!(net.nodes[1].mem_answer_arriving(op), "a duplicate completes nothing");
+    net.nodes[1].handle_datagram(now, addr(0), &answers[0].bytes);
+    assert!(!net.nodes[1].mem_answer_arriving(op), "done");
+    assert_eq!(net.nodes[1].mem_poll(op), Some(Ok(MemOutcome::Read)));
+    assert!(!net.nodes[1].mem_answer_arriving(op), "collected");
+
+    let now = net.now;
+    let cas = net.nodes[1].mem_cas(now, &h, 0, Cas { expect: 0, new: 1, nonce: 2 }, (dest, 0), false).unwrap();
+    assert!(!net.nodes[1].mem_answer_arriving(cas), "a CAS-II is answered in one datagram");
 }
 
 /// A read shorter than `rmem_lend_min` is copied from the receive buffer,

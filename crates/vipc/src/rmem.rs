@@ -290,6 +290,14 @@ impl AnonSegment {
 /// to the sender thread saves (a 1 MiB write: 3.8–4.1 → 4.3–5.5 GB/s).
 pub const DIRECT_WRITE: usize = 64 << 10;
 
+/// How long a waiter whose read answer has partly arrived polls the socket
+/// for more of it before it sleeps. The owner's node sent the answer's
+/// datagrams back to back, so the rest is microseconds behind, unless one
+/// was lost (then the read's retry, milliseconds later, brings it). A
+/// sleep and a wake-up for it cost more: a 64 KiB read on loopback (two
+/// datagrams, both ends on one CPU) went from 20.2 to 17.0 µs.
+const TAIL_SPIN: Duration = Duration::from_micros(50);
+
 /// A handle to another host's segment (or this node's, by import): no
 /// memory is mapped; addresses are offsets. Every operation returns at once.
 #[derive(Clone)]
@@ -430,7 +438,7 @@ impl PendingOp {
         let shared = self.shared.clone();
         // With the node's `poll_spin`, the waiter first spins on the socket
         // (002's processor-synchronous wait), then blocks.
-        let spin_until = shared.poll_spin.map(|d| crate::within::deadline_after(start, d));
+        let polling = shared.poll_spin.map(|d| crate::within::deadline_after(start, d));
         let mut st = shared.lock();
         loop {
             let Some(op) = self.op else { return Err(Error::Internal("operation already collected".into())) };
@@ -446,6 +454,12 @@ impl PendingOp {
                 let cut = within.is_some_and(|left| left < timeout);
                 return Err(if cut { vipc_engine::Error::Deadline.into() } else { Error::StillPending });
             }
+            // The rest of a read's answer follows the part that came, back
+            // to back: while it comes, spinning costs less than sleeping and
+            // being woken for each datagram.
+            let tail =
+                st.engine.mem_answer_arriving(op).then(|| crate::within::deadline_after(Instant::now(), TAIL_SPIN));
+            let spin_until = polling.max(tail);
             // Read the answer ourselves (see Shared::wait_mem), else sleep until it is in.
             st = shared.wait_mem(st, left, spin_until);
         }

@@ -120,6 +120,11 @@ impl Coverage {
         self.covers(want.0, want.1)
     }
 
+    /// True if part of the read has arrived (and, the read still pending, not all of it).
+    pub fn started(&self) -> bool {
+        !self.ranges.is_empty()
+    }
+
     /// True if `[start, end)` has wholly arrived.
     pub fn covers(&self, start: u64, end: u64) -> bool {
         self.ranges.iter().any(|&(s, e)| s <= start && end <= e)

@@ -351,6 +351,15 @@ impl Engine {
         self.rmem.ops.get(&op.0).is_some_and(|o| o.done.is_none())
     }
 
+    /// True if `op` is a read whose answer has partly arrived: the rest was
+    /// sent with it, back to back, and is due within microseconds.
+    pub fn mem_answer_arriving(&self, op: MemOpId) -> bool {
+        self.rmem
+            .ops
+            .get(&op.0)
+            .is_some_and(|o| o.done.is_none() && matches!(&o.kind, OpKind::Read { got, .. } if got.started()))
+    }
+
     /// Forgets an operation (its caller lost interest): later answers are dropped.
     pub fn mem_forget(&mut self, op: MemOpId) {
         self.rmem.ops.remove(&op.0);
