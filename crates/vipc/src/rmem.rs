@@ -290,14 +290,6 @@ impl AnonSegment {
 /// to the sender thread saves (a 1 MiB write: 3.8–4.1 → 4.3–5.5 GB/s).
 pub const DIRECT_WRITE: usize = 64 << 10;
 
-/// How long a waiter whose read answer has partly arrived polls the socket
-/// for more of it before it sleeps. The owner's node sent the answer's
-/// datagrams back to back, so the rest is microseconds behind, unless one
-/// was lost (then the read's retry, milliseconds later, brings it). A
-/// sleep and a wake-up for it cost more: a 64 KiB read on loopback (two
-/// datagrams, both ends on one CPU) went from 20.2 to 17.0 µs.
-const TAIL_SPIN: Duration = Duration::from_micros(50);
-
 /// A handle to another host's segment (or this node's, by import): no
 /// memory is mapped; addresses are offsets. Every operation returns at once.
 #[derive(Clone)]
@@ -457,8 +449,10 @@ impl PendingOp {
             // The rest of a read's answer follows the part that came, back
             // to back: while it comes, spinning costs less than sleeping and
             // being woken for each datagram.
-            let tail =
-                st.engine.mem_answer_arriving(op).then(|| crate::within::deadline_after(Instant::now(), TAIL_SPIN));
+            let tail = st
+                .engine
+                .mem_answer_arriving(op)
+                .then(|| crate::within::deadline_after(Instant::now(), crate::runtime::ARRIVING_SPIN));
             let spin_until = polling.max(tail);
             // Read the answer ourselves (see Shared::wait_mem), else sleep until it is in.
             st = shared.wait_mem(st, left, spin_until);
