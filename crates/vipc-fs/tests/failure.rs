@@ -446,6 +446,8 @@ fn requests_cut_off_by_a_server_restart_are_sent_again_only_if_harmless() {
     relay.cut(false);
     assert_eq!(lookup.join().unwrap().unwrap().size, 4, "the lookup was sent again, to the new server");
     assert_eq!(write.join().unwrap().unwrap(), 2, "the write was sent again, through the handle reopened");
+    // Answered before its data are written (write-behind): FSYNC waits for them.
+    c.fsync(w, true).unwrap();
     assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"HEre");
     for (what, r) in [("mkdir", mkdir.join().unwrap().map(|_| 0)), ("append", append.join().unwrap())] {
         let e = r.unwrap_err();
