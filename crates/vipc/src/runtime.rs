@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vipc_engine::{Completion, Destination, Engine, Event, HostId, Pid, SegmentId, Stats, Time};
 
 mod apart;
@@ -155,6 +155,8 @@ pub(crate) struct State {
     /// Counts the times the token was given up (lets the background thread
     /// see that it has been free for a whole [`GRACE`]).
     releases: u64,
+    /// When the token was last given up.
+    released_at: Instant,
     /// Counts the times a process took the token (lets the background thread see change).
     reader_gen: u64,
     /// Processes sleeping until the token is free (entries whose slot no longer `wants_lead` are stale).
@@ -198,6 +200,15 @@ pub(crate) struct State {
     /// variable they sleep on and how many they are. A record wakes only
     /// the waiters of its own segment, not every remote-memory waiter.
     pub(crate) record_waiters: HashMap<SegmentId, (Arc<Condvar>, usize)>,
+}
+
+impl State {
+    /// The token is free: counted and timed for the background thread.
+    fn token_given_up(&mut self) {
+        self.reader = Reader::None;
+        self.releases += 1;
+        self.released_at = Instant::now();
+    }
 }
 
 /// State shared by the node's handles, processes and threads.
@@ -280,6 +291,7 @@ impl Shared {
                 wake_reader: false,
                 notify: Vec::new(),
                 releases: 0,
+                released_at: Instant::now(),
                 reader_gen: 0,
                 lead_waiters: VecDeque::new(),
                 op_waiters: 0,

@@ -579,3 +579,30 @@ fn concurrent_readers_and_local_reads_of_their_segments() {
     stop.store(true, Ordering::Relaxed);
     assert!(peeker.join().unwrap() > 0);
 }
+
+/// A node whose own thread has just stopped a tight loop of remote reads
+/// (its background reader backs off while processes keep taking the token)
+/// still has its socket read, and serves a peer's read, within a few
+/// milliseconds: 2.4–2.5 ms here; at most GRACE plus the longest back-off.
+#[test]
+fn a_node_serves_peers_at_once_after_its_own_tight_loop_stops() {
+    let nodes = cluster(2);
+    let (far, _) = filled(&nodes[1], 4096, 1);
+    let (near, near_data) = filled(&nodes[0], 4096, 2);
+    let from_0 = nodes[0].import_segment(far.name(), Access::READ, WAIT).unwrap();
+    let from_1 = nodes[1].import_segment(near.name(), Access::READ, WAIT).unwrap();
+    let (into_0, into_1) = (nodes[0].anonymous_segment(4096).unwrap(), nodes[1].anonymous_segment(4096).unwrap());
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(60) {
+            from_0.read(0, 8, (&into_0, 0), false).unwrap().wait(WAIT).unwrap();
+        }
+        let t = Instant::now();
+        from_1.read(0, 64, (&into_1, 0), false).unwrap().wait(WAIT).unwrap();
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(into_1.to_vec(0, 64).unwrap(), near_data[..64]);
+    }
+    // The bound has room for a loaded machine; a reader left asleep would take T_r (20 ms) and more.
+    assert!(slowest < Duration::from_millis(200), "slowest {slowest:?}");
+}

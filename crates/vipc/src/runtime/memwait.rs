@@ -39,8 +39,7 @@ impl Shared {
         st.reader_gen += 1;
         st.kicked = false;
         let mut st = self.read_one(st, spin_until);
-        st.reader = Reader::None;
-        st.releases += 1;
+        st.token_given_up();
         self.promote(&mut st);
         (st, true)
     }

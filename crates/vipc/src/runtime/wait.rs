@@ -309,8 +309,7 @@ impl Shared {
         }
         self.release_multicast(st, pid);
         if st.reader == Reader::Process(pid) {
-            st.reader = Reader::None;
-            st.releases += 1;
+            st.token_given_up();
         }
         // Also when `pid` was woken to take a free token but leaves without
         // it: somebody must read the socket.
