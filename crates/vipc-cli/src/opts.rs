@@ -80,7 +80,7 @@ fn vipc_max_host() -> u32 {
 /// Flags that configure the node a command runs.
 #[derive(Args, Debug, Default, Clone)]
 pub struct NodeArgs {
-    /// Address of the node's UDP socket [default: an ephemeral port on the --interface address, else on 127.0.0.1; with an IPv6 static peer, on [::1] if that peer is a loopback address, else on [::]].
+    /// Address of the node's UDP socket [default: an ephemeral port on the --interface address; else on 127.0.0.1, or on 0.0.0.0 if a static peer is not a loopback address; with IPv6 static peers, on [::1] or [::] alike].
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub listen: Option<SocketAddr>,
     /// Fixed logical host id (decimal or 0x hex) [default: allocated on the broadcast channel].
@@ -184,6 +184,22 @@ fn read_small_file(path: &Path, what: &str, limit: u64) -> CliResult<String> {
     Ok(text)
 }
 
+/// Without a listen address: an ephemeral port on the multicast interface;
+/// else on the loopback of the peers' address family if every peer of it
+/// is there, on the wildcard address if one is elsewhere (a socket bound to
+/// loopback cannot reach another machine: `vipc cp --peer 192.0.2.10:7701`
+/// on machine B found nobody).
+fn default_listen(interface: Option<Ipv4Addr>, peers: &[SocketAddr]) -> SocketAddr {
+    let beyond = |v6: bool| peers.iter().any(|p| p.is_ipv6() == v6 && !p.ip().is_loopback());
+    match interface {
+        Some(i) => SocketAddr::from((i, 0)),
+        None if peers.iter().any(|p| p.is_ipv6()) && beyond(true) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+        None if peers.iter().any(|p| p.is_ipv6()) => SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
+        None if beyond(false) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        None => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+    }
+}
+
 impl NodeArgs {
     /// The node configuration these flags (and the config file) describe.
     pub fn build(&self) -> CliResult<NodeConfig> {
@@ -216,17 +232,10 @@ impl NodeArgs {
             (None, Some(s)) => Some(parse_ipv4(s).map_err(in_file)?),
             (None, None) => None,
         };
-        // Without a listen address: an ephemeral port on the multicast
-        // interface, or on the loopback of the peers' address family.
         let listen = match (self.listen, &file.listen) {
             (Some(a), _) => a,
             (None, Some(s)) => parse_addr(s).map_err(in_file)?,
-            (None, None) => match (interface, peers.iter().find(|p| p.is_ipv6())) {
-                (Some(i), _) => SocketAddr::from((i, 0)),
-                (None, Some(p)) if p.ip().is_loopback() => SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
-                (None, Some(_)) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
-                (None, None) => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            },
+            (None, None) => default_listen(interface, &peers),
         };
         let multicast_on = !self.no_multicast && file.multicast.unwrap_or(true);
         // An IPv6 node without an explicit group uses static peers only.
@@ -301,6 +310,26 @@ mod tests {
         std::fs::write(&file, "min_stream_kib = 8\n").unwrap();
         assert_eq!(build(None, Some(file.clone())), 8 << 10);
         assert_eq!(build(Some(16), Some(file)), 16 << 10, "the flag wins");
+    }
+
+    /// With no listen address or interface, a node binds loopback only when
+    /// all its peers (of the family it uses, IPv6 if any) are there.
+    #[test]
+    fn the_default_listen_address_reaches_the_peers() {
+        let peers = |list: &[&str]| list.iter().map(|p| p.parse().unwrap()).collect::<Vec<SocketAddr>>();
+        for (list, want) in [
+            (&[][..], "127.0.0.1:0"),
+            (&["127.0.0.1:7701"][..], "127.0.0.1:0"),
+            (&["192.0.2.10:7701"][..], "0.0.0.0:0"),
+            (&["127.0.0.1:7701", "192.0.2.10:7701"][..], "0.0.0.0:0"),
+            (&["[::1]:7701"][..], "[::1]:0"),
+            (&["[2001:db8::2]:7701"][..], "[::]:0"),
+            (&["192.0.2.10:7701", "[::1]:7701"][..], "[::1]:0"),
+        ] {
+            assert_eq!(default_listen(None, &peers(list)), want.parse().unwrap(), "peers {list:?}");
+        }
+        let on = Ipv4Addr::new(192, 0, 2, 20);
+        assert_eq!(default_listen(Some(on), &peers(&["192.0.2.10:7701"])), SocketAddr::from((on, 0)));
     }
 
     /// A peer's name that does not resolve says so; a malformed one shows the forms.
