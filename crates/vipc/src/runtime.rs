@@ -39,15 +39,6 @@ pub(crate) use threads::{net_loop, timer_loop};
 /// to take back (a server between two Receives) before reading the socket itself.
 pub(crate) const GRACE: Duration = Duration::from_millis(2);
 
-/// How long a thread whose transfer is arriving — a read answer partly in,
-/// a MoveTo or MoveFrom into its lent buffer under way — polls the socket
-/// after the last datagram that came before it sleeps. The sender sent
-/// them back to back, so the next is microseconds behind unless one was
-/// lost (then a retransmission, milliseconds later, brings it); a sleep
-/// and a wake-up per datagram cost more (a 64 KiB read on loopback, two
-/// datagrams, both ends on one CPU: 20.2 → 17.0 µs).
-pub(crate) const ARRIVING_SPIN: Duration = Duration::from_micros(50);
-
 /// Datagrams ready to go out, in the order the engine produced them.
 pub(crate) type Outgoing = VecDeque<(SocketAddr, Vec<u8>)>;
 

@@ -161,6 +161,7 @@ impl Shared {
                     // socket unread (the multicast thread waits for the token).
                     self.release_multicast(&mut st, pid);
                 }
+                st.reader_blocked = spin.is_none();
                 signal.ready.store(false, Ordering::Relaxed); // nothing for us yet: checked above
                 let (mut buf, mut saved) = (std::mem::take(&mut st.rxbuf), std::mem::take(&mut st.rxsave));
                 let in_place = match &lend {
@@ -169,10 +170,6 @@ impl Shared {
                     }
                     _ => None,
                 };
-                // A stream into the lent buffer is under way: its next chunk is due.
-                let arriving = in_place.map(|_| crate::within::deadline_after(Instant::now(), ARRIVING_SPIN));
-                let spin = spin.max(arriving);
-                st.reader_blocked = spin.is_none();
                 drop(st);
                 let spin = spin.map(|until| (&signal.ready, until));
                 if let (Some((at, len)), Lend::Write(dest)) = (in_place, &mut lend) {
