@@ -293,8 +293,8 @@ pub const DIRECT_WRITE: usize = 64 << 10;
 /// How long a thread whose remote read's answer has partly arrived polls
 /// the socket after the last datagram that came before it sleeps. The
 /// owner's node sent the answer back to back, so the rest is microseconds
-/// behind unless a datagram was lost (then the read's retry, milliseconds
-/// later, brings it); a sleep and a wake-up per datagram cost more (a 64
+/// behind unless a datagram was lost (then the read times out, and its
+/// caller reads again); a sleep and a wake-up per datagram cost more (a 64
 /// KiB read on loopback, two datagrams, both ends on one CPU: 20.2 → 17.0
 /// µs). Polling the same way for the next chunk of a MoveTo or MoveFrom
 /// into a lent buffer made single moves 15–25% faster but `vipc cp` over
