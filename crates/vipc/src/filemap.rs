@@ -77,15 +77,16 @@ impl<'a> FileWindow<'a> {
         gso: &Gso,
         chunks: impl Iterator<Item = (SocketAddr, &'h [u8], usize, usize)>,
     ) {
-        let chunks: Vec<_> = chunks.collect();
-        let mut run = Run::new(sock, gso, |to, i: usize, _| {
-            let (_, head, at, n) = chunks[i];
-            self.send(sock, to, head, at, n);
+        // Each datagram's tag is its own (head, at, n), for sending it alone.
+        let mut run = Run::new(sock, gso, |to, chunk: Option<(&'h [u8], usize, usize)>, _| {
+            if let Some((head, at, n)) = chunk {
+                self.send(sock, to, head, at, n);
+            }
             true
         });
-        for (i, &(to, head, at, n)) in chunks.iter().enumerate() {
+        for (to, head, at, n) in chunks {
             match self.part(at, n) {
-                Some(data) => run.push(to, Part::from(head), data, i),
+                Some(data) => run.push(to, Part::from(head), data, Some((head, at, n))),
                 None => tracing::debug!("a lent chunk beyond the file window"),
             }
         }

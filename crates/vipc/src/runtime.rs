@@ -627,6 +627,29 @@ impl Shared {
         self.feed_as(st, from, bytes, origin, false).0
     }
 
+    /// [`Shared::feed`] of every datagram of one receive (several if GRO
+    /// coalesced them, counted as a run); `placed` gets the data of each one
+    /// that belong in the reader's lent buffer, with the lock released.
+    pub(crate) fn feed_received<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        from: SocketAddr,
+        received: &[u8],
+        origin: Origin,
+        mut placed: impl FnMut(usize, &[u8]),
+    ) -> MutexGuard<'s, State> {
+        let pieces = vipc_wire::coalesced::datagrams(received);
+        st.runs_received += u64::from(pieces.piece_size() < received.len());
+        for d in pieces {
+            if let Some((offset, range)) = self.feed(&mut st, from, d, origin) {
+                drop(st);
+                placed(offset, &d[range]);
+                st = self.lock();
+            }
+        }
+        st
+    }
+
     /// [`Shared::feed`]; with `lent`, segment memory is lent to this thread
     /// ([`Engine::handle_datagram_lent`]) and the second result says where
     /// in it the datagram's data belong.

@@ -69,11 +69,8 @@ impl Shared {
                 let mut st = self.lock();
                 st.reader_blocked = false;
                 if let Some((n, from)) = got {
-                    let pieces = vipc_wire::coalesced::datagrams(&buf[..n]);
-                    st.runs_received += u64::from(pieces.piece_size() < n);
-                    for d in pieces {
-                        self.feed(&mut st, from, d, Origin::Net(None));
-                    }
+                    // No process reads here: nothing is placed for this thread.
+                    st = self.feed_received(st, from, &buf[..n], Origin::Net(None), |_, _| {});
                 }
                 st
             }

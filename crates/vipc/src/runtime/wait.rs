@@ -6,7 +6,6 @@ use super::slot::{current_cpu, Done, NO_CPU};
 use super::*;
 use crate::gso::{self, Part, Run};
 use std::time::Instant;
-use vipc_wire::coalesced::datagrams;
 use vipc_wire::HEADER_LEN;
 
 impl Shared {
@@ -179,15 +178,8 @@ impl Shared {
                     st = self.lock();
                     st.reader_blocked = false;
                     if let Some((n, from)) = got {
-                        let pieces = datagrams(&buf[..n]);
-                        st.runs_received += u64::from(pieces.piece_size() < n);
-                        for d in pieces {
-                            if let Some((offset, range)) = self.feed(&mut st, from, d, Origin::Net(Some(pid))) {
-                                drop(st);
-                                place(&mut lend, offset, &d[range]);
-                                st = self.lock();
-                            }
-                        }
+                        let origin = Origin::Net(Some(pid));
+                        st = self.feed_received(st, from, &buf[..n], origin, |at, data| place(&mut lend, at, data));
                     }
                 }
                 (st.rxbuf, st.rxsave) = (buf, saved);
@@ -253,7 +245,7 @@ impl Shared {
                 continue;
             }
             match &mut work[i] {
-                Work::Send { .. } => {}
+                Work::Send { .. } => {} // sent above, with the sends after it
                 Work::Place { offset, data } => {
                     place(lend, *offset, data);
                     spent.push(std::mem::take(data));
