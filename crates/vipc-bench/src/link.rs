@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::ipc::{label, mbps, server_time, Ctx};
 use crate::netns::{in_namespace, ip, Namespaces, Setup};
 use crate::peer::{announce, parse_fields, say, stdin_lines, Peer, PeerArgs};
-use crate::probe::{find, interleave, Probe};
+use crate::probe::{interleave, Probe};
 use crate::tcp::TcpClient;
 use crate::vserver::{self, request};
 use std::cell::RefCell;
@@ -170,15 +170,8 @@ pub fn client_peer(a: &PeerArgs) -> Result<()> {
         }));
         interleave(&mut probes, rounds, warm)?;
         let mut answer = String::from("RESULT");
-        for size in SIZES {
-            let l = label(size);
-            for name in [format!("tcp_bulk_{l}"), format!("moveto_{l}"), format!("movefrom_{l}")] {
-                answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
-            }
-        }
-        let l = label(ONE_SIZE);
-        for name in [format!("rmem_read_{l}"), format!("keyed_moveto_{l}"), format!("keyed_movefrom_{l}")] {
-            answer.push_str(&format!(" {name}={:.1}", find(&probes, &name)?.rounds.median()));
+        for probe in &probes {
+            answer.push_str(&format!(" {}={:.1}", probe.name, probe.rounds.median()));
         }
         say(&answer);
     }
