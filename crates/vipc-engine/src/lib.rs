@@ -49,7 +49,7 @@ pub use engine::{
     check_name, group_multicast_addr, seq_newer, well_known_group, AliveHost, AliveHosts, Cas, CasAnswer,
     ControlRecord, DataRecord, Descriptor, Engine, GroupOutcome, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
     ProtectionGroup, Refusal, Reliable, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, GROUP_ADDR_BASE,
-    MAX_K, WELL_KNOWN_GROUP_HOST,
+    MAX_K, TOKENLESS_READ_MAX, WELL_KNOWN_GROUP_HOST,
 };
 pub use error::Error;
 pub use io::{

@@ -133,6 +133,9 @@ pub struct Stats {
     pub rmem_ops_failed: u64,
     /// Remote memory: of those, the ones that timed out.
     pub rmem_timeouts: u64,
+    /// Remote memory: reads sent again with the address token an owner gave in an
+    /// `Unvalidated` MemNack (once per owner, or after it restarted).
+    pub rmem_token_retries: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,
     /// Gauge: aliens (remote senders' exchanges) held, including cached replies.
@@ -251,6 +254,7 @@ impl Stats {
             ("rmem_ops_done", self.rmem_ops_done),
             ("rmem_ops_failed", self.rmem_ops_failed),
             ("rmem_timeouts", self.rmem_timeouts),
+            ("rmem_token_retries", self.rmem_token_retries),
             ("rmem_segments", self.rmem_segments),
             ("rmem_bytes", self.rmem_bytes),
             ("rmem_ops_pending", self.rmem_ops_pending),

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::net::SocketAddr;
 use std::time::Duration;
 use vipc_engine::*;
 use vipc_wire::rmem::{CasFields, ReadFields, WriteFields, WritevFields};
@@ -202,7 +203,7 @@ fn out_of_range_and_no_access_are_refused_by_the_owner() {
         &mut net,
         1,
         PacketType::MemRead,
-        |h| ReadFields { source: seg, offset: u32::MAX - 3, len: 8, dest, dest_offset: 0 }.put(h),
+        |h| ReadFields { source: seg, offset: u32::MAX - 3, len: 8, dest, dest_offset: 0, token: 0 }.put(h),
         &[],
     );
     assert_eq!(refused(&net, 0, Refusal::OutOfRange), 2, "no wrap-around");
@@ -349,7 +350,7 @@ fn misaligned_cas_and_malformed_writev_are_refused() {
         &mut net,
         1,
         PacketType::MemRead,
-        |h| ReadFields { source: seg, offset: 0, len: 0, dest, dest_offset: 0 }.put(h),
+        |h| ReadFields { source: seg, offset: 0, len: 0, dest, dest_offset: 0, token: 0 }.put(h),
         &[],
     );
     assert_eq!(refused(&net, 0, Refusal::Malformed), 4);
@@ -703,6 +704,7 @@ fn large_read_answers_leave_split_and_carry_the_bytes_served() {
     let seg = export(&mut net, 1 << 20, rw());
     let h = import(&mut net, 1, Access::READ_WRITE).unwrap();
     let dest = anon(&mut net, 1, 1 << 20);
+    prove_address(&mut net, &h, dest);
     let (old, new) = (vec![1u8; 150_000], vec![2u8; 150_000]);
     net.nodes[0].segment_write(seg, 0, &old).unwrap();
 
@@ -771,7 +773,18 @@ fn read_setup(access: Access) -> (Net, Imported, SegmentId) {
     net.nodes[0].segment_write(seg, 0, &vec![9u8; 100_000]).unwrap();
     let h = import(&mut net, 1, access).unwrap();
     let dest = anon(&mut net, 1, 1 << 20);
+    prove_address(&mut net, &h, dest);
     (net, h, dest)
+}
+
+/// A read of node 0's segment by node 1, settled: node 1 then holds node
+/// 0's token for its address, which reads over [`TOKENLESS_READ_MAX`] carry.
+fn prove_address(net: &mut Net, h: &Imported, dest: SegmentId) {
+    let now = net.now;
+    let op = net.nodes[1].mem_read(now, h, 0, 1000, (dest, 0), false).unwrap();
+    net.settle();
+    assert_eq!(finish(net, 1, op), Ok(MemOutcome::Read));
+    assert_eq!(net.stats(1).rmem_token_retries, 1);
 }
 
 /// A 100,000-byte read served by node 0: the operation and its two answers, not yet delivered.
@@ -885,5 +898,122 @@ fn a_short_read_borrows_no_memory() {
         let now = net.now;
         net.nodes[1].mem_read(now, &h, 0, len, (dest, 0), false).unwrap();
         assert_eq!(net.nodes[1].mem_lend().is_some(), lent, "{len} bytes, default limit");
+    }
+}
+
+/// The datagrams node 0 sends in answer to one raw MemRead of `len` bytes
+/// from `from` (claiming host 2) carrying `token`.
+fn answers_to_raw_read(net: &mut Net, from: SocketAddr, seg: SegmentId, len: u32, token: u64) -> Vec<Transmit> {
+    let mut h = Header::new(PacketType::MemRead);
+    (h.incarnation, h.seq, h.src, h.dst) = (77, 0xbeef, Pid::new(2, 0), Pid::new(1, 0));
+    let dest = Descriptor { index: 0, generation: 1 };
+    ReadFields { source: seg, offset: 0, len, dest, dest_offset: 0, token }.put(&mut h);
+    let now = net.now;
+    net.nodes[0].handle_datagram(now, from, &to_vec(&h, &[], None));
+    std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect()
+}
+
+/// A read's answer can be 900,000 times its request, and a forged source
+/// address would aim it at someone else: a node without a key answers a
+/// read of more than TOKENLESS_READ_MAX bytes only if it carries the
+/// node's token for the address it came from. Otherwise a MemNack no
+/// larger than the request hands that address its token, and nothing is
+/// served, notified or counted as served.
+#[test]
+fn a_large_read_from_an_address_that_has_not_proven_itself_gets_a_token_not_the_data() {
+    let mut net = Net::with(2, |c| c.max_packet = vipc_wire::MAX_DATAGRAM);
+    let opts = SegmentOptions { notify: Notify::Always, ..rw() };
+    let seg = export(&mut net, 1 << 20, opts);
+    let victim: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    let token = net.nodes[0].address_token(victim);
+    assert_ne!(token, net.nodes[0].address_token("192.0.2.7:4001".parse().unwrap()), "the port counts");
+    assert_ne!(token, net.nodes[0].address_token("192.0.2.8:4000".parse().unwrap()), "the host counts");
+
+    for wrong in [0, token ^ 1] {
+        let out = answers_to_raw_read(&mut net, victim, seg, 1 << 20, wrong);
+        assert_eq!(out.len(), 1, "one MemNack, no data");
+        assert!(out[0].to == Destination::Addr(victim) && out[0].bytes.len() == vipc_wire::HEADER_LEN);
+        let p = vipc_wire::parse(&out[0].bytes, None).unwrap();
+        let n = vipc_wire::rmem::NackFields::get(&p.header);
+        assert_eq!((p.header.ptype, n.reason, n.token), (PacketType::MemNack, Refusal::Unvalidated as u8, token));
+    }
+    assert_eq!(refused(&net, 0, Refusal::Unvalidated), 2);
+    assert_eq!(net.stats(0).rmem_reads_served, 0);
+    assert_eq!(net.nodes[0].segment_poll_control(seg), Ok(None), "nothing served, nothing notified");
+
+    // With the token the read is served, to that address only.
+    let out = answers_to_raw_read(&mut net, victim, seg, 1 << 20, token);
+    assert_eq!(out.len(), 17, "1 MiB in datagrams of up to 65,419 bytes");
+    assert_eq!(net.stats(0).rmem_reads_served, 1);
+    let other: SocketAddr = "192.0.2.8:4000".parse().unwrap();
+    assert_eq!(answers_to_raw_read(&mut net, other, seg, 1 << 20, token).len(), 1, "a token is for one address");
+    // Up to TOKENLESS_READ_MAX bytes, no token is needed: the answer is at most ~3 × the request.
+    let out = answers_to_raw_read(&mut net, victim, seg, TOKENLESS_READ_MAX, 0);
+    assert_eq!(out[0].bytes.len(), vipc_wire::HEADER_LEN + TOKENLESS_READ_MAX as usize);
+    assert_eq!(refused(&net, 0, Refusal::Unvalidated), 3);
+
+    // A keyed node's packets come from key holders: no tokens.
+    let key = AuthKey::from_bytes([7; 32]);
+    let mut keyed = Engine::new(Config { key: Some(key.clone()), ..config(1) }, Time::ZERO);
+    let seg = keyed.export_segment(Some(NAME), 1 << 16, rw()).unwrap();
+    let mut h = Header::new(PacketType::MemRead);
+    (h.incarnation, h.seq, h.src, h.dst) = (77, 0xbeef, Pid::new(2, 0), Pid::new(1, 0));
+    let dest = Descriptor { index: 0, generation: 1 };
+    ReadFields { source: seg, offset: 0, len: 1 << 16, dest, dest_offset: 0, token: 0 }.put(&mut h);
+    keyed.handle_datagram(Time::ZERO, victim, &to_vec(&h, &[], Some(&key)));
+    let kinds: Vec<PacketType> = std::iter::from_fn(|| keyed.poll_transmit())
+        .map(|t| vipc_wire::parse(&t.bytes, Some(&key)).unwrap().header.ptype)
+        .filter(|t| *t != PacketType::HostRequest)
+        .collect();
+    assert_eq!(kinds, vec![PacketType::MemWrite; 48], "64 KiB served in datagrams of 1,472 bytes, no MemNack");
+}
+
+/// A reader proves its address once per owner: its first large read is
+/// refused with the token and sent again with it at once (the caller sees
+/// only the read finish); later reads carry the token from the start.
+/// Each reader has its own.
+#[test]
+fn a_reader_proves_its_address_once_per_owner() {
+    let mut net = Net::new(3);
+    let seg = export(&mut net, 64 << 10, rw());
+    net.nodes[0].segment_write(seg, 0, &[5; 4000]).unwrap();
+    for (i, reads) in [(1, 3), (2, 1)] {
+        let h = import(&mut net, i, Access::READ).unwrap();
+        let dest = anon(&mut net, i, 8192);
+        for _ in 0..reads {
+            let now = net.now;
+            let op = net.nodes[i].mem_read(now, &h, 0, 4000, (dest, 0), false).unwrap();
+            net.settle();
+            assert_eq!(finish(&mut net, i, op), Ok(MemOutcome::Read));
+            assert_eq!(bytes_of(&net, i, dest, 0, 4000), vec![5; 4000]);
+        }
+        assert_eq!(net.stats(i).rmem_token_retries, 1, "node {i}: one retry, on its first read");
+        assert_eq!(net.stats(i).sent(PacketType::MemRead), reads + 1);
+    }
+    assert_eq!(refused(&net, 0, Refusal::Unvalidated), 2, "one per reader");
+    assert_eq!(net.stats(0).rmem_reads_served, 4);
+}
+
+/// A read is sent again with a token at most twice (the owner may have
+/// restarted in between): a third `Unvalidated` fails it, as does one that
+/// carries no token.
+#[test]
+fn a_read_refused_unvalidated_too_often_fails() {
+    for (nacks, token) in [(3, 42), (1, 0)] {
+        let (mut net, h, dest) = read_setup(Access::READ);
+        let now = net.now;
+        let op = net.nodes[1].mem_read(now, &h, 0, 50_000, (dest, 0), false).unwrap();
+        let retries = net.stats(1).rmem_token_retries;
+        for _ in 0..nacks {
+            while net.nodes[1].poll_transmit().is_some() {} // the owner never sees the read
+            let mut n = Header::new(PacketType::MemNack);
+            (n.incarnation, n.seq, n.src, n.dst) = (77, op.0, Pid::new(1, 0), Pid::new(2, 0));
+            let reason = Refusal::Unvalidated as u8;
+            let refused = PacketType::MemRead as u8;
+            vipc_wire::rmem::NackFields { reason, refused, desc: h.desc, offset: 0, len: 50_000, token }.put(&mut n);
+            net.nodes[1].handle_datagram(now, addr(0), &to_vec(&n, &[], None));
+        }
+        assert_eq!(net.nodes[1].mem_poll(op), Some(Err(Error::Refused(Refusal::Unvalidated))));
+        assert_eq!(net.stats(1).rmem_token_retries - retries, nacks - 1);
     }
 }

@@ -270,7 +270,10 @@ impl RmemSim {
             }
             PacketType::MemRead => {
                 let f = ReadFields::get(&h);
-                model.read(src, f.source, f.offset, f.len, notify)
+                // The token is the owner's secret: asked of the engine about to see this datagram.
+                let (key, addr) = (self.w.key.is_some(), crate::world::node_addr(from));
+                let token = self.w.nodes[to].engine.as_ref().map(|e| e.address_token(addr));
+                model.read(src, (f.source, f.offset, f.len), notify, key || token == Some(f.token))
             }
             PacketType::MemCas => {
                 let f = CasFields::get(&h);

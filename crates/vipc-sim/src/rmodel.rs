@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use vipc_engine::{
     Access, CasAnswer, ControlRecord, DataRecord, Descriptor, HostId, Imported, MemOp, Notify, Refusal, SegmentName,
-    SegmentOptions, Stats,
+    SegmentOptions, Stats, TOKENLESS_READ_MAX,
 };
 
 /// One segment as the model knows it.
@@ -206,7 +206,18 @@ impl NodeModel {
         Served::Applied
     }
 
-    pub fn read(&mut self, from: HostId, d: Descriptor, offset: u32, len: u32, asked: bool) -> Served {
+    /// A read of `len` bytes at `offset` of `d`; `proven`: the request
+    /// carries the owner's token for its source address (or the cluster is keyed).
+    pub fn read(
+        &mut self,
+        from: HostId,
+        (d, offset, len): (Descriptor, u32, u32),
+        asked: bool,
+        proven: bool,
+    ) -> Served {
+        if len > TOKENLESS_READ_MAX && !proven {
+            return self.refuse(Refusal::Unvalidated);
+        }
         if len == 0 {
             return self.refuse(Refusal::Malformed);
         }
@@ -268,6 +279,7 @@ mod tests {
     fn the_model_refuses_in_protocol_order_and_queues_inhibited_writes() {
         let mut m = NodeModel::new(1, 4, 100);
         let d = Descriptor { index: 0, generation: 1 };
+        let stale = || Descriptor { index: 0, generation: 2 };
         let opts = SegmentOptions {
             access: Access::READ,
             notify: Notify::Always,
@@ -276,17 +288,22 @@ mod tests {
         m.export(d, Some([1; 16]), opts, 16);
         assert_eq!(m.write(3, d, 0, None, &[1], false), Served::Refused(Refusal::NotInGroup));
         assert_eq!(m.write(2, d, 0, None, &[1], false), Served::Refused(Refusal::NoAccess));
-        assert_eq!(m.read(2, d, 10, 7, false), Served::Refused(Refusal::OutOfRange));
-        let stale = Descriptor { index: 0, generation: 2 };
-        assert_eq!(m.read(2, stale, 0, 1, false), Served::Refused(Refusal::UnknownSegment));
+        assert_eq!(m.read(2, (d, 10, 7), false, false), Served::Refused(Refusal::OutOfRange));
+        let big = TOKENLESS_READ_MAX + 1;
+        assert_eq!(m.read(2, (stale(), 0, big), false, false), Served::Refused(Refusal::Unvalidated), "checked first");
+        assert_eq!(m.read(2, (stale(), 0, big), false, true), Served::Refused(Refusal::UnknownSegment));
         m.segs.get_mut(&d).unwrap().opts.access = Access::READ_WRITE;
         m.segs.get_mut(&d).unwrap().inhibited[8] = true;
         assert_eq!(m.cas(2, d, 8, (0, 1, 9), false), Served::Refused(Refusal::WriteInhibited));
         assert_eq!(m.write(2, d, 6, Some((2, 1)), &[5, 5], false), Served::Queued);
         assert_eq!(m.cas(2, d, 0, (0, 1, 9), false), Served::Cas(CasAnswer { value: 0, nonce: 9 }));
-        assert_eq!(m.read(2, d, 0, 8, false), Served::Read(CasAnswer { value: 1, nonce: 9 }.to_bytes().to_vec()));
+        assert_eq!(
+            m.read(2, (d, 0, 8), false, false),
+            Served::Read(CasAnswer { value: 1, nonce: 9 }.to_bytes().to_vec())
+        );
         let s = &m.segs[&d];
         assert_eq!((s.control.len(), s.data.len()), (2, 1));
-        assert_eq!(m.counters.refused.iter().sum::<u64>(), 5);
+        assert_eq!(m.counters.refused.iter().sum::<u64>(), 6);
+        assert_eq!(m.counters.refused[Refusal::Unvalidated.index()], 1);
     }
 }

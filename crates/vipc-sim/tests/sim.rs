@@ -338,7 +338,14 @@ fn rmem_suite(name: &str) {
         assert!(total.writes > 0 && total.reads > 0 && total.increments > 0 && total.imports > 0, "{total:?}");
         assert!(total.control_records > 0 && total.data_records > 0 && total.unexports > 0, "{total:?}");
         assert!(total.cells_checked > 0, "{total:?}");
-        for r in [Refusal::UnknownSegment, Refusal::OutOfRange, Refusal::NoAccess, Refusal::NotInGroup] {
+        let kinds = [
+            Refusal::UnknownSegment,
+            Refusal::OutOfRange,
+            Refusal::NoAccess,
+            Refusal::NotInGroup,
+            Refusal::Unvalidated,
+        ];
+        for r in kinds {
             assert!(total.refusals[r.index()] > 0, "{name}: no {r:?} refusal: {total:?}");
         }
         assert!(total.refusals[Refusal::WriteInhibited.index()] > 0, "{name}: no inhibited CAS-II: {total:?}");

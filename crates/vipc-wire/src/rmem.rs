@@ -9,7 +9,7 @@
 //! use vipc_wire::rmem::{Descriptor, ReadFields};
 //! use vipc_wire::{Header, PacketType};
 //! let f = ReadFields { source: Descriptor { index: 3, generation: 9 }, offset: 64, len: 40,
-//!                      dest: Descriptor { index: 1, generation: 2 }, dest_offset: 8 };
+//!                      dest: Descriptor { index: 1, generation: 2 }, dest_offset: 8, token: 0 };
 //! let mut h = Header::new(PacketType::MemRead);
 //! f.put(&mut h);
 //! assert_eq!(h.local_addr, 3 << 16 | 9);
@@ -25,6 +25,12 @@ pub const CAS_CELL: usize = 8;
 /// A segment's 128-bit name: chosen at random by the exporter so that it
 /// cannot be guessed (003 §3.4.2). Anonymous segments have none.
 pub type SegmentName = [u8; 16];
+
+/// A MemRead of more than this many bytes to a node without a cluster key
+/// must carry that node's address token for the requester's address
+/// ([`Refusal::Unvalidated`]): its answer would be more than about three
+/// times the request, so a forged source address could aim it at someone else.
+pub const TOKENLESS_READ_MAX: u32 = 128;
 
 /// Access bit in MemImport and MemImportReply: reading.
 pub const ACCESS_READ: u8 = 1 << 0;
@@ -85,11 +91,16 @@ pub enum Refusal {
     /// Fields that contradict each other (e.g. a writev whose data are not count × element bytes).
     #[error("malformed request")]
     Malformed = 8,
+    /// A read larger than [`TOKENLESS_READ_MAX`] without the owner's token
+    /// for the address it came from: the MemNack carries the token, and the
+    /// requester sends the read again with it.
+    #[error("requester's address not proven (no valid address token)")]
+    Unvalidated = 9,
 }
 
 impl Refusal {
     /// Every reason, in code order.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::UnknownSegment,
         Refusal::OutOfRange,
         Refusal::NoAccess,
@@ -98,6 +109,7 @@ impl Refusal {
         Refusal::Misaligned,
         Refusal::WriteInhibited,
         Refusal::Malformed,
+        Refusal::Unvalidated,
     ];
 
     /// Decodes a wire code.
@@ -105,7 +117,7 @@ impl Refusal {
         Refusal::ALL.get((v as usize).wrapping_sub(1)).copied()
     }
 
-    /// Index 0..8 for per-reason counters.
+    /// Index 0..9 for per-reason counters.
     pub fn index(self) -> usize {
         self as usize - 1
     }
@@ -121,6 +133,7 @@ impl Refusal {
             Refusal::Misaligned => "misaligned",
             Refusal::WriteInhibited => "write_inhibited",
             Refusal::Malformed => "malformed",
+            Refusal::Unvalidated => "unvalidated",
         }
     }
 }
@@ -131,6 +144,16 @@ fn get32(m: &[u8; 32], at: usize) -> u32 {
 
 fn put32(m: &mut [u8; 32], at: usize, v: u32) {
     m[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+fn get64(m: &[u8; 32], at: usize) -> u64 {
+    let mut b = [0; 8];
+    b.copy_from_slice(&m[at..at + 8]);
+    u64::from_be_bytes(b)
+}
+
+fn put64(m: &mut [u8; 32], at: usize, v: u64) {
+    m[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 
 /// MemWrite: the packet's data go to `offset` of segment `dest`.
@@ -172,6 +195,9 @@ pub struct ReadFields {
     pub dest: Descriptor,
     /// Where in it (message bytes 4–7).
     pub dest_offset: u32,
+    /// The owner's address token for the requester's address, 0 if it has
+    /// none (message bytes 8–15; see [`TOKENLESS_READ_MAX`]).
+    pub token: u64,
 }
 
 impl ReadFields {
@@ -182,6 +208,7 @@ impl ReadFields {
         h.total_len = self.len;
         put32(&mut h.message, 0, self.dest.to_u32());
         put32(&mut h.message, 4, self.dest_offset);
+        put64(&mut h.message, 8, self.token);
     }
 
     /// Reads the fields of `h`.
@@ -192,6 +219,7 @@ impl ReadFields {
             len: h.total_len,
             dest: Descriptor::from_u32(get32(&h.message, 0)),
             dest_offset: get32(&h.message, 4),
+            token: get64(&h.message, 8),
         }
     }
 }
@@ -328,6 +356,9 @@ pub struct NackFields {
     pub offset: u32,
     /// Its length (`total_len`).
     pub len: u32,
+    /// With [`Refusal::Unvalidated`], the owner's token for the address the
+    /// refused read came from; else 0 (message bytes 2–9).
+    pub token: u64,
 }
 
 impl NackFields {
@@ -338,6 +369,7 @@ impl NackFields {
         h.total_len = self.len;
         h.message[0] = self.reason;
         h.message[1] = self.refused;
+        put64(&mut h.message, 2, self.token);
     }
 
     /// Reads the fields of `h`.
@@ -348,6 +380,7 @@ impl NackFields {
             desc: Descriptor::from_u32(h.local_addr),
             offset: h.remote_addr,
             len: h.total_len,
+            token: get64(&h.message, 2),
         }
     }
 }
@@ -428,10 +461,16 @@ mod tests {
         let mut h = Header::new(PacketType::MemWritev);
         v.put(&mut h);
         assert_eq!(WritevFields::get(&h), v);
-        let n = NackFields { reason: 2, refused: 19, desc: d, offset: 5, len: 6 };
+        let n = NackFields { reason: 9, refused: 19, desc: d, offset: 5, len: 6, token: 0x0102_0304_0506_0708 };
         let mut h = Header::new(PacketType::MemNack);
         n.put(&mut h);
         assert_eq!(NackFields::get(&h), n);
+        assert_eq!(&h.message[..10], &[9, 19, 1, 2, 3, 4, 5, 6, 7, 8]);
+        let f = ReadFields { source: d, offset: 1, len: 2, dest: d, dest_offset: 3, token: u64::MAX - 1 };
+        let mut h = Header::new(PacketType::MemRead);
+        f.put(&mut h);
+        assert_eq!(ReadFields::get(&h), f);
+        assert_eq!(&h.message[8..16], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]);
         let r = ImportReplyFields { name: [9; 16], desc: d, size: 4096, access: ACCESS_READ | ACCESS_WRITE };
         let mut h = Header::new(PacketType::MemImportReply);
         r.put(&mut h);
@@ -450,6 +489,7 @@ mod tests {
             assert_eq!(r.index(), i);
         }
         assert_eq!(Refusal::from_u8(0), None);
-        assert_eq!(Refusal::from_u8(9), None);
+        assert_eq!(Refusal::from_u8(9), Some(Refusal::Unvalidated));
+        assert_eq!(Refusal::from_u8(10), None);
     }
 }

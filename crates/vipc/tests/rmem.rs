@@ -606,3 +606,54 @@ fn a_node_serves_peers_at_once_after_its_own_tight_loop_stops() {
     // The bound has room for a loaded machine; a reader left asleep would take T_r (20 ms) and more.
     assert!(slowest < Duration::from_millis(200), "slowest {slowest:?}");
 }
+
+/// A host that knows a segment's name, on a node without a key, could read
+/// 128 KiB (or 4 GiB) with one 72-byte request whose source address names
+/// someone else. The node answers a large read only to an address that
+/// proved itself: here, a bare UDP socket gets one 72-byte MemNack with its
+/// token, then nothing; with the token, the whole read (128 KiB: two
+/// datagrams, within any socket's default receive buffer).
+#[test]
+fn a_large_read_is_answered_only_to_an_address_that_proved_itself() {
+    use vipc_wire::rmem::{Descriptor, ImportFields, ImportReplyFields, NackFields, ReadFields};
+    use vipc_wire::{Header, PacketType, Pid};
+    let nodes = cluster(1);
+    let (seg, _) = filled(&nodes[0], 1 << 20, 3);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let to = nodes[0].local_addr();
+    let request = |ptype, seq, fill: &dyn Fn(&mut Header)| {
+        let mut h = Header::new(ptype);
+        (h.incarnation, h.seq, h.src, h.dst) = (5, seq, Pid::new(900, 0), Pid::new(nodes[0].host_id(), 0));
+        fill(&mut h);
+        sock.send_to(&vipc_wire::to_vec(&h, &[], None), to).unwrap();
+    };
+    let mut buf = vec![0u8; 65_536];
+    let mut next =
+        || sock.recv(&mut buf).ok().map(|n| vipc_wire::parse(&buf[..n], None).map(|p| (p.header, p.data.len())));
+
+    request(PacketType::MemImport, 1, &|h| ImportFields { name: seg.name(), access: 1 }.put(h));
+    let (h, _) = next().expect("an import reply").unwrap();
+    let desc = ImportReplyFields::get(&h).desc;
+    let read = |seq, token| {
+        let dest = Descriptor { index: 0, generation: 1 };
+        request(PacketType::MemRead, seq, &|h| {
+            ReadFields { source: desc, offset: 0, len: 128 << 10, dest, dest_offset: 0, token }.put(h)
+        });
+    };
+
+    read(2, 0);
+    let (h, len) = next().expect("a MemNack").unwrap();
+    let nack = NackFields::get(&h);
+    assert_eq!((h.ptype, len, nack.reason), (PacketType::MemNack, 0, Refusal::Unvalidated as u8));
+    assert!(next().is_none(), "nothing but the MemNack");
+
+    read(3, nack.token);
+    let mut got = 0;
+    while let Some(Ok((h, len))) = next() {
+        assert_eq!((h.ptype, h.seq), (PacketType::MemWrite, 3));
+        got += len;
+    }
+    assert_eq!(got, 128 << 10, "the whole read, to the address that proved itself");
+    assert_eq!(nodes[0].stats().rmem_refused[Refusal::Unvalidated.index()], 1);
+}

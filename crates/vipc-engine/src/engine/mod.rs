@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 pub use reliable::{GroupOutcome, Reliable, MAX_K};
 pub use rmem::{
     Cas, CasAnswer, ControlRecord, DataRecord, Descriptor, Imported, MemLoan, MemOp, MemOpId, MemOutcome, Notify,
-    ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL,
+    ProtectionGroup, Refusal, SegmentId, SegmentName, SegmentOptions, Strided, CAS_CELL, TOKENLESS_READ_MAX,
 };
 pub use state::seq_newer;
 use state::*;
@@ -84,6 +84,9 @@ fn join_queued(transmits: &mut VecDeque<Transmit>, split_queued: &mut usize, id:
         }
     }
 }
+
+/// Mixed into [`Config::seed`] for the generator of the address-token key.
+const TOKEN_SEED: u64 = 0x7a6b_656e_5f6b_6579;
 
 /// One node's protocol state machine. See the crate docs.
 pub struct Engine {
@@ -140,7 +143,12 @@ impl Engine {
             location: LocationCache::new(config.location_cache),
             alive: AliveTable::default(),
             groups: Groups::default(),
-            rmem: rmem::Rmem::default(),
+            // A generator of its own, so that the main one's sequence (and
+            // every simulation seed's run) is what it was without tokens.
+            rmem: rmem::Rmem {
+                token_key: ChaCha8Rng::seed_from_u64(config.seed ^ TOKEN_SEED).gen(),
+                ..rmem::Rmem::default()
+            },
             cfg: config,
             rng,
             incarnation,

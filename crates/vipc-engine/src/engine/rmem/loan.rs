@@ -40,7 +40,7 @@ impl Engine {
             .iter()
             .filter(|(_, op)| pending(op))
             .filter_map(|(&seq, op)| match &op.kind {
-                OpKind::Read { host, dest, dest_offset, len, got } => {
+                OpKind::Read { host, dest, dest_offset, len, got, .. } => {
                     let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
                     Some((seq, *host, *dest, got.first_gap(lo, hi)?))
                 }

@@ -268,13 +268,30 @@ impl Engine {
             let r = r.map(|_| MemOutcome::Read);
             return Ok(self.finish_at_once(now, seq, r));
         }
-        let kind = OpKind::Read { host: from.host, dest: dest.0, dest_offset: dest.1, len, got: Coverage::default() };
+        let kind = OpKind::Read {
+            host: from.host,
+            dest: dest.0,
+            dest_offset: dest.1,
+            len,
+            got: Coverage::default(),
+            source: from.desc,
+            offset,
+            notify,
+            tries: 0,
+        };
         self.start_op(now, seq, kind);
-        let mut h = self.mem_header(PacketType::MemRead, seq, from.host, notify);
-        ReadFields { source: from.desc, offset, len, dest: dest.0, dest_offset: dest.1 }.put(&mut h);
-        let to = self.route(Pid::new(from.host, 0));
-        self.emit(to, &h, &[]);
+        let token = self.rmem.tokens.get(&from.host).copied().unwrap_or(0);
+        let read = ReadFields { source: from.desc, offset, len, dest: dest.0, dest_offset: dest.1, token };
+        self.transmit_read(seq, from.host, &read, notify);
         Ok(MemOpId(seq))
+    }
+
+    /// Sends the MemRead of operation `seq` to `host`'s node.
+    pub(super) fn transmit_read(&mut self, seq: u32, host: HostId, read: &ReadFields, notify: bool) {
+        let mut h = self.mem_header(PacketType::MemRead, seq, host, notify);
+        read.put(&mut h);
+        let to = self.route(Pid::new(host, 0));
+        self.emit(to, &h, &[]);
     }
 
     /// CAS-II on the 8-byte cell at `offset` (a multiple of 8) of an imported

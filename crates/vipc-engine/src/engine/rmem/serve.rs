@@ -35,9 +35,13 @@ impl Engine {
             }
             PacketType::MemRead => {
                 let f = ReadFields::get(h);
+                if let Some(token) = self.unproven(from, &f) {
+                    self.refuse(Refusal::Unvalidated);
+                    return self.mem_nack(from, h, Refusal::Unvalidated, token);
+                }
                 match self.admit_read(host, f.source, f.offset, f.len, notify) {
                     Ok(()) => self.answer_read(from, h, &f),
-                    Err(r) => self.mem_nack(from, h, r),
+                    Err(r) => self.mem_nack(from, h, r, 0),
                 }
             }
             PacketType::MemCas => {
@@ -50,7 +54,7 @@ impl Engine {
                         WriteFields { dest: f.dest, offset: f.dest_offset, total: CAS_CELL as u32 }.put(&mut w);
                         self.emit(Destination::Addr(from), &w, &a.to_bytes());
                     }
-                    Err(r) => self.mem_nack(from, h, r),
+                    Err(r) => self.mem_nack(from, h, r, 0),
                 }
             }
             PacketType::MemNack => self.on_mem_nack(h),
@@ -58,6 +62,25 @@ impl Engine {
             PacketType::MemImportReply => self.on_mem_import_reply(h),
             _ => self.stray(),
         }
+    }
+
+    /// The address token this node expects in a read of more than
+    /// [`TOKENLESS_READ_MAX`] bytes from `addr` (what its `Unvalidated`
+    /// MemNack to `addr` carries). Changes when the node restarts.
+    pub fn address_token(&self, addr: SocketAddr) -> u64 {
+        self.rmem.address_token(addr)
+    }
+
+    /// The token a read from `from` must carry and does not: `Some` only
+    /// without a cluster key (a keyed packet's source is a key holder) and
+    /// for reads over [`TOKENLESS_READ_MAX`], whose answers a forged source
+    /// address would aim at someone else. Costs one SipHash per such read.
+    fn unproven(&self, from: SocketAddr, f: &ReadFields) -> Option<u64> {
+        if self.cfg.key.is_some() || f.len <= TOKENLESS_READ_MAX {
+            return None;
+        }
+        let token = self.rmem.address_token(from);
+        (f.token != token).then_some(token)
     }
 
     fn refuse(&mut self, r: Refusal) {
@@ -249,7 +272,9 @@ impl Engine {
         }
     }
 
-    fn mem_nack(&mut self, to: SocketAddr, h: &Header, r: Refusal) {
+    /// Refuses request `h` to its datagram's source `to`; `token` is `to`'s
+    /// address token with `Unvalidated`, else 0.
+    fn mem_nack(&mut self, to: SocketAddr, h: &Header, r: Refusal, token: u64) {
         let mut n = self.mem_header(PacketType::MemNack, h.seq, h.src.host(), false);
         NackFields {
             reason: r as u8,
@@ -257,6 +282,7 @@ impl Engine {
             desc: Descriptor::from_u32(h.local_addr),
             offset: h.remote_addr,
             len: h.total_len,
+            token,
         }
         .put(&mut n);
         self.emit(Destination::Addr(to), &n, &[]);
@@ -306,7 +332,7 @@ impl Engine {
 
     fn on_mem_nack(&mut self, h: &Header) {
         let f = NackFields::get(h);
-        let Some(op) = self.rmem.ops.get(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
+        let Some(op) = self.rmem.ops.get_mut(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
         let matches = match op.kind {
             OpKind::Read { host, .. } => host == h.src.host() && f.refused == PacketType::MemRead as u8,
             OpKind::Cas { host, .. } => host == h.src.host() && f.refused == PacketType::MemCas as u8,
@@ -316,6 +342,28 @@ impl Engine {
             return self.stray();
         }
         let reason = Refusal::from_u8(f.reason).unwrap_or(Refusal::Malformed);
+        if let (
+            Refusal::Unvalidated,
+            OpKind::Read { host, source, offset, len, dest, dest_offset, notify, tries, .. },
+        ) = (reason, &mut op.kind)
+        {
+            if *tries < TOKEN_TRIES && f.token != 0 {
+                // The token proves our address from now on: this read again with it.
+                *tries += 1;
+                let (host, notify) = (*host, *notify);
+                let read = ReadFields {
+                    source: *source,
+                    offset: *offset,
+                    len: *len,
+                    dest: *dest,
+                    dest_offset: *dest_offset,
+                    token: f.token,
+                };
+                self.rmem.tokens.insert(host, f.token);
+                self.stats.rmem_token_retries += 1;
+                return self.transmit_read(h.seq, host, &read, notify);
+            }
+        }
         self.finish_op(h.seq, Err(Error::Refused(reason)));
     }
 
@@ -327,7 +375,7 @@ impl Engine {
         let (size, access) = (seg.size() as u32, access_bits(seg.opts.access));
         if let Err(r) = import_check(seg, h.src.host(), access_from_bits(f.access)) {
             self.refuse(r);
-            return self.mem_nack(from, h, r);
+            return self.mem_nack(from, h, r, 0);
         }
         self.stats.rmem_imports_served += 1;
         let mut r = self.mem_header(PacketType::MemImportReply, h.seq, h.src.host(), false);

@@ -2,7 +2,7 @@
 //! importer holds, and what the engine reports.
 
 use crate::{Access, HostId};
-pub use vipc_wire::rmem::{CasAnswer, Descriptor, Refusal, SegmentName, CAS_CELL};
+pub use vipc_wire::rmem::{CasAnswer, Descriptor, Refusal, SegmentName, CAS_CELL, TOKENLESS_READ_MAX};
 
 /// When the exporter hears of remote operations on its segment (003 §3.4.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
