@@ -1010,3 +1010,50 @@ fn every_local_id_is_handed_out_once_and_then_again_when_free() {
     let again = [e.create_process().unwrap(), e.create_process().unwrap()];
     assert!(again[0] != again[1] && again.iter().all(|p| free.contains(p)), "{again:?} of the free {free:?}");
 }
+
+/// The Send of node 1's `client` to node 0's `server`, as sent, and the
+/// server's Reply with 1,000 bytes of segment data (delivered).
+fn exchange_with_reply_data(net: &mut Net) -> Vec<u8> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = sends.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        if from == 1 && vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::Send {
+            seen.borrow_mut().push(bytes.to_vec());
+        }
+        1
+    }));
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), seg(&[0; 1000], Access::WRITE)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    net.nodes[0].reply(now, server, client, msg(2), Some((0, vec![7; 1000]))).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(2));
+    net.filter = None;
+    let send = sends.borrow()[0].clone();
+    send
+}
+
+/// A duplicate of a Send whose reply carried segment data is answered with
+/// that reply again — at the address the Send came from, whatever address
+/// the duplicate claims: a host that forges its source cannot make the
+/// reply's data land on someone else.
+#[test]
+fn a_reply_is_resent_where_the_send_came_from_not_where_a_duplicate_claims() {
+    let mut net = Net::new(2);
+    let send = exchange_with_reply_data(&mut net);
+    let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    for from in [victim, addr(1)] {
+        let now = net.now;
+        net.nodes[0].handle_datagram(now, from, &send);
+        let out: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect();
+        assert_eq!(out.len(), 1, "the reply again");
+        assert_eq!(out[0].to, Destination::Addr(addr(1)), "to the client's node, not to {from}");
+        assert!(out[0].bytes.len() >= vipc_wire::HEADER_LEN + 1000);
+    }
+    assert_eq!(net.stats(0).replies_resent, 2);
+}

@@ -653,3 +653,41 @@ fn a_group_segment_needs_a_waiting_sender_and_wellformed_packets() {
         assert_eq!(net.stats(1).malformed, before + 1);
     }
 }
+
+/// A member's kept reply is resent, for a duplicate of the group Send, to
+/// the sender's node the copy came from — never to the address a forged
+/// duplicate claims.
+#[test]
+fn a_kept_group_reply_is_resent_to_the_senders_node_only() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let (mut net, group, sender, members) = setup();
+    net.nodes[0].leave_group(members[0].1, group).unwrap();
+    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = sends.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| match vipc_wire::parse(bytes, None).map(|p| p.header.ptype) {
+        Ok(PacketType::Send) if from == 0 => {
+            seen.borrow_mut().push(bytes.to_vec());
+            1
+        }
+        Ok(PacketType::Reply) => 0, // every reply lost: the members keep theirs
+        _ => 1,
+    }));
+    let now = net.now;
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::Many, SendOptions::default()).unwrap();
+    net.settle();
+    let (i, m) = members[1];
+    net.take_received(i, m);
+    net.nodes[i].reply(now, m, sender, msg(5), None).unwrap();
+    net.settle();
+    let send = sends.borrow()[0].clone();
+    let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    let before = net.stats(i).replies_resent;
+    net.nodes[i].handle_datagram(now, victim, &send);
+    let replies: Vec<Transmit> = std::iter::from_fn(|| net.nodes[i].poll_transmit())
+        .filter(|t| vipc_wire::parse(&t.bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply))
+        .collect();
+    assert_eq!(replies.len(), 1, "the kept reply again");
+    assert_eq!(replies[0].to, Destination::Addr(addr(0)), "to the sender's node, not to the forged source");
+    assert_eq!(net.stats(i).replies_resent, before + 1);
+}

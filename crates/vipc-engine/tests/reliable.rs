@@ -470,3 +470,35 @@ fn an_ack_with_a_huge_member_count_saturates_the_sum() {
     assert_eq!(o.receivers, u32::MAX, "{o:?}");
     assert!(!o.met, "the member count it claimed never replied: {o:?}");
 }
+
+/// Replies kept for a reliable group Send are resent, for a retransmission,
+/// to the sender's node the copies came from — a forged retransmission
+/// cannot aim them at another address.
+#[test]
+fn kept_replies_of_a_reliable_send_go_back_to_the_senders_node_only() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut s = setup();
+    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = sends.clone();
+    s.net.filter = Some(Box::new(move |from, _, bytes| match vipc_wire::parse(bytes, None).map(|p| p.header.ptype) {
+        Ok(PacketType::Send) if from == 0 => {
+            seen.borrow_mut().push(bytes.to_vec());
+            1
+        }
+        Ok(PacketType::Reply) if from == 2 => 0, // node 2's replies are lost: kept there
+        _ => 1,
+    }));
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 2);
+    reply(&mut s, 3);
+    let send = sends.borrow()[0].clone();
+    let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    let now = s.net.now;
+    s.net.nodes[2].handle_datagram(now, victim, &send);
+    let replies: Vec<Transmit> = std::iter::from_fn(|| s.net.nodes[2].poll_transmit())
+        .filter(|t| vipc_wire::parse(&t.bytes, None).is_ok_and(|p| p.header.ptype == PacketType::Reply))
+        .collect();
+    assert_eq!(replies.len(), 2, "both kept replies again");
+    assert!(replies.iter().all(|t| t.to == Destination::Addr(addr(0))), "to the sender's node only");
+}

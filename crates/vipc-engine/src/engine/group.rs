@@ -128,6 +128,11 @@ impl GroupCopy {
         self.incarnation == incarnation && self.seq == seq
     }
 
+    /// The address of the sender's node (`None`: the sender is local).
+    pub(crate) fn sender_addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
     /// The Reply packet kept for retransmissions, if any.
     pub(crate) fn reply_packet(&self) -> Option<&Vec<u8>> {
         match &self.state {
@@ -508,10 +513,15 @@ impl Engine {
                     c.last_heard = now;
                     match &c.state {
                         CopyState::Queued | CopyState::Received => pending = true,
+                        // To the sender's node the copy came from (a forged
+                        // duplicate cannot aim the reply elsewhere); a local sender's
+                        // duplicate from the network is forged: nothing.
                         CopyState::Replied { packet: Some(p) } if reliable.is_none() => {
-                            let p = p.clone();
-                            self.stats.replies_resent += 1;
-                            self.emit_raw(Destination::Addr(from), PacketType::Reply, p);
+                            if let Some(to) = c.addr {
+                                let p = p.clone();
+                                self.stats.replies_resent += 1;
+                                self.emit_raw(Destination::Addr(to), PacketType::Reply, p);
+                            }
                         }
                         CopyState::Replied { .. } => {}
                     }

@@ -106,14 +106,18 @@ impl Engine {
                             ),
                             data.clone(),
                         );
+                        // To where the Send came from, not to this duplicate's
+                        // source: a forged one cannot aim the reply's data elsewhere.
+                        let to = a.addr;
                         self.stats.replies_resent += 1;
-                        self.emit(Destination::Addr(from), &reply, &data);
+                        self.emit(Destination::Addr(to), &reply, &data);
                         return;
                     }
                     AlienState::Forwarded { by, to } => {
                         let forward = primitives::forward_header(self.incarnation, h.src, a.seq, *by, *to, a.msg);
+                        let to = a.addr;
                         self.stats.replies_resent += 1;
-                        self.emit(Destination::Addr(from), &forward, &[]);
+                        self.emit(Destination::Addr(to), &forward, &[]);
                         return;
                     }
                     AlienState::Gone { nack: true } => return self.send_nack(from, h, nack::NO_SUCH_PROCESS, [0; 3]),

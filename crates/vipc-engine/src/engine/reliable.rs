@@ -353,11 +353,14 @@ impl Engine {
         if !again {
             return;
         }
-        let resend: Vec<Vec<u8>> = copies.iter().filter_map(|c| c.reply_packet().cloned()).collect();
+        // Each reply to the sender's node its copy came from, not to this
+        // retransmission's source: a forged one cannot aim them elsewhere.
+        let resend: Vec<(SocketAddr, Vec<u8>)> =
+            copies.iter().filter_map(|c| Some((c.sender_addr()?, c.reply_packet()?.clone()))).collect();
         let owed = copies.iter().any(|c| !matches!(c.state, CopyState::Replied { .. }));
-        for p in resend {
+        for (to, p) in resend {
             self.stats.replies_resent += 1;
-            self.emit_raw(Destination::Addr(from), PacketType::Reply, p);
+            self.emit_raw(Destination::Addr(to), PacketType::Reply, p);
         }
         if owed {
             self.breath_of_life(from, h);
