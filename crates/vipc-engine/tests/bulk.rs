@@ -692,3 +692,44 @@ fn a_peer_dripping_chunks_or_acks_cannot_hold_a_mover_past_the_streams_cap() {
         assert_eq!(net.stats(0).malformed, 0, "{kind:?}: the forged packets were valid");
     }
 }
+
+/// The client's node streams a MoveFrom to the request's source, so it
+/// takes a request only from where the exchange's Send went: one forged by
+/// a host that knows the exchange (here, with the real request's fields)
+/// from another address gets nothing and is counted `stray`; the server's
+/// own request is served as ever. (The first exchange with a host whose
+/// address is not yet known goes to the broadcast channel, and leaves the
+/// source unchecked: here node 1 has heard from node 0 before.)
+#[test]
+fn a_move_from_request_is_taken_only_from_where_the_send_went() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    complete_exchange(&mut net, server, client);
+    let (server, client) = exchange_with_segment(&mut net, 1 << 20, Access::READ);
+    let requests: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = requests.clone();
+    net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
+        if vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveFromRequest) {
+            seen.borrow_mut().push(bytes.to_vec());
+            return 0; // the real request is held back
+        }
+        1
+    }));
+    let now = net.now;
+    net.nodes[0].move_from(now, server, client, 0, 1 << 20).unwrap();
+    net.settle();
+    let request = requests.borrow()[0].clone();
+    net.filter = None;
+
+    let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    let stray = net.stats(1).stray;
+    net.nodes[1].handle_datagram(now, victim, &request);
+    let sent = std::iter::from_fn(|| net.nodes[1].poll_transmit()).count();
+    assert_eq!((sent, net.stats(1).stray - stray), (0, 1), "nothing streamed to a forged source");
+
+    net.nodes[1].handle_datagram(now, addr(0), &request);
+    net.advance(Duration::from_millis(100));
+    assert_eq!(net.take_move(0, server).unwrap(), pattern(1 << 20, 7), "the server's own request is served");
+}

@@ -373,7 +373,7 @@ impl Engine {
         };
         self.groups.collected.insert(from, collected);
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
-        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver: 0 };
+        let state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver: 0, sent_to: None };
         let ex = Exchange {
             to: group,
             forwarder: from,

@@ -228,7 +228,8 @@ impl Engine {
             let timer = self.timer_entry(retransmit, TimerKey::Exchange(sender));
             let receiver = self.location.incarnation(to.host()).unwrap_or(0);
             if let Some(ex) = self.exchanges.get_mut(&sender) {
-                ex.state = ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver };
+                ex.state =
+                    ExchangeState::Remote { seq, next_retransmit: retransmit, deadline, receiver, sent_to: None };
                 ex.timer_at = Some(timer);
             }
             self.transmit_send(now, sender, false);
@@ -316,6 +317,12 @@ impl Engine {
         let mut bytes = self.buffers.for_packet(vipc_wire::encoded_len(appended.len(), self.cfg.key.is_some()));
         vipc_wire::encode(&h, appended, self.cfg.key.as_ref(), &mut bytes);
         self.emit_raw(to, PacketType::Send, bytes);
+        if let Some(ExchangeState::Remote { sent_to, .. }) = self.exchanges.get_mut(&sender).map(|ex| &mut ex.state) {
+            *sent_to = match to {
+                Destination::Addr(a) => Some(a),
+                Destination::Broadcast | Destination::Group(_) => None,
+            };
+        }
     }
 
     /// Receive (FCFS) or, with `only = Some(p)`, ReceiveSpecific. `pid` blocks

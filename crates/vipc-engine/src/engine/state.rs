@@ -59,7 +59,9 @@ pub(crate) enum ExchangeState {
     /// `receiver` is the incarnation of the receiver's node the exchange is with (0: not known):
     /// the one last heard from that host when it was sent, then the one that answered
     /// ReplyPending. Retransmissions carry it, so that a restarted receiver refuses them.
-    Remote { seq: u32, next_retransmit: Time, deadline: Time, receiver: u16 },
+    /// `sent_to`: where the last Send went, if to one address (not broadcast or
+    /// multicast): a MoveFromRequest for the exchange is taken only from there.
+    Remote { seq: u32, next_retransmit: Time, deadline: Time, receiver: u16, sent_to: Option<SocketAddr> },
 }
 
 /// A Send in progress by a local process (keyed by the sender's pid).
