@@ -96,6 +96,11 @@ pub struct Config {
     pub rmem_data_queue: usize,
     /// Seed for the engine's random choices (host id candidates, first sequence number).
     pub seed: u64,
+    /// The 128-bit key of this node's address tokens (PROTOCOL §4.15): it
+    /// must be secret, and unrelated to anything on the wire. `None`:
+    /// derived from `seed` (deterministic simulations); the runtime draws
+    /// one from the operating system's random source.
+    pub token_key: Option<[u64; 2]>,
 }
 
 impl Default for Config {
@@ -130,6 +135,7 @@ impl Default for Config {
             rmem_control_queue: 1024,
             rmem_data_queue: 1 << 20,
             seed: 0,
+            token_key: None,
         }
     }
 }

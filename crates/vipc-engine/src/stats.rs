@@ -134,7 +134,8 @@ pub struct Stats {
     /// Remote memory: of those, the ones that timed out.
     pub rmem_timeouts: u64,
     /// Remote memory: reads sent again with the address token an owner gave in an
-    /// `Unvalidated` MemNack (once per owner, or after it restarted).
+    /// `Unvalidated` MemNack (per owner, the reads in flight when the token
+    /// was first needed; again after it restarted).
     pub rmem_token_retries: u64,
     /// Gauge: exchanges this node's processes have outstanding.
     pub active_exchanges: u64,

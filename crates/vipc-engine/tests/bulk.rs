@@ -697,7 +697,8 @@ fn a_peer_dripping_chunks_or_acks_cannot_hold_a_mover_past_the_streams_cap() {
 /// takes a request only from where the exchange's Send went: one forged by
 /// a host that knows the exchange (here, with the real request's fields)
 /// from another address gets nothing and is counted `stray`; the server's
-/// own request is served as ever. (The first exchange with a host whose
+/// own request is served as ever, also after a forged packet redirected
+/// the client's retransmissions. (The first exchange with a host whose
 /// address is not yet known goes to the broadcast channel, and leaves the
 /// source unchecked: here node 1 has heard from node 0 before.)
 #[test]
@@ -713,7 +714,7 @@ fn a_move_from_request_is_taken_only_from_where_the_send_went() {
     net.filter = Some(Box::new(move |_, _, bytes: &[u8]| {
         if vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::MoveFromRequest) {
             seen.borrow_mut().push(bytes.to_vec());
-            return 0; // the real request is held back
+            return 0; // the real requests are held back
         }
         1
     }));
@@ -721,14 +722,24 @@ fn a_move_from_request_is_taken_only_from_where_the_send_went() {
     net.nodes[0].move_from(now, server, client, 0, 1 << 20).unwrap();
     net.settle();
     let request = requests.borrow()[0].clone();
-    net.filter = None;
 
-    let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    // (A port the test network delivers to nobody.)
+    let victim: std::net::SocketAddr = "192.0.2.7:9100".parse().unwrap();
     let stray = net.stats(1).stray;
     net.nodes[1].handle_datagram(now, victim, &request);
     let sent = std::iter::from_fn(|| net.nodes[1].poll_transmit()).count();
     assert_eq!((sent, net.stats(1).stray - stray), (0, 1), "nothing streamed to a forged source");
+    // That forged packet also moved host 1 to the victim in node 1's
+    // location cache: the client's retransmissions now go there. The
+    // exchange still takes requests only from where its Send first went.
+    net.advance(Duration::from_millis(30));
+    assert!(net.stats(1).retransmissions > 0);
+    net.nodes[1].handle_datagram(net.now, victim, &request);
+    let sent = std::iter::from_fn(|| net.nodes[1].poll_transmit()).count();
+    assert_eq!((sent, net.stats(1).stray - stray), (0, 2), "nor after the Send was redirected");
 
+    net.filter = None;
+    let now = net.now;
     net.nodes[1].handle_datagram(now, addr(0), &request);
     net.advance(Duration::from_millis(100));
     assert_eq!(net.take_move(0, server).unwrap(), pattern(1 << 20, 7), "the server's own request is served");

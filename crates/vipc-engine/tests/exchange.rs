@@ -1013,7 +1013,7 @@ fn every_local_id_is_handed_out_once_and_then_again_when_free() {
 
 /// The Send of node 1's `client` to node 0's `server`, as sent, and the
 /// server's Reply with 1,000 bytes of segment data (delivered).
-fn exchange_with_reply_data(net: &mut Net) -> Vec<u8> {
+fn exchange_with_reply_data(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> Vec<u8> {
     use std::cell::RefCell;
     use std::rc::Rc;
     let (server, client) = (net.proc(0), net.proc(1));
@@ -1021,7 +1021,7 @@ fn exchange_with_reply_data(net: &mut Net) -> Vec<u8> {
     let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
     let seen = sends.clone();
     net.filter = Some(Box::new(move |from, _, bytes| {
-        if from == 1 && vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::Send {
+        if from == 1 && vipc_wire::parse(bytes, key.as_ref()).unwrap().header.ptype == PacketType::Send {
             seen.borrow_mut().push(bytes.to_vec());
         }
         1
@@ -1045,7 +1045,7 @@ fn exchange_with_reply_data(net: &mut Net) -> Vec<u8> {
 #[test]
 fn a_reply_is_resent_where_the_send_came_from_not_where_a_duplicate_claims() {
     let mut net = Net::new(2);
-    let send = exchange_with_reply_data(&mut net);
+    let send = exchange_with_reply_data(&mut net, None);
     let victim: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
     for from in [victim, addr(1)] {
         let now = net.now;
@@ -1056,4 +1056,19 @@ fn a_reply_is_resent_where_the_send_came_from_not_where_a_duplicate_claims() {
         assert!(out[0].bytes.len() >= vipc_wire::HEADER_LEN + 1000);
     }
     assert_eq!(net.stats(0).replies_resent, 2);
+}
+
+/// With a key, a duplicate's source is a key holder's: the reply goes to
+/// it, so a client whose address changed mid-exchange still gets it.
+#[test]
+fn with_a_key_a_reply_is_resent_to_the_duplicates_source() {
+    let key = vipc_wire::AuthKey::from_bytes([3; 32]);
+    let mut net = Net::with(2, |c| c.key = Some(key.clone()));
+    let send = exchange_with_reply_data(&mut net, Some(key));
+    let moved: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+    let now = net.now;
+    net.nodes[0].handle_datagram(now, moved, &send);
+    let out: Vec<Transmit> = std::iter::from_fn(|| net.nodes[0].poll_transmit()).collect();
+    assert_eq!(out.len(), 1, "the reply again");
+    assert_eq!(out[0].to, Destination::Addr(moved));
 }

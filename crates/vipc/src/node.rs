@@ -116,6 +116,9 @@ impl Node {
         if ecfg.seed == 0 {
             ecfg.seed = rand::random::<u64>() | 1;
         }
+        if ecfg.token_key.is_none() {
+            ecfg.token_key = Some(rand::random());
+        }
         let engine = Engine::new(ecfg.clone(), Time::ZERO);
         let has_multicast = multicast.is_some();
         let bells = multicast.as_ref().map(runtime::mcast_set_up).transpose()?;

@@ -615,11 +615,12 @@ fn a_node_serves_peers_at_once_after_its_own_tight_loop_stops() {
 }
 
 /// A host that knows a segment's name, on a node without a key, could read
-/// 128 KiB (or 4 GiB) with one 72-byte request whose source address names
-/// someone else. The node answers a large read only to an address that
-/// proved itself: here, a bare UDP socket gets one 72-byte MemNack with its
-/// token, then nothing; with the token, the whole read (128 KiB: two
-/// datagrams, within any socket's default receive buffer).
+/// 128,000 bytes (or 4 GiB) with one 72-byte request whose source address
+/// names someone else. The node answers a large read only to an address
+/// that proved itself: here, a bare UDP socket gets one 72-byte MemNack
+/// with its token, then nothing; with the token, the whole read (two
+/// datagrams of up to 65,419 data bytes, within a socket's default
+/// receive buffer).
 #[test]
 fn a_large_read_is_answered_only_to_an_address_that_proved_itself() {
     use vipc_wire::rmem::{Descriptor, ImportFields, ImportReplyFields, NackFields, ReadFields};
@@ -645,7 +646,7 @@ fn a_large_read_is_answered_only_to_an_address_that_proved_itself() {
     let read = |seq, token| {
         let dest = Descriptor { index: 0, generation: 1 };
         request(PacketType::MemRead, seq, &|h| {
-            ReadFields { source: desc, offset: 0, len: 128 << 10, dest, dest_offset: 0, token }.put(h)
+            ReadFields { source: desc, offset: 0, len: 128_000, dest, dest_offset: 0, token }.put(h)
         });
     };
 
@@ -661,6 +662,6 @@ fn a_large_read_is_answered_only_to_an_address_that_proved_itself() {
         assert_eq!((h.ptype, h.seq), (PacketType::MemWrite, 3));
         got += len;
     }
-    assert_eq!(got, 128 << 10, "the whole read, to the address that proved itself");
+    assert_eq!(got, 128_000, "the whole read, to the address that proved itself");
     assert_eq!(nodes[0].stats().rmem_refused[Refusal::Unvalidated.index()], 1);
 }

@@ -524,14 +524,15 @@ impl Engine {
         if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, exchange, false, offset, len) {
             return self.send_nack(from, h, reason, detail);
         }
-        // The stream goes to the request's source: only the address the
-        // exchange's Send went to may ask for it, or a host that knows the
-        // exchange could forge the source and aim the segment at someone else.
+        // The stream goes to the request's source: without a key, only the
+        // address the exchange's Send went to may ask for it, or a host that
+        // knows the exchange could forge the source and aim the segment at
+        // someone else.
         let sent_to = self.exchanges.get(&h.dst).and_then(|ex| match ex.state {
             ExchangeState::Remote { sent_to, .. } => sent_to,
             ExchangeState::Local { .. } => None,
         });
-        if sent_to.is_some_and(|a| a != from) {
+        if self.cfg.key.is_none() && sent_to.is_some_and(|a| a != from) {
             return self.stray();
         }
         self.heard_receiver(h.dst, exchange, h.src, h.incarnation);

@@ -498,6 +498,7 @@ impl Engine {
             };
         }
         let (mut pending, mut duplicate, mut refused) = (false, false, 0);
+        let keyed = self.cfg.key.is_some();
         let before_this_life = !h.flags.has(Flags::IDEMPOTENT) && began_before(h.remote_addr, now - self.started);
         let mut restart_refused = false;
         for m in members {
@@ -513,11 +514,9 @@ impl Engine {
                     c.last_heard = now;
                     match &c.state {
                         CopyState::Queued | CopyState::Received => pending = true,
-                        // To the sender's node the copy came from (a forged
-                        // duplicate cannot aim the reply elsewhere); a local sender's
-                        // duplicate from the network is forged: nothing.
+                        // (A copy of a local sender keeps no packet.)
                         CopyState::Replied { packet: Some(p) } if reliable.is_none() => {
-                            if let Some(to) = c.addr {
+                            if let Some(to) = c.addr.map(|recorded| resend_addr(keyed, recorded, from)) {
                                 let p = p.clone();
                                 self.stats.replies_resent += 1;
                                 self.emit_raw(Destination::Addr(to), PacketType::Reply, p);

@@ -88,6 +88,7 @@ impl Engine {
         if h.dst.is_none() || h.dst.is_group() || data.len() > h.total_len as usize {
             return self.malformed();
         }
+        let keyed = self.cfg.key.is_some();
         if let Some(a) = self.aliens.get_mut(&h.src) {
             if a.incarnation == h.incarnation && a.seq == h.seq {
                 self.stats.duplicates += 1;
@@ -106,16 +107,14 @@ impl Engine {
                             ),
                             data.clone(),
                         );
-                        // To where the Send came from, not to this duplicate's
-                        // source: a forged one cannot aim the reply's data elsewhere.
-                        let to = a.addr;
+                        let to = resend_addr(keyed, a.addr, from);
                         self.stats.replies_resent += 1;
                         self.emit(Destination::Addr(to), &reply, &data);
                         return;
                     }
                     AlienState::Forwarded { by, to } => {
                         let forward = primitives::forward_header(self.incarnation, h.src, a.seq, *by, *to, a.msg);
-                        let to = a.addr;
+                        let to = resend_addr(keyed, a.addr, from);
                         self.stats.replies_resent += 1;
                         self.emit(Destination::Addr(to), &forward, &[]);
                         return;

@@ -85,7 +85,8 @@ fn join_queued(transmits: &mut VecDeque<Transmit>, split_queued: &mut usize, id:
     }
 }
 
-/// Mixed into [`Config::seed`] for the generator of the address-token key.
+/// Mixed into [`Config::seed`] for the generator of the address-token key
+/// when [`Config::token_key`] is not set.
 const TOKEN_SEED: u64 = 0x7a6b_656e_5f6b_6579;
 
 /// One node's protocol state machine. See the crate docs.
@@ -143,10 +144,12 @@ impl Engine {
             location: LocationCache::new(config.location_cache),
             alive: AliveTable::default(),
             groups: Groups::default(),
-            // A generator of its own, so that the main one's sequence (and
-            // every simulation seed's run) is what it was without tokens.
+            // Derived with a generator of its own, so that the main one's
+            // sequence (and every simulation seed's run) is what it was without tokens.
             rmem: rmem::Rmem {
-                token_key: ChaCha8Rng::seed_from_u64(config.seed ^ TOKEN_SEED).gen(),
+                token_key: config
+                    .token_key
+                    .unwrap_or_else(|| ChaCha8Rng::seed_from_u64(config.seed ^ TOKEN_SEED).gen()),
                 ..rmem::Rmem::default()
             },
             cfg: config,

@@ -283,19 +283,22 @@ impl Engine {
         if again {
             self.name_receiver_life(sender);
         }
-        let Some(ex) = self.exchanges.get(&sender) else { return };
-        if ex.to.is_group() {
+        if self.exchanges.get(&sender).is_some_and(|ex| ex.to.is_group()) {
             return self.transmit_group_send(now, sender);
         }
-        let ExchangeState::Remote { seq, receiver, .. } = ex.state else { return };
+        let mut h = self.header(PacketType::Send);
         // One lookup of the exchange: the fields used below are disjoint from it.
+        let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+        let ExchangeState::Remote { seq, receiver, ref mut sent_to, .. } = ex.state else { return };
         let to = super::route_in(&mut self.location, &mut self.stats, ex.to);
         let limit = match to {
-            Destination::Addr(a) => self.cfg.data_to(a),
+            Destination::Addr(a) => {
+                sent_to.get_or_insert(a);
+                self.cfg.data_to(a)
+            }
             Destination::Broadcast | Destination::Group(_) => self.cfg.max_data(),
         };
         let access = ex.access();
-        let mut h = self.header(PacketType::Send);
         h.flags = Flags(0)
             .with(Flags::IDEMPOTENT, ex.opts.idempotent)
             .with(Flags::SEG_READ, access.read)
@@ -317,12 +320,6 @@ impl Engine {
         let mut bytes = self.buffers.for_packet(vipc_wire::encoded_len(appended.len(), self.cfg.key.is_some()));
         vipc_wire::encode(&h, appended, self.cfg.key.as_ref(), &mut bytes);
         self.emit_raw(to, PacketType::Send, bytes);
-        if let Some(ExchangeState::Remote { sent_to, .. }) = self.exchanges.get_mut(&sender).map(|ex| &mut ex.state) {
-            *sent_to = match to {
-                Destination::Addr(a) => Some(a),
-                Destination::Broadcast | Destination::Group(_) => None,
-            };
-        }
     }
 
     /// Receive (FCFS) or, with `only = Some(p)`, ReceiveSpecific. `pid` blocks

@@ -353,10 +353,11 @@ impl Engine {
         if !again {
             return;
         }
-        // Each reply to the sender's node its copy came from, not to this
-        // retransmission's source: a forged one cannot aim them elsewhere.
-        let resend: Vec<(SocketAddr, Vec<u8>)> =
-            copies.iter().filter_map(|c| Some((c.sender_addr()?, c.reply_packet()?.clone()))).collect();
+        let keyed = self.cfg.key.is_some();
+        let resend: Vec<(SocketAddr, Vec<u8>)> = copies
+            .iter()
+            .filter_map(|c| Some((resend_addr(keyed, c.sender_addr()?, from), c.reply_packet()?.clone())))
+            .collect();
         let owed = copies.iter().any(|c| !matches!(c.state, CopyState::Replied { .. }));
         for (to, p) in resend {
             self.stats.replies_resent += 1;

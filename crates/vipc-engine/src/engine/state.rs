@@ -59,9 +59,25 @@ pub(crate) enum ExchangeState {
     /// `receiver` is the incarnation of the receiver's node the exchange is with (0: not known):
     /// the one last heard from that host when it was sent, then the one that answered
     /// ReplyPending. Retransmissions carry it, so that a restarted receiver refuses them.
-    /// `sent_to`: where the last Send went, if to one address (not broadcast or
-    /// multicast): a MoveFromRequest for the exchange is taken only from there.
+    /// `sent_to`: the first address a Send of it went to (not broadcast or
+    /// multicast). A later packet can move the receiver's host in the
+    /// location cache, forged or not, but not this: a MoveFromRequest for
+    /// the exchange is taken only from there (without a key).
     Remote { seq: u32, next_retransmit: Time, deadline: Time, receiver: u16, sent_to: Option<SocketAddr> },
+}
+
+/// Where a kept answer (a cached Reply or Forward, a member's kept reply)
+/// goes when a duplicate of its request comes from `from`: without a key,
+/// to where the request first came from (`recorded`), since anyone can
+/// forge a duplicate's source and aim the answer at someone else; with a
+/// key, sources are key holders, so to `from` (a peer whose address
+/// changed still gets it).
+pub(crate) fn resend_addr(keyed: bool, recorded: SocketAddr, from: SocketAddr) -> SocketAddr {
+    if keyed {
+        from
+    } else {
+        recorded
+    }
 }
 
 /// A Send in progress by a local process (keyed by the sender's pid).

@@ -40,7 +40,7 @@ impl Engine {
             .iter()
             .filter(|(_, op)| pending(op))
             .filter_map(|(&seq, op)| match &op.kind {
-                OpKind::Read { host, dest, dest_offset, len, got, .. } => {
+                OpKind::Read { host, request: ReadFields { dest, dest_offset, len, .. }, got, .. } => {
                     let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
                     Some((seq, *host, *dest, got.first_gap(lo, hi)?))
                 }
@@ -51,7 +51,7 @@ impl Engine {
             return None;
         }
         let shared = self.rmem.ops.iter().filter(|(_, op)| pending(op)).any(|(&s, op)| {
-            s != seq && matches!(op.kind, OpKind::Read { dest: d, .. } | OpKind::Cas { dest: d, .. } if d == dest)
+            s != seq && matches!(op.kind, OpKind::Read { request: ReadFields { dest: d, .. }, .. } | OpKind::Cas { dest: d, .. } if d == dest)
         });
         if shared {
             return None;

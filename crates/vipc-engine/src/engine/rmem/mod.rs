@@ -20,7 +20,7 @@ pub use types::*;
 use super::HashMap;
 use crate::{Error, HostId, Time};
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use vipc_wire::rmem::ReadFields;
 
 /// How many times a read is sent again with a fresh address token after
 /// `Unvalidated` (the owner restarted, or our address changed, in between).
@@ -47,29 +47,14 @@ pub(crate) struct Rmem {
     pub feeding_lent: bool,
     /// Where the data of the datagram being fed belong in the lent memory.
     pub placement: Option<(usize, std::ops::Range<usize>)>,
-    /// The SipHash key of this node's address tokens (see [`Rmem::address_token`]).
-    pub token_key: (u64, u64),
+    /// The SipHash key of this node's address tokens (see `Engine::address_token`).
+    pub token_key: [u64; 2],
     /// The address token each owner host gave us last (in an `Unvalidated`
     /// MemNack): sent with every read to it.
     pub tokens: HashMap<HostId, u64>,
 }
 
 impl Rmem {
-    /// This node's token for requests from `addr`: a keyed hash of the
-    /// address, so only a host that receives at `addr` learns it (never 0,
-    /// which means "no token" on the wire).
-    pub fn address_token(&self, addr: SocketAddr) -> u64 {
-        use std::hash::Hasher;
-        let ip = match addr.ip() {
-            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-            std::net::IpAddr::V6(v6) => v6,
-        };
-        let mut h = siphasher::sip::SipHasher24::new_with_keys(self.token_key.0, self.token_key.1);
-        h.write(&ip.octets());
-        h.write(&addr.port().to_be_bytes());
-        h.finish().max(1)
-    }
-
     /// Drops the deadlines at the front whose operations are gone: they
     /// finish in about the order they start, so the queue stays short.
     pub fn drop_gone_deadlines(&mut self) {
@@ -90,20 +75,10 @@ impl Rmem {
 /// What a pending operation waits for.
 #[derive(Debug)]
 pub(crate) enum OpKind {
-    /// MemWrite answers from `host` covering `len` bytes at `dest_offset` of
-    /// `dest`; the request (`source`, `offset`, `notify`) is kept to be sent
+    /// MemWrite answers from `host` covering the request's `len` bytes at
+    /// its `dest_offset` of its `dest`. The request is kept to be sent
     /// again with an address token, at most [`TOKEN_TRIES`] times (`tries`).
-    Read {
-        host: HostId,
-        dest: SegmentId,
-        dest_offset: u32,
-        len: u32,
-        got: Coverage,
-        source: Descriptor,
-        offset: u32,
-        notify: bool,
-        tries: u8,
-    },
+    Read { host: HostId, request: ReadFields, notify: bool, tries: u8, got: Coverage },
     /// One MemWrite answer from `host`: the 8 bytes at `dest_offset` of `dest`.
     Cas { host: HostId, dest: SegmentId, dest_offset: u32 },
     /// A MemImportReply (or MemNack) from any host; rebroadcast every T_r.

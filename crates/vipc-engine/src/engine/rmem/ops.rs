@@ -268,21 +268,10 @@ impl Engine {
             let r = r.map(|_| MemOutcome::Read);
             return Ok(self.finish_at_once(now, seq, r));
         }
-        let kind = OpKind::Read {
-            host: from.host,
-            dest: dest.0,
-            dest_offset: dest.1,
-            len,
-            got: Coverage::default(),
-            source: from.desc,
-            offset,
-            notify,
-            tries: 0,
-        };
-        self.start_op(now, seq, kind);
         let token = self.rmem.tokens.get(&from.host).copied().unwrap_or(0);
-        let read = ReadFields { source: from.desc, offset, len, dest: dest.0, dest_offset: dest.1, token };
-        self.transmit_read(seq, from.host, &read, notify);
+        let request = ReadFields { source: from.desc, offset, len, dest: dest.0, dest_offset: dest.1, token };
+        self.start_op(now, seq, OpKind::Read { host: from.host, request, notify, tries: 0, got: Coverage::default() });
+        self.transmit_read(seq, from.host, &request, notify);
         Ok(MemOpId(seq))
     }
 

@@ -66,9 +66,20 @@ impl Engine {
 
     /// The address token this node expects in a read of more than
     /// [`TOKENLESS_READ_MAX`] bytes from `addr` (what its `Unvalidated`
-    /// MemNack to `addr` carries). Changes when the node restarts.
+    /// MemNack to `addr` carries): a keyed hash of the address (SipHash, a
+    /// short-input PRF), so only a host that receives at `addr` learns it.
+    /// Never 0, which means "no token" on the wire. Changes when the node restarts.
     pub fn address_token(&self, addr: SocketAddr) -> u64 {
-        self.rmem.address_token(addr)
+        use std::hash::Hasher;
+        let ip = match addr.ip() {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            std::net::IpAddr::V6(v6) => v6,
+        };
+        let [k0, k1] = self.rmem.token_key;
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(k0, k1);
+        h.write(&ip.octets());
+        h.write(&addr.port().to_be_bytes());
+        h.finish().max(1)
     }
 
     /// The token a read from `from` must carry and does not: `Some` only
@@ -79,7 +90,7 @@ impl Engine {
         if self.cfg.key.is_some() || f.len <= TOKENLESS_READ_MAX {
             return None;
         }
-        let token = self.rmem.address_token(from);
+        let token = self.address_token(from);
         (f.token != token).then_some(token)
     }
 
@@ -298,7 +309,7 @@ impl Engine {
         let (start, end) = (f.offset as u64, f.offset as u64 + data.len() as u64);
         let Some(op) = self.rmem.ops.get_mut(&h.seq).filter(|o| o.done.is_none()) else { return self.stray() };
         let (host, dest) = match &op.kind {
-            OpKind::Read { host, dest, dest_offset, len, .. } => {
+            OpKind::Read { host, request: ReadFields { dest, dest_offset, len, .. }, .. } => {
                 let (lo, hi) = (*dest_offset as u64, *dest_offset as u64 + *len as u64);
                 (*host, if data.is_empty() || start < lo || end > hi { None } else { Some(*dest) })
             }
@@ -320,7 +331,7 @@ impl Engine {
             return self.stray();
         }
         let outcome = match &mut op.kind {
-            OpKind::Read { dest_offset, len, got, .. } => got
+            OpKind::Read { request: ReadFields { dest_offset, len, .. }, got, .. } => got
                 .add_covers((start, end), (*dest_offset as u64, *dest_offset as u64 + *len as u64))
                 .then_some(MemOutcome::Read),
             _ => CasAnswer::from_bytes(data).map(MemOutcome::Cas),
@@ -342,26 +353,15 @@ impl Engine {
             return self.stray();
         }
         let reason = Refusal::from_u8(f.reason).unwrap_or(Refusal::Malformed);
-        if let (
-            Refusal::Unvalidated,
-            OpKind::Read { host, source, offset, len, dest, dest_offset, notify, tries, .. },
-        ) = (reason, &mut op.kind)
-        {
+        if let (Refusal::Unvalidated, OpKind::Read { host, request, notify, tries, .. }) = (reason, &mut op.kind) {
             if *tries < TOKEN_TRIES && f.token != 0 {
                 // The token proves our address from now on: this read again with it.
                 *tries += 1;
-                let (host, notify) = (*host, *notify);
-                let read = ReadFields {
-                    source: *source,
-                    offset: *offset,
-                    len: *len,
-                    dest: *dest,
-                    dest_offset: *dest_offset,
-                    token: f.token,
-                };
+                request.token = f.token;
+                let (host, request, notify) = (*host, *request, *notify);
                 self.rmem.tokens.insert(host, f.token);
                 self.stats.rmem_token_retries += 1;
-                return self.transmit_read(h.seq, host, &read, notify);
+                return self.transmit_read(h.seq, host, &request, notify);
             }
         }
         self.finish_op(h.seq, Err(Error::Refused(reason)));
