@@ -206,7 +206,10 @@ impl Node {
         shared.lock().log_conflicts = true;
         let node = Node { handle: Arc::new(handle) };
         if config.kernel_server {
-            let (ks, _) = node.spawn(services::kernel_server)?;
+            // The kernel server's pid first (always local id 1), then its mover's.
+            let server = node.attach()?;
+            let (mover, _) = node.spawn(services::kernel_mover)?;
+            let (ks, _) = run_on_thread(server, move |p| services::kernel_server(p, mover))?;
             // A member of the kernel servers' group before start returns, so
             // that a location query sent right after finds it.
             let group = crate::locate::KERNEL_SERVER_GROUP;

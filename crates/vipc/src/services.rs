@@ -1,4 +1,4 @@
-//! Services every node can host: the kernel server, the echo service and a group member.
+//! Services every node can host: the kernel server (and its mover), the echo service and a group member.
 //!
 //! # Kernel server
 //! [`kernel_server`] is created first on every node (unless
@@ -14,6 +14,11 @@
 //! | [`OP_HOST_AT`] = 4 | one row (`GET_IAH_HOST_NO`) | bytes 4..8: sequence number, 8..12: row | bytes 12..14: host id, or status [`STATUS_STALE`] / [`STATUS_NO_ROW`] |
 //! | [`OP_RESET_HOSTS`] = 5 | forget every host and ask them to announce again (`RESET_IAH_BIT_VECTOR`) | anything | at once |
 //! | [`OP_LOCATE`](crate::locate::OP_LOCATE) = 6 | who serves a name (usually sent to the kernel servers' group, see [`crate::locate`]) | byte 1: length, bytes 2..: the name | bytes 4..8: the pid, or status [`STATUS_NOT_HERE`](crate::locate::STATUS_NOT_HERE) |
+//!
+//! [`OP_STATS`] and [`OP_HOSTS`] with a write-granted segment are forwarded
+//! to the kernel mover ([`kernel_mover`], the node's second process), which
+//! answers them: their MoveTo may be held up for T_t by a requester that
+//! never acknowledges it, and must not hold up the rest.
 //!
 //! Integers are little-endian. The reply is the request with:
 //! - byte 0: status — [`STATUS_OK`] = 0, [`STATUS_UNKNOWN_OP`] = 1,
@@ -39,7 +44,7 @@
 //! [`group_member`] joins a group and answers every message at once, with
 //! its pid in bytes 24..28 of the reply (`vipc node --member GROUP`).
 
-use crate::{Error, Node, Process, Result, SegmentRef};
+use crate::{Error, Node, Process, ReceiveInfo, Result, SegmentRef};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use vipc_engine::{AliveHost, AliveHosts, HostId, Message, Pid, Scope, SendOptions, Stats};
 
@@ -104,7 +109,13 @@ pub fn parse_stats_text(text: &str) -> Vec<(String, u64)> {
 /// The kernel server's loop (see the module docs). Returns when the node stops
 /// or the process is destroyed. [`Node::start`] makes it a member of
 /// [`KERNEL_SERVER_GROUP`](crate::locate::KERNEL_SERVER_GROUP) before returning.
-pub fn kernel_server(p: Process) {
+///
+/// Requests that write into the requester's segment ([`OP_STATS`],
+/// [`OP_HOSTS`] with a write-granted segment) may need a MoveTo, which a
+/// requester that never acknowledges it holds up for T_t: they are
+/// forwarded to `mover` ([`kernel_mover`]), so that such a requester delays
+/// only those, never pings, host rows or name lookups.
+pub fn kernel_server(p: Process, mover: Pid) {
     loop {
         let mut msg: Message = [0; 32];
         let info = match p.receive_with_segment(&mut msg, &mut []) {
@@ -117,59 +128,13 @@ pub fn kernel_server(p: Process) {
         };
         let mut reply = msg;
         let r = match msg[0] {
-            OP_STATS => {
-                let text = stats_text(&p.node_stats());
-                reply[8..12].copy_from_slice(&(text.len() as u32).to_le_bytes());
-                if !info.access.write || info.segment_size == 0 {
-                    reply[0] = STATUS_NO_SEGMENT;
-                    p.reply(&reply, info.from)
-                } else {
-                    let n = text.len().min(info.segment_size as usize);
-                    reply[0] = STATUS_OK;
-                    reply[4..8].copy_from_slice(&(n as u32).to_le_bytes());
-                    let bytes = &text.as_bytes()[..n];
-                    match p.reply_with_segment(&reply, info.from, 0, bytes) {
-                        Err(Error::Protocol(vipc_engine::Error::TooLarge { .. })) => {
-                            p.move_to(info.from, 0, bytes).and_then(|()| p.reply(&reply, info.from))
-                        }
-                        r => r,
-                    }
-                }
-            }
+            OP_STATS | OP_HOSTS if info.access.write && info.segment_size > 0 => p.forward(&msg, info.from, mover),
+            OP_STATS => answer_stats(&p, &msg, &info),
+            OP_HOSTS => answer_hosts(&p, &msg, &info),
             OP_PING => {
                 reply[0] = STATUS_OK;
                 p.reply(&reply, info.from)
             }
-            OP_HOSTS => match p.alive_hosts() {
-                Ok(t) => {
-                    reply[0] = STATUS_OK;
-                    reply[4..8].copy_from_slice(&t.seq.to_le_bytes());
-                    reply[8..12].copy_from_slice(&(t.rows.len() as u32).to_le_bytes());
-                    reply[12..32].fill(0);
-                    for (r, row) in t.rows.iter().enumerate().take(128) {
-                        if row.is_some() {
-                            reply[16 + r / 8] |= 1 << (r % 8);
-                        }
-                    }
-                    let v6 = msg[1] as usize == HOST_ROW_LEN_V6;
-                    if v6 {
-                        reply[12] = HOST_ROW_LEN_V6 as u8;
-                    }
-                    let rows = encode_host_rows(&t, v6);
-                    let n = rows.len().min(if info.access.write { info.segment_size as usize } else { 0 });
-                    if n == 0 {
-                        p.reply(&reply, info.from)
-                    } else {
-                        match p.reply_with_segment(&reply, info.from, 0, &rows[..n]) {
-                            Err(Error::Protocol(vipc_engine::Error::TooLarge { .. })) => {
-                                p.move_to(info.from, 0, &rows[..n]).and_then(|()| p.reply(&reply, info.from))
-                            }
-                            r => r,
-                        }
-                    }
-                }
-                Err(e) => Err(e),
-            },
             OP_HOST_AT => {
                 let seq = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
                 let row = u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]]) as usize;
@@ -211,6 +176,88 @@ pub fn kernel_server(p: Process) {
             Err(e) => tracing::debug!("kernel server: answering {} failed: {e}", info.from),
             Ok(()) => {}
         }
+    }
+}
+
+/// The kernel mover: answers the requests [`kernel_server`] forwards to it
+/// (counters and host rows written into the requester's segment), one at a
+/// time. Returns when the node stops or the process is destroyed.
+pub fn kernel_mover(p: Process) {
+    loop {
+        let mut msg: Message = [0; 32];
+        let info = match p.receive_with_segment(&mut msg, &mut []) {
+            Ok(i) => i,
+            Err(Error::NodeStopped) => return,
+            Err(e) => {
+                tracing::debug!("kernel mover: receive failed: {e}");
+                return;
+            }
+        };
+        let r = match msg[0] {
+            OP_STATS => answer_stats(&p, &msg, &info),
+            OP_HOSTS => answer_hosts(&p, &msg, &info),
+            _ => {
+                let mut reply = msg;
+                reply[0] = STATUS_UNKNOWN_OP;
+                p.reply(&reply, info.from)
+            }
+        };
+        match r {
+            Err(Error::NodeStopped) => return,
+            Err(e) => tracing::debug!("kernel mover: answering {} failed: {e}", info.from),
+            Ok(()) => {}
+        }
+    }
+}
+
+/// [`OP_STATS`]: the counters as text into the requester's segment.
+fn answer_stats(p: &Process, msg: &Message, info: &ReceiveInfo) -> Result<()> {
+    let mut reply = *msg;
+    let text = stats_text(&p.node_stats());
+    reply[8..12].copy_from_slice(&(text.len() as u32).to_le_bytes());
+    if !info.access.write || info.segment_size == 0 {
+        reply[0] = STATUS_NO_SEGMENT;
+        return p.reply(&reply, info.from);
+    }
+    let n = text.len().min(info.segment_size as usize);
+    reply[0] = STATUS_OK;
+    reply[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+    reply_with_bytes(p, &reply, info.from, &text.as_bytes()[..n])
+}
+
+/// [`OP_HOSTS`]: the alive-host table, its rows into the requester's segment if it granted one.
+fn answer_hosts(p: &Process, msg: &Message, info: &ReceiveInfo) -> Result<()> {
+    let mut reply = *msg;
+    let t = p.alive_hosts()?;
+    reply[0] = STATUS_OK;
+    reply[4..8].copy_from_slice(&t.seq.to_le_bytes());
+    reply[8..12].copy_from_slice(&(t.rows.len() as u32).to_le_bytes());
+    reply[12..32].fill(0);
+    for (r, row) in t.rows.iter().enumerate().take(128) {
+        if row.is_some() {
+            reply[16 + r / 8] |= 1 << (r % 8);
+        }
+    }
+    let v6 = msg[1] as usize == HOST_ROW_LEN_V6;
+    if v6 {
+        reply[12] = HOST_ROW_LEN_V6 as u8;
+    }
+    let rows = encode_host_rows(&t, v6);
+    let n = rows.len().min(if info.access.write { info.segment_size as usize } else { 0 });
+    if n == 0 {
+        return p.reply(&reply, info.from);
+    }
+    reply_with_bytes(p, &reply, info.from, &rows[..n])
+}
+
+/// Replies with `bytes` at offset 0 of the requester's segment: in the
+/// reply packet if they fit, else by MoveTo first.
+fn reply_with_bytes(p: &Process, reply: &Message, to: Pid, bytes: &[u8]) -> Result<()> {
+    match p.reply_with_segment(reply, to, 0, bytes) {
+        Err(Error::Protocol(vipc_engine::Error::TooLarge { .. })) => {
+            p.move_to(to, 0, bytes).and_then(|()| p.reply(reply, to))
+        }
+        r => r,
     }
 }
 

@@ -322,3 +322,34 @@ fn the_nodes_own_wake_ups_are_counted_as_its_own_datagrams() {
     }
     assert!(nodes[0].stats().own_datagrams > before, "{:?}", nodes[0].stats());
 }
+
+/// A host lends the kernel server a segment for its counters and never
+/// acknowledges the MoveTo that writes them (1,472-byte packets: the text
+/// does not fit in the reply). Only the kernel mover waits out T_t: the
+/// kernel server still answers pings at once, and the counters are served
+/// again once that move has failed.
+#[test]
+fn a_requester_that_never_acknowledges_a_move_does_not_stall_the_kernel_server() {
+    use vipc_wire::{Flags, Header};
+    let nodes = cluster_with(2, 1, |_, c| c.engine.loopback_packet = None);
+    let target = nodes[0].host_id();
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    silent.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut h = Header::new(PacketType::Send);
+    (h.incarnation, h.seq, h.src, h.dst) = (9, 1, Pid::new(700, 1), vipc::services::kernel_pid(target));
+    h.flags = Flags(0).with(Flags::SEG_WRITE, true);
+    h.total_len = 64 << 10;
+    h.message[0] = vipc::services::OP_STATS;
+    silent.send_to(&vipc_wire::to_vec(&h, &[], None), nodes[0].local_addr()).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = silent.recv(&mut buf).expect("the move begins");
+    assert_eq!(vipc_wire::parse(&buf[..n], None).unwrap().header.ptype, PacketType::MoveToData);
+
+    let c = nodes[1].attach().unwrap();
+    let t = Instant::now();
+    vipc::services::ping_kernel(&c, target).unwrap();
+    let ping = t.elapsed();
+    assert!(ping < Duration::from_millis(300), "a ping waited {ping:?} behind the stalled move");
+    let fields = vipc::services::query_stats(&c, target).unwrap();
+    assert!(fields.iter().any(|(n, v)| n == "timeouts" && *v == 1), "the silent move failed: {fields:?}");
+}
