@@ -116,21 +116,12 @@ pub fn parse_stats_text(text: &str) -> Vec<(String, u64)> {
 /// forwarded to `mover` ([`kernel_mover`]), so that such a requester delays
 /// only those, never pings, host rows or name lookups.
 pub fn kernel_server(p: Process, mover: Pid) {
-    loop {
-        let mut msg: Message = [0; 32];
-        let info = match p.receive_with_segment(&mut msg, &mut []) {
-            Ok(i) => i,
-            Err(Error::NodeStopped) => return,
-            Err(e) => {
-                tracing::debug!("kernel server: receive failed: {e}");
-                return;
-            }
-        };
-        let mut reply = msg;
-        let r = match msg[0] {
-            OP_STATS | OP_HOSTS if info.access.write && info.segment_size > 0 => p.forward(&msg, info.from, mover),
-            OP_STATS => answer_stats(&p, &msg, &info),
-            OP_HOSTS => answer_hosts(&p, &msg, &info),
+    serve(&p, "kernel server", |msg, info| {
+        let mut reply = *msg;
+        match msg[0] {
+            OP_STATS | OP_HOSTS if info.access.write && info.segment_size > 0 => p.forward(msg, info.from, mover),
+            OP_STATS => answer_stats(&p, msg, info),
+            OP_HOSTS => answer_hosts(&p, msg, info),
             OP_PING => {
                 reply[0] = STATUS_OK;
                 p.reply(&reply, info.from)
@@ -160,7 +151,7 @@ pub fn kernel_server(p: Process, mover: Pid) {
             }
             crate::locate::OP_LOCATE => {
                 let remote = info.from.host() != p.pid().host();
-                let found = match crate::locate::parse_query(&msg) {
+                let found = match crate::locate::parse_query(msg) {
                     Some(name) => p.registered(name, remote),
                     None => Ok(None),
                 };
@@ -170,41 +161,41 @@ pub fn kernel_server(p: Process, mover: Pid) {
                 reply[0] = STATUS_UNKNOWN_OP;
                 p.reply(&reply, info.from)
             }
-        };
-        match r {
-            Err(Error::NodeStopped) => return,
-            Err(e) => tracing::debug!("kernel server: answering {} failed: {e}", info.from),
-            Ok(()) => {}
         }
-    }
+    })
 }
 
 /// The kernel mover: answers the requests [`kernel_server`] forwards to it
 /// (counters and host rows written into the requester's segment), one at a
 /// time. Returns when the node stops or the process is destroyed.
 pub fn kernel_mover(p: Process) {
+    serve(&p, "kernel mover", |msg, info| match msg[0] {
+        OP_STATS => answer_stats(&p, msg, info),
+        OP_HOSTS => answer_hosts(&p, msg, info),
+        _ => {
+            let mut reply = *msg;
+            reply[0] = STATUS_UNKNOWN_OP;
+            p.reply(&reply, info.from)
+        }
+    })
+}
+
+/// Receives requests one at a time and answers each with `answer`, until
+/// the node stops or the process is destroyed; a failed answer is logged.
+fn serve(p: &Process, who: &str, mut answer: impl FnMut(&Message, &ReceiveInfo) -> Result<()>) {
     loop {
         let mut msg: Message = [0; 32];
         let info = match p.receive_with_segment(&mut msg, &mut []) {
             Ok(i) => i,
             Err(Error::NodeStopped) => return,
             Err(e) => {
-                tracing::debug!("kernel mover: receive failed: {e}");
+                tracing::debug!("{who}: receive failed: {e}");
                 return;
             }
         };
-        let r = match msg[0] {
-            OP_STATS => answer_stats(&p, &msg, &info),
-            OP_HOSTS => answer_hosts(&p, &msg, &info),
-            _ => {
-                let mut reply = msg;
-                reply[0] = STATUS_UNKNOWN_OP;
-                p.reply(&reply, info.from)
-            }
-        };
-        match r {
+        match answer(&msg, &info) {
             Err(Error::NodeStopped) => return,
-            Err(e) => tracing::debug!("kernel mover: answering {} failed: {e}", info.from),
+            Err(e) => tracing::debug!("{who}: answering {} failed: {e}", info.from),
             Ok(()) => {}
         }
     }
