@@ -82,9 +82,9 @@ fn unknown_kinds_hosts_and_types_are_typed_errors_and_waits_are_bounded() {
 
 #[test]
 fn a_full_node_and_a_second_asker_are_answered_not_left_waiting() {
-    // Room for the kernel server, the activator, and one activated process.
+    // Room for the kernel server and its mover, the activator, and one activated process.
     let a = Node::start(NodeConfig {
-        engine: vipc::EngineConfig { max_processes: 3, ..Default::default() },
+        engine: vipc::EngineConfig { max_processes: 4, ..Default::default() },
         ..NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])
     })
     .unwrap();
