@@ -283,12 +283,12 @@ impl Engine {
         if again {
             self.name_receiver_life(sender);
         }
-        if self.exchanges.get(&sender).is_some_and(|ex| ex.to.is_group()) {
-            return self.transmit_group_send(now, sender);
-        }
         let mut h = self.header(PacketType::Send);
         // One lookup of the exchange: the fields used below are disjoint from it.
         let Some(ex) = self.exchanges.get_mut(&sender) else { return };
+        if ex.to.is_group() {
+            return self.transmit_group_send(now, sender);
+        }
         let ExchangeState::Remote { seq, receiver, ref mut sent_to, .. } = ex.state else { return };
         let to = super::route_in(&mut self.location, &mut self.stats, ex.to);
         let limit = match to {
