@@ -26,8 +26,12 @@ use vipc::Node;
 use vipc_fs::{FileKind, FsClient, Handle};
 
 /// Bytes per read/write step: one MoveTo of the file server's default unit
-/// (1 MiB), sent from its page cache. Against 256 KiB and 4 MiB chunks and
-/// 1–4 readers, two readers of 1 MiB copied fastest or within the noise.
+/// (1 MiB). Against 256 KiB to 4 MiB chunks and 1–4 readers, two readers
+/// of 1 MiB copied fastest or within the noise. Measured again with the
+/// server reading run by run (256 MB, medians of 5): two readers of 1 or
+/// 2 MiB 2.9–3.1 GB/s, but some 2 MiB copies stalled at 0.5–1.4 GB/s;
+/// three readers 2.5 GB/s; two of 4 MiB 1.0–1.5 GB/s (their two windows
+/// overflow the client's 8 MiB receive buffer, and lost chunks wait T_r).
 const CHUNK: usize = vipc_fs::proto::DEFAULT_UNIT;
 /// Chunks read at once (the server reads one while another travels).
 const READERS: usize = 2;

@@ -11,7 +11,6 @@
 use nix::errno::Errno;
 use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
 use std::io::IoSlice;
-use std::marker::PhantomData;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -66,7 +65,7 @@ impl Gso {
         let limit = match e {
             Errno::EIO | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP => 0,
             Errno::EINVAL | Errno::EMSGSIZE => segment - 1,
-            _ => return, // e.g. EFAULT: a file's pages gone, not GSO's doing
+            _ => return, // e.g. EAGAIN: a full socket buffer, not GSO's doing
         };
         let was = self.max_segment.fetch_min(limit, Ordering::Relaxed);
         if limit < was {
@@ -84,53 +83,15 @@ pub(crate) fn enable_gro(sock: &UdpSocket) {
     }
 }
 
-/// A part of a datagram: bytes in memory that outlives `'a`, which this
-/// process may never have read — a file window's pages are only ever read
-/// by the kernel ([`crate::filemap`]), so no `&[u8]` to them is made.
-#[derive(Clone, Copy)]
-#[repr(transparent)] // an iovec: handed to the kernel as one (`io_slices`)
-pub(crate) struct Part<'a> {
-    iov: libc::iovec,
-    _borrow: PhantomData<&'a [u8]>,
-}
-
-impl<'a> From<&'a [u8]> for Part<'a> {
-    fn from(bytes: &'a [u8]) -> Part<'a> {
-        Part {
-            iov: libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() },
-            _borrow: PhantomData,
-        }
-    }
-}
-
-impl<'a> Part<'a> {
-    /// # Safety
-    /// `len` bytes at `base` must stay mapped (readable by the kernel, or
-    /// failing its read with EFAULT) for `'a`.
-    pub(crate) unsafe fn raw(base: *const u8, len: usize) -> Part<'a> {
-        Part { iov: libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len }, _borrow: PhantomData }
-    }
-}
-
-/// `parts` as the `IoSlice`s the system calls take.
-fn io_slices<'s>(parts: &'s [Part<'_>]) -> &'s [IoSlice<'s>] {
-    // SAFETY: `Part` is `repr(transparent)` over a `libc::iovec`, and std
-    // guarantees `IoSlice` ABI-compatible with `iovec` on Unix; the slices
-    // are handed to sendmsg only (the kernel reads them; nothing here
-    // dereferences them, so a file page is never read as a Rust slice).
-    // Tested by `runs_of_parts_arrive_as_their_datagrams` (bytes in memory)
-    // and filemap's `a_run_from_a_window_cut_short_goes_datagram_by_datagram`
-    // (a file's pages, also once they fault).
-    const _: () = assert!(std::mem::size_of::<Part<'_>>() == std::mem::size_of::<IoSlice<'_>>());
-    unsafe { std::slice::from_raw_parts(parts.as_ptr().cast::<IoSlice<'s>>(), parts.len()) }
-}
+/// A part of a datagram (a header, or data sent without being joined to it).
+pub(crate) type Part<'a> = IoSlice<'a>;
 
 /// Datagrams collected into runs and sent: [`Run::push`] each in order,
 /// then [`Run::finish`]. A datagram is up to two parts sent without being
 /// joined (a header and lent data) and a tag of the caller's. A datagram
 /// sent alone, and every datagram of a run the kernel refused, is sent by
-/// the caller's `one(to, tag, parts)`: a file's pages can fault (a file cut
-/// short), and only the caller knows what to send instead. A `one` that
+/// the caller's `one(to, tag, parts)`: only the caller knows whether it may
+/// block, and what to keep of a datagram that could not go. A `one` that
 /// says it could not send (a full socket buffer, [`Run::nonblocking`])
 /// stalls the run: every later datagram is handed to `one` as well, in
 /// order, for the caller to keep.
@@ -164,7 +125,7 @@ impl<'a, 'g, T: Copy + Default, F: FnMut(SocketAddr, T, &[Part<'a>]) -> bool> Ru
             count: 0,
             bytes: 0,
             closed: false,
-            parts: [Part::from(&[][..]); 2 * MAX_SEGMENTS],
+            parts: [Part::new(&[]); 2 * MAX_SEGMENTS],
             used: 0,
             marks: [(T::default(), 0); MAX_SEGMENTS],
             one,
@@ -182,7 +143,7 @@ impl<'a, 'g, T: Copy + Default, F: FnMut(SocketAddr, T, &[Part<'a>]) -> bool> Ru
     /// Adds the datagram `head` + `data` for `to`, sending the run so far
     /// first if the datagram cannot join it.
     pub(crate) fn push(&mut self, to: SocketAddr, head: Part<'a>, data: Part<'a>, tag: T) {
-        let len = head.iov.iov_len + data.iov.iov_len;
+        let len = head.len() + data.len();
         let joins = self.to == Some(to)
             && len > 0
             && !self.closed
@@ -200,7 +161,7 @@ impl<'a, 'g, T: Copy + Default, F: FnMut(SocketAddr, T, &[Part<'a>]) -> bool> Ru
         self.count += 1;
         self.bytes += len;
         for part in [head, data] {
-            if part.iov.iov_len > 0 {
+            if !part.is_empty() {
                 self.parts[self.used] = part;
                 self.used += 1;
             }
@@ -250,7 +211,7 @@ fn send_gso(
     let size = segment as u16; // at most MAX_BYTES
     match sendmsg(
         sock.as_raw_fd(),
-        io_slices(parts),
+        parts,
         &[ControlMessage::UdpGsoSegments(&size)],
         flags,
         Some(&SockaddrStorage::from(to)),
@@ -274,7 +235,7 @@ pub(crate) fn try_send(sock: &UdpSocket, to: SocketAddr, parts: &[Part<'_>]) -> 
 }
 
 fn send_parts(sock: &UdpSocket, to: SocketAddr, parts: &[Part<'_>], flags: MsgFlags) -> bool {
-    match sendmsg(sock.as_raw_fd(), io_slices(parts), &[], flags, Some(&SockaddrStorage::from(to))) {
+    match sendmsg(sock.as_raw_fd(), parts, &[], flags, Some(&SockaddrStorage::from(to))) {
         Ok(_) | Err(Errno::ECONNREFUSED) => true, // ICMP port-unreachable: a peer is down
         Err(Errno::EAGAIN) => false,
         Err(e) => {
@@ -309,7 +270,7 @@ mod tests {
         let mut run = Run::new(tx, gso, |to, (), parts| send_logged(tx, to, parts));
         for d in sent {
             let (head, data) = d.split_at(vipc_wire::HEADER_LEN);
-            run.push(to, Part::from(head), Part::from(data), ());
+            run.push(to, Part::new(head), Part::new(data), ());
         }
         run.finish();
     }
@@ -346,7 +307,7 @@ mod tests {
         let mut run = Run::new(&tx, &gso, |to, (), parts| send_logged(&tx, to, parts));
         for (to, d) in &all {
             let (head, data) = d.split_at(vipc_wire::HEADER_LEN);
-            run.push(*to, Part::from(head), Part::from(data), ());
+            run.push(*to, Part::new(head), Part::new(data), ());
         }
         run.finish();
         let mut buf = vec![0u8; 65_536];
@@ -367,8 +328,8 @@ mod tests {
     #[test]
     fn a_refusal_narrows_gso_and_the_run_still_goes() {
         let gso = Gso::new();
-        gso.refused(1472, Errno::EFAULT);
-        assert!(gso.allows(1472), "a file's fault is not GSO's");
+        gso.refused(1472, Errno::EAGAIN);
+        assert!(gso.allows(1472), "a full buffer is not GSO's doing");
         gso.refused(1472, Errno::EINVAL);
         assert!(!gso.allows(1472) && gso.allows(1471), "EINVAL: not at that size");
         gso.refused(500, Errno::EIO);

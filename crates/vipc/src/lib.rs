@@ -47,17 +47,12 @@
 //! learned from the peer's packets.
 
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod config;
 mod error;
 mod faults;
-// The two modules with `unsafe`: mapping a file and sending from the
-// mapping, and the iovecs of such pages handed to sendmsg (each block states
-// its invariant; tests/filemap.rs and gso's tests exercise them).
-#[allow(unsafe_code)]
 mod filemap;
-#[allow(unsafe_code)]
 mod gso;
 pub mod locate;
 mod loopback;

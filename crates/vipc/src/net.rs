@@ -353,7 +353,7 @@ pub(crate) fn send_all(sock: &UdpSocket, gso: &Gso, batch: &std::collections::Ve
         true
     });
     for (i, (to, bytes)) in batch.iter().enumerate() {
-        run.push(*to, Part::from(&bytes[..]), Part::from(&[][..]), i);
+        run.push(*to, Part::new(&bytes[..]), Part::new(&[][..]), i);
     }
     run.finish();
 }

@@ -1,6 +1,6 @@
 //! V processes: a thread with a pid, and the IPC primitives it calls.
 
-use crate::filemap::{page_aligned, read_full, FileWindow};
+use crate::filemap::{read_full, FileWindow};
 use crate::runtime::{Lead, Lend, Shared};
 use crate::{Error, Result};
 use std::fs::File;
@@ -308,36 +308,26 @@ impl Process {
     }
 
     /// MoveTo of `len` bytes of `file` from `file_offset`: as
-    /// [`Process::move_to`] of those bytes, but to a remote process on a
-    /// node without a key or fault injection they go from the file's page cache straight into
-    /// the datagrams, never copied into this process (elsewhere they are
-    /// read into a buffer first). Bytes past the end of the file — also of
-    /// a file cut short during the call — arrive as zeros. A failure to
-    /// read the file is [`Error::Io`] (the bytes it could not read may have
-    /// been sent as zeros).
+    /// [`Process::move_to`] of those bytes. To a remote process on a node
+    /// without a key or fault injection they are read from the file run of
+    /// datagrams by run of datagrams as they go, into a buffer of one run's
+    /// size, never the whole move at once (elsewhere they are read into a
+    /// buffer first). Bytes past the end of the file — also of a file cut
+    /// short during the call — arrive as zeros. A failure to read the file
+    /// is [`Error::Io`] (the bytes it could not read may have been sent as zeros).
     pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
         let (me, lead) = (self.pid, self.lead_to(dest));
-        let lent = lead == Lead::Yes && self.shared.lends();
-        if lent && len > 0 {
-            if let Ok(window) = FileWindow::map(file, file_offset, len as usize) {
-                let c = self
-                    .shared
-                    .block(me, lead, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
-                moved("move_to_from_file", c)?;
-                return window.take_error().map_or(Ok(()), |e| Err(e.into()));
-            }
+        if lead == Lead::Yes && self.shared.lends() && len > 0 {
+            let window = FileWindow::new(file, file_offset, len as usize)?;
+            let c = self
+                .shared
+                .block(me, lead, Lend::File(&window), |e, now| e.move_to_lent(now, me, dest, offset, len))?;
+            moved("move_to_from_file", c)?;
+            return window.take_error().map_or(Ok(()), |e| Err(e.into()));
         }
         // The bytes are read into memory: only once the engine has said the
         // move may take place, not gigabytes read for a move it refuses.
         self.shared.call(Some(me), |e, _| e.check_move_to(me, dest, offset, u64::from(len)))?;
-        if lent {
-            // Not mapped: read into page-aligned memory, lent from there.
-            let len = len as usize;
-            let (mut raw, at) = page_aligned(len);
-            let buf = &mut raw[at..at + len];
-            read_full(file, file_offset, buf)?;
-            return self.move_to(dest, offset, buf);
-        }
         // Copied into the engine anyway (a key, fault injection, a local
         // receiver): read straight into the buffer it takes, not into one
         // that is then copied (keyed 1 MiB, three alternating pairs of

@@ -505,7 +505,7 @@ impl Shared {
                 splits.clear(); // its segment is gone: dropped
                 return;
             };
-            if gso::try_send(sock, *to, &[Part::from(&bytes[..]), Part::from(data)]) {
+            if gso::try_send(sock, *to, &[Part::new(&bytes[..]), Part::new(data)]) {
                 st.answers_from_segment += 1;
                 splits.clear();
                 return;
@@ -524,7 +524,7 @@ impl Shared {
         for (i, t) in splits.iter().enumerate() {
             let (Destination::Addr(to), Some(s)) = (t.to, t.segment) else { continue };
             if let Some(data) = st.engine.segment_slice(&s) {
-                run.push(to, Part::from(&t.bytes[..]), Part::from(data), i);
+                run.push(to, Part::new(&t.bytes[..]), Part::new(data), i);
                 pushed += 1;
             }
         }

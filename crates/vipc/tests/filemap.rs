@@ -1,7 +1,6 @@
-//! MoveTo from a file (`Process::move_to_from_file`): the bytes sent from
-//! the page cache arrive as a plain MoveTo's would, and bytes past the end
-//! of the file (pages the mapping cannot read: EFAULT, never SIGBUS) arrive
-//! as zeros.
+//! MoveTo from a file (`Process::move_to_from_file`): the bytes read from
+//! the file as they are sent arrive as a plain MoveTo's would, and bytes
+//! past the end of the file arrive as zeros.
 
 mod common;
 
@@ -51,9 +50,7 @@ fn check(got: &[u8], data: &[u8]) {
 fn a_move_from_a_file_sends_its_bytes_and_zeros_past_its_end() {
     let nodes = cluster(2);
     let (f, data) = test_file();
-    // Remote: sent from the mapping; the datagrams past the end fail with
-    // EFAULT and are read again with pread (without that fallback the
-    // MoveTo would retransmit until it timed out).
+    // Remote: read run by run as the datagrams go, short past the end.
     check(&moved_from_file(&nodes[0], &nodes[1], f.reopen().unwrap()), &data);
     // Local: copied through a buffer.
     check(&moved_from_file(&nodes[0], &nodes[0], f.reopen().unwrap()), &data);

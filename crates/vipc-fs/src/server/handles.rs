@@ -25,9 +25,23 @@ pub struct ReadAhead {
     pub epoch: u64,
     /// When `buf` was read (it is trusted for a short time only).
     pub at: Option<Instant>,
+    /// End of the bytes the kernel was last asked to read ahead.
+    pub advised: u64,
 }
 
 impl ReadAhead {
+    /// The part of `from..from + len` the kernel has not been asked to read
+    /// ahead yet (all of it unless the last request ended inside it), now
+    /// counted as asked. Asking for pages already in the cache costs a
+    /// lookup each: five times over the file, for a reader asking five
+    /// blocks ahead at every block (7% of a server's samples in `vipc cp`).
+    pub fn unadvised(&mut self, from: u64, len: u64) -> Option<(u64, u64)> {
+        let end = from.saturating_add(len);
+        let start = if (from..end).contains(&self.advised) { self.advised } else { from };
+        self.advised = end;
+        (start < end).then(|| (start, end - start))
+    }
+
     /// Records a read of `got` bytes at `off`; whether it continued the
     /// previous one (a sequential reader, after its first read).
     pub fn sequential(&mut self, off: u64, got: usize) -> bool {
@@ -204,6 +218,20 @@ mod tests {
             ra: Mutex::new(ReadAhead::default()),
             deferred: AtomicI32::new(0),
         }
+    }
+
+    #[test]
+    fn read_ahead_asks_the_kernel_for_each_byte_once_while_a_reader_goes_on() {
+        const MB: u64 = 1 << 20;
+        let mut ra = ReadAhead::default();
+        assert_eq!(ra.unadvised(MB, 5 * MB), Some((MB, 5 * MB)));
+        // The next block: only the one block past what was asked.
+        assert_eq!(ra.unadvised(2 * MB, 5 * MB), Some((6 * MB, MB)));
+        assert_eq!(ra.unadvised(3 * MB, 5 * MB), Some((7 * MB, MB)));
+        // A jump back, or past what was asked: all of it again.
+        assert_eq!(ra.unadvised(0, 5 * MB), Some((0, 5 * MB)));
+        assert_eq!(ra.unadvised(100 * MB, 5 * MB), Some((100 * MB, 5 * MB)));
+        assert_eq!(ra.unadvised(100 * MB, 0), None);
     }
 
     #[test]

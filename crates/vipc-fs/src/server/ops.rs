@@ -502,7 +502,9 @@ impl Service {
             return; // the reader moved on meanwhile
         }
         let (ahead, far) = if buffered { (off + len as u64, 4 * len as u64) } else { (off, 5 * len as u64) };
-        let _ = rustix::fs::fadvise(&f.file, ahead, std::num::NonZeroU64::new(far), rustix::fs::Advice::WillNeed);
+        if let Some((from, n)) = ra.unadvised(ahead, far) {
+            let _ = rustix::fs::fadvise(&f.file, from, std::num::NonZeroU64::new(n), rustix::fs::Advice::WillNeed);
+        }
         if !buffered {
             return;
         }

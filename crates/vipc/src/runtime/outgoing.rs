@@ -104,7 +104,7 @@ impl Shared {
         let sock = &self.unicast;
         let mut run = Run::new(sock, &self.gso, |to, (), parts| gso::send_logged(sock, to, parts));
         for p in &packets {
-            run.push(p.to, Part::from(&p.head[..]), Part::from(&data[p.data.clone()]), ());
+            run.push(p.to, Part::new(&p.head[..]), Part::new(&data[p.data.clone()]), ());
         }
         run.finish();
         let mut st = self.lock();

@@ -110,7 +110,7 @@ pub(crate) enum Lend<'a> {
     Read(&'a [u8]),
     /// The destination of a MoveFrom.
     Write(&'a mut [u8]),
-    /// The data of a MoveTo, sent from a file's page cache.
+    /// The data of a MoveTo, read from a file as they are sent.
     File(&'a FileWindow<'a>),
 }
 

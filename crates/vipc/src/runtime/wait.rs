@@ -277,7 +277,7 @@ impl Shared {
                 let mut run = Run::new(sock, &self.gso, |to, (), parts| gso::send_logged(sock, to, parts));
                 for (to, head, at, n) in chunks {
                     match data.get(at..at.saturating_add(n)) {
-                        Some(bytes) => run.push(to, Part::from(head), Part::from(bytes), ()),
+                        Some(bytes) => run.push(to, Part::new(head), Part::new(bytes), ()),
                         None => tracing::debug!("a lent chunk beyond the lent data"),
                     }
                 }
