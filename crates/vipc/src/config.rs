@@ -38,8 +38,8 @@ pub struct NodeConfig {
     /// default sends packets carrying data of up to 65,507 bytes to loopback
     /// peers (`loopback_packet`) and announces the node every 100 ms
     /// (`alive_period`: I-Am-Here, a crashed host is declared down within
-    /// about 0.4 s), and [`crate::Node::start`] lowers `window_bytes` to half
-    /// the receive buffer the kernel granted.
+    /// about 0.4 s), and [`crate::Node::start`] lowers `window_bytes` to a
+    /// quarter of the receive buffer the kernel granted.
     pub engine: Config,
     /// Where broadcasts (host allocation, location-cache misses, remote GetPid) go.
     pub broadcast: Broadcast,

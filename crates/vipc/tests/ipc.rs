@@ -212,6 +212,50 @@ fn move_from_and_move_to_one_mebibyte_remote() {
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
 
+/// Three movers on three nodes MoveTo 16 MiB each into processes of a
+/// fourth at the same time, in 64 KiB loopback chunks: their windows fit
+/// the receiving node's socket buffer together, so no chunk is lost and
+/// none is sent twice (with windows of half the buffer each, even two
+/// such streams overflowed it, and every lost chunk waited for T_r).
+#[test]
+fn moves_from_three_movers_at_once_fit_the_receivers_buffer() {
+    const N: usize = 16 << 20;
+    let nodes = cluster_with(4, 1, patient_timers);
+    let data = std::sync::Arc::new(pattern(N, 5));
+    let servers: Vec<_> = nodes[..3]
+        .iter()
+        .map(|n| {
+            let data = data.clone();
+            n.spawn(move |p| {
+                let mut m = [0u8; 32];
+                let info = p.receive_with_segment(&mut m, &mut []).unwrap();
+                p.move_to(info.from, 0, &data).unwrap();
+                p.reply(&m, info.from).unwrap();
+            })
+            .unwrap()
+        })
+        .collect();
+    let clients: Vec<_> = servers
+        .iter()
+        .map(|(server, _)| {
+            let (server, c) = (*server, nodes[3].attach().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; N];
+                c.send_with(&mut [0u8; 32], server, Some(SegmentRef::ReadWrite(&mut buf)), SendOptions::default())
+                    .unwrap();
+                buf
+            })
+        })
+        .collect();
+    for c in clients {
+        assert!(c.join().unwrap() == *data, "the MoveTo arrived intact");
+    }
+    for (n, (_, t)) in nodes.iter().zip(servers) {
+        t.join().unwrap();
+        assert_eq!(n.stats().retransmissions, 0, "no chunk was lost");
+    }
+}
+
 /// Moves in datagrams of an Ethernet frame's size (`max_packet`, as off
 /// loopback) leave in runs of one system call each (UDP GSO) and arrive
 /// in runs (UDP GRO), split by their headers, into a lent read-write
