@@ -184,7 +184,8 @@ fn cp_keeps_the_holes_of_a_sparse_file_both_ways() {
     let o = run(&["cp", "-q", "data:sparse", down.to_str().unwrap(), "--group", &g]);
     assert!(o.status.success(), "{}", stderr(&o));
     let sent = bytes_out() - before;
-    assert!(sent < 4 << 20, "the holes crossed the network: {sent} bytes sent for 68 KiB of data");
+    // The data lie in two of cp's 2 MiB chunks; the holes are 60 MiB.
+    assert!(sent < 8 << 20, "the holes crossed the network: {sent} bytes sent for 68 KiB of data");
     assert!(std::fs::read(&down).unwrap() == std::fs::read(data.path().join("sparse")).unwrap(), "down: differs");
     assert!(allocated(&down) < 1 << 20, "down: {} bytes allocated of {size}", allocated(&down));
 

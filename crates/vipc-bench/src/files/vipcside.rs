@@ -20,7 +20,7 @@ pub const EXPORT: &str = "bench";
 /// Worker processes of the file server.
 pub const WORKERS: usize = 8;
 
-/// The step `vipc cp` reads and writes in (its `CHUNK`), for the local copy beside it.
+/// The step `vipc cp` writes a local file in (its `WRITE_PIECE`), for the local copy beside it.
 pub const CP_CHUNK: usize = vipc_fs::proto::DEFAULT_UNIT;
 
 /// The file server peer (`fs-server --host H --dir D`): a node exporting D
