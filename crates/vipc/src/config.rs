@@ -39,7 +39,7 @@ pub struct NodeConfig {
     /// peers (`loopback_packet`) and announces the node every 100 ms
     /// (`alive_period`: I-Am-Here, a crashed host is declared down within
     /// about 0.4 s), and [`crate::Node::start`] lowers `window_bytes` to a
-    /// quarter of the receive buffer the kernel granted.
+    /// quarter of the receive buffer the kernel granted (half of a small one).
     pub engine: Config,
     /// Where broadcasts (host allocation, location-cache misses, remote GetPid) go.
     pub broadcast: Broadcast,

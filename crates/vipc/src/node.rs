@@ -98,6 +98,21 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// The bulk window a node keeps within its socket's `recv_buffer`: windows
+/// must fit in the peer's receive buffer (ours is the estimate), those of
+/// streams coming from several movers at once too, so a quarter of it each.
+/// With half, two 4 MiB MoveTos of 64 KiB loopback chunks into one node
+/// overflowed its 8 MiB buffer, and every lost chunk waited for T_r (`vipc
+/// cp` with 4 MiB units and two readers: 0.7–2.1 GB/s, with a quarter
+/// 4.0–4.5 GB/s; one stream alone moves as fast either way). A small buffer
+/// (416 KiB, what a user other than root gets under Debian's `rmem_max`)
+/// keeps half, up to 256 KiB: a quarter there is two loopback chunks in
+/// flight, and single moves ran at half the speed.
+fn window_bytes(configured: usize, recv_buffer: usize) -> usize {
+    let share = (recv_buffer / 4).max((recv_buffer / 2).min(256 << 10));
+    configured.min(share).max(64 << 10)
+}
+
 impl Node {
     /// Binds the sockets, starts the threads and waits until the node has its
     /// logical host id. With a fixed id it then waits `conflict_grace` for a
@@ -109,15 +124,8 @@ impl Node {
         let mut ecfg = config.engine.clone();
         ecfg.host_id = config.host_id;
         ecfg.key = config.key.clone();
-        // Windows must fit in the peer's receive buffer (ours is the
-        // estimate), those of streams coming from several movers at once
-        // too: a quarter of it each. With half, two 4 MiB MoveTos of 64 KiB
-        // loopback chunks into one node overflowed its 8 MiB buffer, and
-        // every lost chunk waited for T_r (`vipc cp` with 4 MiB units and
-        // two readers: 0.7–2.1 GB/s, with a quarter 4.0–4.5 GB/s; one
-        // stream alone moves as fast either way).
         if recv_buffer > 0 {
-            ecfg.window_bytes = ecfg.window_bytes.min(recv_buffer / 4).max(64 << 10);
+            ecfg.window_bytes = window_bytes(ecfg.window_bytes, recv_buffer);
         }
         if ecfg.seed == 0 {
             ecfg.seed = rand::random::<u64>() | 1;
@@ -331,4 +339,22 @@ where
     let pid = process.pid();
     let jh = std::thread::Builder::new().name(format!("vipc-{pid}")).spawn(move || f(process))?;
     Ok((pid, jh))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_bytes;
+
+    #[test]
+    fn the_bulk_window_is_a_quarter_of_a_large_buffer_and_half_of_a_small_one() {
+        const DEFAULT: usize = 4 << 20;
+        // Root's forced 4 MiB (the kernel doubles it): a quarter.
+        assert_eq!(window_bytes(DEFAULT, 8 << 20), 2 << 20);
+        // A user's 208 KiB under Debian's rmem_max (doubled): half, three loopback chunks.
+        assert_eq!(window_bytes(DEFAULT, 425_984), 212_992);
+        // Half only up to 256 KiB, never less than a quarter or 64 KiB, never more than configured.
+        assert_eq!(window_bytes(DEFAULT, 1 << 20), 256 << 10);
+        assert_eq!(window_bytes(DEFAULT, 100_000), 64 << 10);
+        assert_eq!(window_bytes(1 << 20, 64 << 20), 1 << 20);
+    }
 }
