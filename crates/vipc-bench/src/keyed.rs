@@ -5,7 +5,9 @@
 //! against TCP bulk as well.
 
 use crate::error::{BenchError, Result};
-use crate::ipc::{label, local, local_with, mbps, pin_home, server_time, spawn_server, spawn_server_with, timed, Ctx};
+use crate::ipc::{
+    label, local, local_with, mbps, pin_home, server_time, spawn_server, spawn_server_with, timed, Ctx, Local, Server,
+};
 use crate::peer::Peer;
 use crate::probe::{find, interleave, Probe};
 use crate::tcp::TcpClient;
@@ -19,11 +21,7 @@ const MOVED: usize = 1 << 20;
 /// Runs the item.
 pub fn keyed(ctx: &mut Ctx<'_>) -> Result<()> {
     exchanges(ctx)?;
-    let srv = spawn_server(ctx, None)?;
-    let srv_k = spawn_server_with(ctx, None, &["--keyed"])?;
-    let plain = local(ctx, vec![srv.addr], None)?;
-    let host = ctx.host();
-    let key = local_with(with_key(node_config(host, vec![srv_k.addr], None)))?;
+    let Pairs { srv, srv_k, plain, key } = pairs(ctx)?;
     let tcp = Peer::spawn(&ctx.exe, "tcp-echo", &[])?;
     let tc = RefCell::new(TcpClient::connect(tcp.parsed("addr")?)?);
     let seg = RefCell::new(vec![0u8; MOVED]);
@@ -66,17 +64,30 @@ pub fn keyed(ctx: &mut Ctx<'_>) -> Result<()> {
     Ok(())
 }
 
+/// A bench server and a node of ours talking to it, without a key and with one.
+struct Pairs {
+    srv: Server,
+    srv_k: Server,
+    plain: Local,
+    key: Local,
+}
+
+fn pairs(ctx: &mut Ctx<'_>) -> Result<Pairs> {
+    let srv = spawn_server(ctx, None)?;
+    let srv_k = spawn_server_with(ctx, None, &["--keyed"])?;
+    let plain = local(ctx, vec![srv.addr], None)?;
+    let host = ctx.host();
+    let key = local_with(with_key(node_config(host, vec![srv_k.addr], None)))?;
+    Ok(Pairs { srv, srv_k, plain, key })
+}
+
 /// The exchange with and without a key, both ends of each on one CPU as in
 /// item `exchange`. Unplaced, a pair whose ends the scheduler put on two
 /// CPUs took 45–52 µs against 11–12 on one (each wake-up crossing CPUs is
 /// the VM's), and the keyed/unkeyed ratio said where they landed: 0.22–0.26.
 fn exchanges(ctx: &mut Ctx<'_>) -> Result<()> {
     let _home = pin_home(ctx, "keyed");
-    let srv = spawn_server(ctx, None)?;
-    let srv_k = spawn_server_with(ctx, None, &["--keyed"])?;
-    let plain = local(ctx, vec![srv.addr], None)?;
-    let host = ctx.host();
-    let key = local_with(with_key(node_config(host, vec![srv_k.addr], None)))?;
+    let Pairs { srv, srv_k, plain, key } = pairs(ctx)?;
     let echo = || request(vserver::OP_ECHO, 0, 0);
     let (rounds, n, warm) = ctx.scale(9, 2000, 300);
     let mut exchanges = vec![

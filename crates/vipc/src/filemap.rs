@@ -53,6 +53,13 @@ struct Queued<'h> {
     pos: usize,
 }
 
+impl Queued<'_> {
+    /// Where its bytes end in the window.
+    fn end(&self) -> usize {
+        self.at + self.n
+    }
+}
+
 impl<'a> FileWindow<'a> {
     /// The window of `len` bytes of `file` from `offset`; an error if they
     /// reach past the largest file offset.
@@ -110,10 +117,10 @@ impl<'a> FileWindow<'a> {
         while i < batch.len() {
             let first = batch[i];
             let mut end = i + 1;
-            while end < batch.len() && batch[end].at == batch[end - 1].at + batch[end - 1].n {
+            while end < batch.len() && batch[end].at == batch[end - 1].end() {
                 end += 1;
             }
-            let len = batch[end - 1].at + batch[end - 1].n - first.at;
+            let len = batch[end - 1].end() - first.at;
             self.read(first.at, &mut buf[first.pos..first.pos + len]);
             i = end;
         }
@@ -159,8 +166,8 @@ fn first_place(offset: u64, at: usize) -> usize {
 /// right after it if they continue it, else past the next page boundary at
 /// their own place in a page; `None` if the buffer has no room for them.
 fn place_after(last: &Queued<'_>, offset: u64, at: usize, n: usize) -> Option<usize> {
-    let end = last.pos + last.n;
-    let pos = if last.at + last.n == at { end } else { end.next_multiple_of(PAGE) + first_place(offset, at) };
+    let after = last.pos + last.n;
+    let pos = if last.end() == at { after } else { after.next_multiple_of(PAGE) + first_place(offset, at) };
     (pos + n <= SCRATCH).then_some(pos)
 }
 

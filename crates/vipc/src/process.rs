@@ -311,9 +311,10 @@ impl Process {
     /// [`Process::move_to`] of those bytes. To a remote process on a node
     /// without a key or fault injection they are read from the file a run
     /// of datagrams at a time as they go, into a small buffer, never the
-    /// whole move at once (elsewhere they are read into a buffer first). Bytes past the end of the file — also of a file cut
-    /// short during the call — arrive as zeros. A failure to read the file
-    /// is [`Error::Io`] (the bytes it could not read may have been sent as zeros).
+    /// whole move at once (elsewhere they are read into a buffer first).
+    /// Bytes past the end of the file — also of a file cut short during the
+    /// call — arrive as zeros. A failure to read the file is [`Error::Io`]
+    /// (the bytes it could not read may have been sent as zeros).
     pub fn move_to_from_file(&self, dest: Pid, offset: u32, file: &File, file_offset: u64, len: u32) -> Result<()> {
         let (me, lead) = (self.pid, self.lead_to(dest));
         if lead == Lead::Yes && self.shared.lends() && len > 0 {
