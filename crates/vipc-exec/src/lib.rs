@@ -38,7 +38,7 @@
 //! cluster whose packets are authenticated with a key (`--key`) or on a
 //! trusted network.
 
-#![deny(unsafe_code)] // one exception: the command's parent-death signal (server.rs)
+#![deny(unsafe_code)] // exceptions: the command's setup between fork and exec (server.rs)
 
 mod client;
 mod guard;

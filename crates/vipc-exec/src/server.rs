@@ -129,6 +129,23 @@ fn die_with_node(node: nix::unistd::Pid) -> std::io::Result<()> {
     Ok(())
 }
 
+/// In the command's process, before exec: every signal back to its default
+/// action. An ignored signal stays ignored across exec, and a node started
+/// as a script's background job or under `nohup` ignores SIGINT or SIGHUP:
+/// its commands would shrug off [`crate::Job::signal`]. (The standard
+/// library already empties the signal mask and restores SIGPIPE.)
+#[allow(unsafe_code)]
+fn default_signals() -> std::io::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        // SAFETY: SIG_DFL installs no handler, so no handler can observe
+        // state the fork left inconsistent; sigaction is async-signal-safe.
+        unsafe { sigaction(sig, &default) }?;
+    }
+    Ok(())
+}
+
 /// How long a new worker waits for the Exec forwarded to it.
 const FORWARD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -144,12 +161,16 @@ fn worker(w: Process, node: &Node, args: Vec<String>, sink: Pid, client: Pid, jo
     command.args(&args[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let node_pid = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it makes two plain system calls
-    // (prctl, getppid) and allocates nothing, takes no lock. Exercised by
-    // vipc-cli's test `a_command_dies_with_its_team_servers_node`.
+    // async-signal-safe calls are allowed: it makes plain system calls
+    // (prctl, getppid, sigaction) and allocates nothing, takes no lock.
+    // Exercised by vipc-cli's test `a_command_dies_with_its_team_servers_node`
+    // and this crate's `a_command_starts_with_every_signal_at_its_default`.
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(move || die_with_node(node_pid))
+        command.pre_exec(move || {
+            default_signals()?;
+            die_with_node(node_pid)
+        })
     };
     let child = command.spawn();
     let mut child = match child {

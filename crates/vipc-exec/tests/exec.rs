@@ -115,6 +115,29 @@ fn a_dead_team_server_node_is_an_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
 }
 
+/// A node that ignores signals (a script's background job ignores SIGINT,
+/// `nohup` SIGHUP) starts its commands with every signal at its default
+/// action, or `Job::signal` could not stop them.
+#[test]
+fn a_command_starts_with_every_signal_at_its_default() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    for sig in [Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: SIG_IGN installs no handler. Other tests of this binary
+        // start commands too, and with the fix they do not inherit this.
+        unsafe { signal(sig, SigHandler::SigIgn) }.unwrap();
+    }
+    let (a, b) = pair(71);
+    let team = serve(&b).unwrap();
+    wait_alive(&a);
+    let (st, out) = run(&a, team, &["grep", "^SigIgn:", "/proc/self/status"]);
+    assert_eq!(st.unwrap().code, 0);
+    let line = String::from_utf8_lossy(&out.lock().unwrap().0).into_owned();
+    let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    // Signals 1–31 (bit n − 1 for signal n); the real-time ones from 32 on
+    // belong to the C library, which sometimes leaves 32 ignored.
+    assert_eq!(mask & 0x7fff_ffff, 0, "the command ignores signals: {line}");
+}
+
 /// A silent command whose client's node dies is killed: the pumps, which
 /// notice a vanished client when they have output to send, have none.
 #[test]
