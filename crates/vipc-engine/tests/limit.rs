@@ -125,6 +125,7 @@ fn a_limit_already_passed_abandons_at_once_and_an_idle_process_is_left_alone() {
     net.nodes[0].limit(now, client, now).unwrap();
     net.settle();
     assert_eq!(net.take_send(0, client), Err(Error::Deadline));
+    assert_eq!(net.stats(0).deadlines, 1, "the abandoned Send is counted, the idle process not");
     let stranger = Pid::new(7, 1);
     assert_eq!(net.nodes[0].limit(now, stranger, now), Err(Error::NotLocalProcess(stranger)));
 }

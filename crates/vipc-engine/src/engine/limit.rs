@@ -22,6 +22,7 @@ impl Engine {
             return Ok(());
         }
         if at <= now {
+            self.stats.deadlines += 1;
             self.abandon(pid);
             return Ok(());
         }
