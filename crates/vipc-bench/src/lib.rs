@@ -170,6 +170,9 @@ pub fn selection(args: &[String]) -> Result<Vec<(String, String)>> {
 /// a report that could not be written.
 pub fn run(opts: &Options) -> Result<Results> {
     let items = selection(&opts.suites)?;
+    if let Some(dir) = &opts.report {
+        report::prepare(dir)?; // before the runs, not after them
+    }
     let mut out = Output::new(opts.json);
     out.results.quick = opts.quick;
     let start = Instant::now();

@@ -256,7 +256,7 @@ impl PeerArgs {
 /// The hidden entry point: runs peer `args[0]` with the rest of `args`.
 /// Returns when the peer is done (most run until their stdin closes).
 pub fn peer_main(args: &[String]) -> Result<()> {
-    let (kind, rest) = args.split_first().ok_or("bench-peer: missing the peer kind")?;
+    let (kind, rest) = args.split_first().ok_or("missing the peer kind")?;
     let a = PeerArgs::parse(rest)?;
     match kind.as_str() {
         "udp-echo" => crate::udp::echo_peer(&a),
@@ -278,7 +278,7 @@ pub fn peer_main(args: &[String]) -> Result<()> {
         "group-client" => crate::groups::peers::client_peer(&a),
         "group-reaper" => crate::netns::reaper_peer(&a),
         crate::apps_procs::KIND => crate::apps_procs::worker_peer(&a),
-        other => Err(format!("bench-peer: unknown peer kind {other:?}").into()),
+        other => Err(format!("unknown peer kind {other:?}").into()),
     }
 }
 

@@ -2,7 +2,7 @@
 //! and 1985 (seed 000) figure, both as ratios, with the PNG plots.
 
 use crate::bars;
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use crate::plots::{self, Series};
 use crate::record::{fmt_num, table, Record};
 use crate::Results;
@@ -57,6 +57,16 @@ fn div(a: Option<f64>, b: Option<f64>) -> Option<f64> {
         (Some(a), Some(b)) if b != 0.0 => Some(a / b),
         _ => None,
     }
+}
+
+/// Creates `dir` if needed and checks that a file can be written there, so
+/// that a bad `--report` fails at once, not after the whole run.
+pub fn prepare(dir: &Path) -> Result<()> {
+    let fail = |e: std::io::Error| BenchError::Other(format!("report directory {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(".vipc-bench-probe");
+    std::fs::write(&probe, b"").map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
 }
 
 /// Writes `report.md` and the plots into `dir` (created if needed).

@@ -1,6 +1,6 @@
 //! `vipc cat NAME:PATH`: a remote file to stdout, without a mount.
 
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 use crate::fsremote::{connect, fs_error, remote};
 use crate::opts::NodeArgs;
 use std::io::Write;
@@ -21,17 +21,23 @@ pub fn run(spec: &str, args: &NodeArgs) -> CliResult<()> {
         if n == 0 {
             break;
         }
-        if let Err(e) = out.write_all(&buf[..n]) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                break;
-            }
-            return Err(e.into());
+        match out.write_all(&buf[..n]) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+            Err(e) => return Err(stdout_error(e)),
+            Ok(()) => {}
         }
         off += n as u64;
     }
-    let _ = out.flush();
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(stdout_error(e)),
+        _ => {}
+    }
     let _ = c.close(h);
     drop(c);
     node.shutdown();
     Ok(())
+}
+
+fn stdout_error(e: std::io::Error) -> CliError {
+    CliError(format!("cannot write to standard output: {e}"))
 }

@@ -332,6 +332,9 @@ pub fn run(src: &str, dst: &str, resume: bool, quiet: bool, args: &NodeArgs) -> 
         dst = into_dir(&dst, &src);
         existing = stat(&dst, &clients)?;
     }
+    if existing.is_none() && dst.names_a_directory() {
+        return Err(CliError(format!("{}: no such directory", dst.show())));
+    }
     let same = || CliError(format!("{} and {} are the same file", src.show(), dst.show()));
     if existing.as_ref().is_some_and(|f| f.same_file(&source)) {
         return Err(same());

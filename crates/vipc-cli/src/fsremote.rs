@@ -55,6 +55,14 @@ impl Spec {
         Ok(Spec::Local(PathBuf::from(s)))
     }
 
+    /// Ends in '/': it can only name a directory.
+    pub fn names_a_directory(&self) -> bool {
+        match self {
+            Spec::Local(p) => p.as_os_str().as_encoded_bytes().ends_with(b"/"),
+            Spec::Remote { path, .. } => path.ends_with('/'),
+        }
+    }
+
     /// The argument as the user wrote it (for messages).
     pub fn show(&self) -> String {
         match self {
@@ -83,7 +91,9 @@ pub fn connect(node: &Node, name: &str, peers: &[SocketAddr]) -> CliResult<FsCli
         FsError::NotFound(_) => {
             let silent = silent_peers(node, peers);
             let hint = if silent.is_empty() { String::new() } else { format!("; {}", no_node_at(&silent)) };
-            CliError(format!("no file server exports {name:?} (nobody answered for fs:{name}{hint})"))
+            CliError(format!(
+                "no file server exports {name:?} (nobody answered for fs:{name}: no node serves it, or its key differs{hint})"
+            ))
         }
         e => CliError(format!("cannot reach export {name:?}: {e}")),
     })

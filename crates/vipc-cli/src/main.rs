@@ -245,8 +245,13 @@ fn main() -> ExitCode {
         Err(e) => {
             use clap::error::ErrorKind::*;
             if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
-                if e.print().is_err() {
-                    return ExitCode::FAILURE; // help to a full disk or a closed pipe
+                match e.print() {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS, // `| head`
+                    Err(e) => {
+                        eprintln!("vipc: error: cannot write to standard output: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                    Ok(()) => {}
                 }
                 return if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
                     ExitCode::from(2)

@@ -200,14 +200,25 @@ fn default_listen(interface: Option<Ipv4Addr>, peers: &[SocketAddr]) -> SocketAd
     }
 }
 
+/// "line L, column C: " of byte `at` in `text` (both counted from 1), to
+/// find a syntax error in a long file.
+fn line_and_column(text: &str, at: usize) -> String {
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: ")
+}
+
 impl NodeArgs {
     /// The node configuration these flags (and the config file) describe.
     pub fn build(&self) -> CliResult<NodeConfig> {
         let file = match &self.config {
             Some(p) => {
                 let text = read_small_file(p, "config file", 1 << 20)?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| CliError(format!("config file {}: {}", p.display(), e.message())))?
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    let at = e.span().map(|s| line_and_column(&text, s.start)).unwrap_or_default();
+                    CliError(format!("config file {}: {at}{}", p.display(), e.message()))
+                })?
             }
             None => FileConfig::default(),
         };
@@ -258,9 +269,13 @@ impl NodeArgs {
         };
         let mut cfg = NodeConfig {
             listen,
-            host_id: match self.host_id.or(file.host_id) {
-                Some(h) => HostIdConfig::Fixed(h),
-                None => HostIdConfig::Allocate,
+            host_id: match (self.host_id, file.host_id) {
+                (Some(h), _) => HostIdConfig::Fixed(h),
+                (None, Some(h)) if h == 0 || u32::from(h) > vipc_max_host() => {
+                    return Err(in_file(format!("host_id {h} is outside 1..={}", vipc_max_host())))
+                }
+                (None, Some(h)) => HostIdConfig::Fixed(h),
+                (None, None) => HostIdConfig::Allocate,
             },
             key,
             broadcast: Broadcast { multicast, peers },
@@ -392,6 +407,11 @@ mod tests {
         assert_eq!(named(build("retransmit_ms = 0\n")).as_deref(), Some("retransmit_ms must be at least 1"));
         assert!(named(build("listen = \"nowhere\"\n")).unwrap().starts_with("invalid address \"nowhere\""));
         assert!(named(build("peers = [\"x\"]\n")).unwrap().starts_with("invalid peer \"x\""));
+        assert_eq!(named(build("host_id = 0\n")).as_deref(), Some("host_id 0 is outside 1..=32767"));
+        assert_eq!(named(build("host_id = 40000\n")).as_deref(), Some("host_id 40000 is outside 1..=32767"));
+        // A syntax error says where it is.
+        let syntax = named(build("timeout_ms = 5\nlisten = \"127.0.0.1:1\n")).unwrap();
+        assert!(syntax.starts_with("line 2, column "), "{syntax}");
         let flag = NodeArgs { timeout_ms: Some(0), ..NodeArgs::default() }.build().map(|_| ()).unwrap_err();
         assert_eq!(flag.to_string(), "--timeout-ms must be at least 1");
     }

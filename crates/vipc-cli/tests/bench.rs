@@ -35,4 +35,12 @@ fn unknown_suite_is_an_error() {
     let out = Command::new(VIPC).args(["bench", "--quick", "disk"]).output().expect("run vipc bench");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown suite"));
+    // A report that cannot be written fails before anything runs (it failed after the whole run).
+    let t = std::time::Instant::now();
+    let out =
+        Command::new(VIPC).args(["bench", "--quick", "ipc", "--report", "/proc/no-report"]).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("report directory /proc/no-report"), "{err}");
+    assert!(!err.contains("ipc/exchange"), "an item ran: {err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
 }

@@ -128,7 +128,7 @@ fn node_not_running_and_bad_arguments_are_one_line_errors() {
 
     // A listed peer no node answered at is named; one that runs, not.
     let o = run(&["ls", "docs:", "--no-multicast", "--peer", &dead, "--host-id", "9", "--timeout-ms", "300"]);
-    assert_one_line_error(&o, &format!("nobody answered for fs:docs; no vipc node answered at {dead})"));
+    assert_one_line_error(&o, &format!("its key differs; no vipc node answered at {dead})"));
     let mnt = tempfile::tempdir().unwrap();
     let spec = format!("{dead}:docs");
     let args =
@@ -137,7 +137,10 @@ fn node_not_running_and_bad_arguments_are_one_line_errors() {
     let up = free_addrs(1)[0].to_string();
     let _n = start_node(&["--listen", &up, "--host-id", "12", "--no-multicast"]);
     let o = run(&["ls", "docs:", "--no-multicast", "--peer", &up, "--host-id", "13", "--timeout-ms", "300"]);
-    assert_one_line_error(&o, "no file server exports \"docs\" (nobody answered for fs:docs)");
+    assert_one_line_error(
+        &o,
+        "no file server exports \"docs\" (nobody answered for fs:docs: no node serves it, or its key differs)",
+    );
     let o = run(&["ping", "echo", "--listen", "not-an-address"]);
     assert_one_line_error(&o, "invalid address \"not-an-address\"");
     let o = run(&["node", "--peer", "1.2.3.4"]);
@@ -219,6 +222,10 @@ fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
     // Output that cannot be written is an error, not a success.
     let full = std::fs::File::create("/dev/full").unwrap();
     let o = Command::new(VIPC).args(["keygen", fs, "--force"]).stdout(full).output().unwrap();
+    assert_one_line_error(&o, "cannot write to standard output: No space left on device");
+    // ... help included.
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let o = Command::new(VIPC).args(["--help"]).stdout(full).output().unwrap();
     assert_one_line_error(&o, "cannot write to standard output: No space left on device");
 }
 

@@ -117,6 +117,21 @@ fn cp_cat_and_ls_work_against_an_exporting_node() {
     assert_eq!(std::fs::read(local.path().join("via-link")).unwrap(), b"hello, world\n");
     // A local write error names the file.
     assert_one_line_error(&run(&["cp", "data:hello.txt", "/dev/full", "--group", &g]), "/dev/full: No space left");
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let o =
+        std::process::Command::new(VIPC).args(["cat", "data:hello.txt", "--group", &g]).stdout(full).output().unwrap();
+    assert_one_line_error(&o, "cannot write to standard output: No space left on device");
+    // A destination ending in '/' that is no directory is said to be missing (was "Is a directory").
+    let nodir = format!("{}/", local.path().join("nodir").display());
+    assert_one_line_error(
+        &run(&["cp", "data:hello.txt", &nodir, "--group", &g]),
+        &format!("{nodir}: no such directory"),
+    );
+    assert_one_line_error(&run(&["cp", &nodir, "data:x", "--group", &g]), "No such file");
+    assert_one_line_error(
+        &run(&["cp", "data:hello.txt", "data:nodir/", "--group", &g]),
+        "data:nodir/: no such directory",
+    );
     assert_one_line_error(&run(&["cp", "/dev/null", "data:null", "--group", &g]), "not a regular file");
     // A FIFO with nobody at its other end is refused, not waited on (both hung).
     let fifo = local.path().join("fifo");

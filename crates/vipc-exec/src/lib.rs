@@ -79,8 +79,8 @@ pub enum ExecError {
     /// No team server answered.
     #[error("no team server answered (is a node running with --team?)")]
     NoTeamServer,
-    /// The named host has no team server.
-    #[error("host {0:#06x} has no team server")]
+    /// No team server answered on the named host.
+    #[error("no team server answered on host {0:#06x} (host down, another key, or no --team?)")]
     NoTeamServerOn(u16),
     /// The command could not be started there.
     #[error("cannot run {cmd:?} on host {host:#06x}: {err}")]

@@ -112,7 +112,7 @@ pub fn prepare_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
     };
     match std::fs::metadata(&abs) {
         Err(e) if is_stale_error(&e) => {
-            tracing::warn!("{}: stale mount (transport endpoint not connected): detaching it", abs.display());
+            tracing::info!("{}: stale mount (transport endpoint not connected): detaching it", abs.display());
             lazy_unmount(&abs).map_err(|reason| MountError::Stale { path: abs.clone(), reason })?;
             return prepare_mountpoint(&abs);
         }
@@ -125,7 +125,7 @@ pub fn prepare_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
     if is_mount_point(&abs) && abs != Path::new("/") {
         // A dead FUSE server's mount may still answer stat from cached attributes; statfs always asks it.
         if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statfs::statfs(&abs) {
-            tracing::warn!("{}: stale mount (transport endpoint not connected): detaching it", abs.display());
+            tracing::info!("{}: stale mount (transport endpoint not connected): detaching it", abs.display());
             lazy_unmount(&abs).map_err(|reason| MountError::Stale { path: abs.clone(), reason })?;
             return prepare_mountpoint(&abs);
         }
