@@ -475,6 +475,16 @@ impl FsClient {
         Ok((rep.value(), attr, server.instance, head))
     }
 
+    /// EBADF, as the server would answer, if `h` was opened `forbidding`
+    /// (O_WRONLY for a read, O_RDONLY for a write). Decided here: the
+    /// server's EBADF means a handle it does not know, which is reopened.
+    fn check_access(&self, h: Handle, forbidding: i32) -> FsResult<()> {
+        match lock(&self.opens).get(&h.0) {
+            Some(o) if o.flags & libc::O_ACCMODE != forbidding => Ok(()),
+            _ => Err(FsError::Errno(libc::EBADF)),
+        }
+    }
+
     /// A handle request: `build` makes the request for the server's handle.
     /// A handle of an earlier server instance (or one the server no longer
     /// knows) is reopened once by path; if that fails: ESTALE.
@@ -522,14 +532,16 @@ impl FsClient {
 
     /// Reads at `offset` into `buf`; returns the bytes read (short only at end of file).
     pub fn read(&self, h: Handle, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.check_access(h, libc::O_WRONLY)?;
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(MAX_IO);
             let piece = &mut buf[done..done + n];
+            let at = offset.checked_add(done as u64).ok_or(FsError::Errno(libc::EINVAL))?;
             let got = self.with_handle(h, |remote| {
                 let mut req = Req::new(OP_READ);
                 req.set_handle(remote);
-                req.set_offset(offset + done as u64);
+                req.set_offset(at);
                 req.set_count(n as u32);
                 req.set_a(self.unit as u32);
                 let (rep, _) = self.call_ok(req, Some(SegmentRef::Write(&mut *piece)))?;
@@ -550,15 +562,17 @@ impl FsClient {
     /// A write refused by the server's restarted node is sent again, unless
     /// the handle appends (the data would be appended twice): that one fails.
     pub fn write(&self, h: Handle, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.check_access(h, libc::O_RDONLY)?;
         let appends = lock(&self.opens).get(&h.0).is_some_and(|o| o.flags & libc::O_APPEND != 0);
         let mut done = 0;
         while done < data.len() {
             let n = (data.len() - done).min(MAX_IO);
             let piece = &data[done..done + n];
+            let at = offset.checked_add(done as u64).ok_or(FsError::Errno(libc::EINVAL))?;
             let put = self.with_handle(h, |remote| {
                 let mut req = Req::new(OP_WRITE);
                 req.set_handle(remote);
-                req.set_offset(offset + done as u64);
+                req.set_offset(at);
                 req.set_count(n as u32);
                 req.set_a(self.unit as u32);
                 let (rep, _) = self.call_ok_as(req, Some(SegmentRef::Read(piece)), !appends)?;

@@ -199,3 +199,31 @@ fn an_open_naming_an_owner_on_another_host_is_refused() {
     }
     assert_eq!(server.open_handles(), 1);
 }
+
+/// A handle is used only from its owner's host: handle ids are guessable,
+/// and a process on another host could read, write or close a client's
+/// file. Such a request is EBADF and leaves the handle alone.
+#[test]
+fn a_handle_is_refused_to_another_host() {
+    use vipc_fs::proto::{OP_CLOSE, OP_FSTAT};
+    let s = setup(false);
+    std::fs::write(s.dir.path().join("f"), b"x").unwrap();
+    let server = s.server.as_ref().unwrap();
+    let p = s.client_node.attach().unwrap();
+    let handle = open_f(&p, server.pid(), p.pid()).value();
+    let stranger = s.server_node.attach().unwrap();
+    for op in [OP_FSTAT, OP_CLOSE] {
+        let mut req = Req::new(op);
+        req.set_handle(handle);
+        let mut m = req.0;
+        stranger.send(&mut m, server.pid()).unwrap();
+        assert_eq!(Rep(m).error(), libc::EBADF, "op {op} from another host");
+    }
+    assert_eq!(server.open_handles(), 1, "still open");
+    let mut req = Req::new(OP_CLOSE);
+    req.set_handle(handle);
+    let mut m = req.0;
+    p.send(&mut m, server.pid()).unwrap();
+    assert_eq!(Rep(m).error(), 0, "its owner closes it");
+    assert_eq!(server.open_handles(), 0);
+}

@@ -174,3 +174,28 @@ fn settings_a_server_cannot_run_with_are_refused() {
     assert!(e.contains(&format!("export \"twice\" is already served by {}", first.pid())), "{e}");
     assert_eq!(node.stats().processes, running, "the refused server stopped");
 }
+
+/// A host at its quota of open files gets EMFILE before the open takes
+/// place: an O_TRUNC open does not empty the file, an O_CREAT one does not
+/// create it (both did, and still said EMFILE).
+#[test]
+fn an_open_over_the_quota_changes_nothing() {
+    let (server_node, client_node, _) = pair(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let name = export_name("quota");
+    let cfg = vipc_fs::ExportConfig { name: name.clone(), dir: dir.path().to_path_buf(), read_only: false, workers: 2 };
+    let tuning = vipc_fs::Tuning { max_handles_per_host: 1, ..vipc_fs::Tuning::default() };
+    let _server = vipc_fs::FileServer::start_tuned(&server_node, cfg, tuning).unwrap();
+    let c = vipc_fs::FsClient::connect(&client_node, &name).unwrap();
+    fs::write(dir.path().join("a"), b"a").unwrap();
+    fs::write(dir.path().join("b"), b"data").unwrap();
+    let (h, _) = c.open("a", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(errno(c.open("b", libc::O_WRONLY | libc::O_TRUNC, 0)), libc::EMFILE);
+    assert_eq!(fs::read(dir.path().join("b")).unwrap(), b"data", "not truncated");
+    assert_eq!(errno(c.open("c", libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o644)), libc::EMFILE);
+    assert!(!dir.path().join("c").exists(), "not created");
+    c.close(h).unwrap();
+    let (h, _) = c.open("b", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
+    c.close(h).unwrap();
+    assert_eq!(fs::read(dir.path().join("b")).unwrap(), b"", "truncated once there is room");
+}

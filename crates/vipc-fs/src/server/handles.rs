@@ -101,15 +101,25 @@ impl Handles {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// EMFILE if the owners on `owner`'s host hold as many handles as they may.
+    pub fn room_for(&self, owner: Pid) -> Result<(), i32> {
+        Self::room(&self.lock(), self.per_host, owner)
+    }
+
+    fn room(t: &Table, per_host: usize, owner: Pid) -> Result<(), i32> {
+        let held: usize = t.owners.iter().filter(|(p, _)| p.host() == owner.host()).map(|(_, o)| o.handles.len()).sum();
+        if held >= per_host {
+            return Err(libc::EMFILE);
+        }
+        Ok(())
+    }
+
     /// Adds an open file; returns its handle, or EMFILE (and the file is
     /// closed) if the owners on its owner's host already hold as many as they may.
     pub fn insert(&self, f: OpenFile) -> Result<u64, i32> {
         let owner = f.owner;
         let mut t = self.lock();
-        let held: usize = t.owners.iter().filter(|(p, _)| p.host() == owner.host()).map(|(_, o)| o.handles.len()).sum();
-        if held >= self.per_host {
-            return Err(libc::EMFILE);
-        }
+        Self::room(&t, self.per_host, owner)?;
         // After 2^32 opens the counter comes round: skip 0 and ids still open.
         let id = loop {
             let n = self.next.fetch_add(1, Ordering::Relaxed);

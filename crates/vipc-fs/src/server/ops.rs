@@ -398,6 +398,8 @@ impl Service {
         // Held until the open (O_TRUNC) is done.
         let _changed = if writes { Some(self.mutation()?) } else { None };
         let owner = Pid(req.b());
+        // Before the open: one over the quota must not create or truncate the file.
+        self.handles.room_for(owner)?;
         // O_NONBLOCK: opening a FIFO in the export must never block a worker.
         let oflags = OFlags::from_bits_retain(flags as u32) | OFlags::NONBLOCK | OFlags::NOCTTY;
         let fd = self.root.open_at(path1(i)?, oflags, req.a())?;
@@ -596,6 +598,11 @@ impl Service {
         let f = self.file(i.req.handle())?;
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(libc::EBADF);
+        }
+        // As for READ: a write ending past i64::MAX is invalid, refused
+        // before a write-behind reply could say it was done.
+        if i.req.offset().checked_add(n as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(libc::EINVAL);
         }
         Ok(())
     }

@@ -240,7 +240,7 @@ fn handle(
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Error> {
     let owner = match req.op() {
-        OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_SEEK | OP_CLOSE => svc.handles.owner_of(req.handle()),
+        op if is_handle_op(op) => svc.handles.owner_of(req.handle()),
         _ => Pid(req.b()),
     };
     match serve_one(p, svc, info, req, appended, io, wbuf) {
@@ -294,6 +294,12 @@ fn serve_one(
     if req.op() == OP_OPEN && Pid(req.b()).host() != to.host() {
         return p.reply(&Rep::errno(libc::EINVAL).0, to);
     }
+    // A handle is used only from its owner's host: ids are guessable, and
+    // another host could read, write or close a client's file (and take its
+    // deferred write error).
+    if is_handle_op(req.op()) && svc.handles.get(req.handle()).is_some_and(|f| f.owner.host() != to.host()) {
+        return p.reply(&Rep::errno(libc::EBADF).0, to);
+    }
     // A new client's owner holds nothing: what is held under its pid was an
     // earlier holder's (a client restarted with the same host id), whose
     // handles the reaper would never release, since the pid answers again.
@@ -340,11 +346,19 @@ fn serve_one(
     match svc.serve(&i, io) {
         Err(e) => p.reply(&Rep::errno(e).0, to),
         Ok(Answer { rep, data, prefetch }) => {
-            match data {
-                Data::None => p.reply(&rep.0, to)?,
-                Data::Io(n) => reply_data(p, to, &rep, &io[..n], unit)?,
-                Data::Owned(v) => reply_data(p, to, &rep, &v, unit)?,
-                Data::File { file, offset, len } => reply_file(p, to, &rep, &file.file, offset, len, unit)?,
+            let sent = match data {
+                Data::None => p.reply(&rep.0, to),
+                Data::Io(n) => reply_data(p, to, &rep, &io[..n], unit),
+                Data::Owned(v) => reply_data(p, to, &rep, &v, unit),
+                Data::File { file, offset, len } => reply_file(p, to, &rep, &file.file, offset, len, unit),
+            };
+            if let Err(e) = sent {
+                // The client never learns a handle whose OPEN reply did not
+                // reach it, and never closes it.
+                if req.op() == OP_OPEN {
+                    svc.handles.remove(rep.value());
+                }
+                return Err(e);
             }
             if let Some(ahead) = prefetch {
                 svc.prefetch(ahead);
@@ -433,6 +447,11 @@ fn reap(svc: &Service, silent: &mut HashMap<Pid, u32>, owner: Pid, answer: Resul
     let n = svc.handles.release_owner(owner);
     tracing::debug!("file server: client {owner} is gone ({gone}); released {n} handles");
     true
+}
+
+/// The operations that name an open file by its handle.
+fn is_handle_op(op: u8) -> bool {
+    matches!(op, OP_READ | OP_WRITE | OP_FSTAT | OP_FSYNC | OP_SEEK | OP_CLOSE)
 }
 
 #[cfg(test)]
