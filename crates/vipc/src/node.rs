@@ -345,6 +345,37 @@ where
 mod tests {
     use super::window_bytes;
 
+    /// While one process holds the reader token (a Send nobody answers),
+    /// another's thousands of remote Sends leave no trail in the queue of
+    /// processes waiting for it (one entry per call before).
+    #[test]
+    fn calls_made_while_another_process_reads_leave_no_waiters_behind() {
+        let nodes = crate::loopback_cluster(2, 41, |_, _| {}).unwrap();
+        let echo = crate::services::spawn_echo(&nodes[1], None).unwrap();
+        let (silent, silent_thread) = nodes[1]
+            .spawn(|p| {
+                let mut m = [0u8; 32];
+                let from = p.receive(&mut m).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                p.reply(&m, from).unwrap();
+            })
+            .unwrap();
+        let waiter = nodes[0].attach().unwrap();
+        let held = std::thread::spawn(move || waiter.send(&mut [0u8; 32], silent).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let caller = nodes[0].attach().unwrap();
+        let mut most = 0;
+        for i in 0..2000u32 {
+            let mut m = [0u8; 32];
+            m[..4].copy_from_slice(&i.to_le_bytes());
+            caller.send(&mut m, echo).unwrap();
+            most = most.max(nodes[0].shared().lock().lead_waiters.len());
+        }
+        held.join().unwrap();
+        silent_thread.join().unwrap();
+        assert!(most <= 2, "{most} processes queued for the reader token");
+    }
+
     #[test]
     fn the_bulk_window_is_a_quarter_of_a_large_buffer_and_half_of_a_small_one() {
         const DEFAULT: usize = 4 << 20;

@@ -151,7 +151,7 @@ pub(crate) struct State {
     /// Counts the times a process took the token (lets the background thread see change).
     reader_gen: u64,
     /// Processes sleeping until the token is free (entries whose slot no longer `wants_lead` are stale).
-    lead_waiters: VecDeque<Pid>,
+    pub(crate) lead_waiters: VecDeque<Pid>,
     /// Threads waiting for a remote-memory operation that want the token
     /// (they sleep on `rmem_cv`, woken when it is freed).
     op_waiters: usize,

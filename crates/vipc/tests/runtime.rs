@@ -5,7 +5,7 @@
 mod common;
 
 use common::{cluster, cluster_with, pattern};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vipc::{AuthKey, Message, Pid, SegmentRef, SendOptions};
 
 fn msg(b: u8) -> Message {
@@ -103,6 +103,29 @@ fn polling_nodes_exchange_and_move() {
     let mut seg = data.clone();
     remote.send_with(&mut msg(1), echo, Some(SegmentRef::ReadWrite(&mut seg)), SendOptions::default()).unwrap();
     assert!(seg == data, "echoed through MoveFrom and MoveTo");
+}
+
+/// With `poll_spin`, a call whose completion is there at once (a Receive
+/// that finds a message queued, a local GetPid) returns at once: it spun
+/// the whole `poll_spin` before taking it.
+#[test]
+fn a_polling_call_complete_at_once_does_not_spin() {
+    let nodes = cluster_with(1, 1, |_, c| c.poll_spin = Some(Duration::from_millis(300)));
+    let server = nodes[0].attach().unwrap();
+    let to = server.pid();
+    let client = nodes[0].attach().unwrap();
+    let sender = std::thread::spawn(move || client.send(&mut msg(1), to).unwrap());
+    std::thread::sleep(Duration::from_millis(50)); // the message is queued
+    let mut m = [0u8; 32];
+    let t = Instant::now();
+    let from = server.receive(&mut m).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(100), "a queued message took {:?}", t.elapsed());
+    server.reply(&m, from).unwrap();
+    sender.join().unwrap();
+    server.set_pid("polled", to, vipc::Scope::Local).unwrap();
+    let t = Instant::now();
+    assert_eq!(server.get_pid("polled", vipc::Scope::Local).unwrap(), Some(to));
+    assert!(t.elapsed() < Duration::from_millis(100), "a local GetPid took {:?}", t.elapsed());
 }
 
 /// With a key, a MoveTo cannot send from the mover's buffer (the MAC needs

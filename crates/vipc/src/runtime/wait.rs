@@ -110,8 +110,15 @@ impl Shared {
             None => {
                 // A spinning follower first spins on its flag without the
                 // lock, and takes its completion without it: it holds no
-                // reader token and has asked for none (see `release`).
+                // reader token and has asked for none (see `release`). A
+                // completion the call itself made (a queued message, a local
+                // GetPid) raised no flag: taken first, not after the spin.
                 if let Some(until) = spin_until {
+                    if !lead {
+                        if let Some(c) = signal.take() {
+                            return Ok(c);
+                        }
+                    }
                     spin_on(signal, until, spinner.get_or_insert_with(net::Spin::cheap));
                     if !lead {
                         if let Some(c) = signal.take() {
@@ -294,7 +301,11 @@ impl Shared {
     pub(super) fn release(&self, st: &mut State, pid: Pid) {
         if let Some(slot) = st.slots.get_mut(&pid) {
             slot.sleeping = false;
-            slot.wants_lead = false;
+            // Its place in the queue goes too: a process calling again and
+            // again while another holds the token queued once per call.
+            if std::mem::take(&mut slot.wants_lead) {
+                st.lead_waiters.retain(|&p| p != pid);
+            }
         }
         self.release_multicast(st, pid);
         if st.reader == Reader::Process(pid) {
