@@ -665,3 +665,55 @@ fn a_large_read_is_answered_only_to_an_address_that_proved_itself() {
     assert_eq!(got, 128_000, "the whole read, to the address that proved itself");
     assert_eq!(nodes[0].stats().rmem_refused[Refusal::Unvalidated.index()], 1);
 }
+
+/// A writer streaming remote writes keeps the send queue full; whichever
+/// thread happens to be sending it (the timer thread, the socket's reader,
+/// a process finishing a call, a shutdown) must not be kept at it for as
+/// long as the writer writes: timers, other processes' calls and shutdown
+/// go on meanwhile.
+#[test]
+fn a_streaming_writer_does_not_hold_up_the_rest_of_the_node() {
+    let nodes = std::sync::Arc::new(cluster(2));
+    let seg = nodes[0].export_segment(1 << 20, rw()).unwrap();
+    let remote = nodes[1].import_segment(seg.name(), Access::READ_WRITE, WAIT).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let data = vec![7u8; 32 << 10];
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if remote.write((n % 32) as u32 * (32 << 10), &data, false).is_err() {
+                    break; // the node stopped
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let p = nodes[1].attach().unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..50 {
+        let t = Instant::now();
+        let r = vipc::within(Duration::from_millis(10), || p.receive(&mut [0u8; 32]));
+        assert!(r.unwrap_err().is_deadline());
+        worst = worst.max(t.elapsed());
+    }
+    // Calls that flush the queue as they end, many of them.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20_000 {
+        let t = Instant::now();
+        p.get_pid("nobody", vipc::Scope::Local).unwrap();
+        slowest = slowest.max(t.elapsed());
+    }
+    let t = Instant::now();
+    nodes[1].shutdown();
+    let shutdown = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(writes > 100, "the writer wrote {writes} times");
+    assert!(worst < Duration::from_millis(300), "a 10 ms receive took {worst:?} beside the writer");
+    assert!(slowest < Duration::from_millis(200), "a local GetPid took {slowest:?} beside the writer");
+    assert!(shutdown < Duration::from_millis(500), "shutdown took {shutdown:?}");
+}

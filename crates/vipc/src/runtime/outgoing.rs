@@ -11,8 +11,18 @@ impl Shared {
     /// released meanwhile; returns with it held again. One thread at a time
     /// sends, in queue order, so the wire order is the engine's order (the
     /// bulk protocol reads reordering as loss); a thread that finds another
-    /// one sending leaves its datagrams to it.
-    pub(crate) fn flush_locked<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    /// one sending leaves its datagrams to it. A thread other than the
+    /// sender thread sends at most [`SENDING_ROUNDS`] batches, then leaves
+    /// the rest to the sender thread: a writer streaming remote writes keeps
+    /// the queue full, and whoever happened to be sending it (the timer
+    /// thread, the socket's reader, a process ending its call, a shutdown)
+    /// would be kept at it for as long as the writer writes.
+    pub(crate) fn flush_locked<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.flush_rounds(st, SENDING_ROUNDS)
+    }
+
+    /// [`Shared::flush_locked`] sending at most `rounds` batches.
+    fn flush_rounds<'a>(&'a self, mut st: MutexGuard<'a, State>, rounds: usize) -> MutexGuard<'a, State> {
         let mut wake = std::mem::take(&mut st.wake_reader);
         let mut wake_holder = std::mem::take(&mut st.mcast.wake_holder);
         let mut notify = take_notify(&mut st);
@@ -21,7 +31,9 @@ impl Shared {
             return st;
         }
         st.sending |= send;
+        let mut round = 0;
         loop {
+            round += 1;
             let batch = if send { self.take_queue(&mut st) } else { VecDeque::new() };
             drop(st);
             signal_all(&mut notify);
@@ -39,6 +51,13 @@ impl Shared {
             give_back(&mut st, batch);
             if st.outq.is_empty() {
                 self.stop_sending(&mut st);
+                return st;
+            }
+            if round >= rounds {
+                self.stop_sending(&mut st);
+                if !std::mem::replace(&mut st.send_kick, true) {
+                    self.sender_cv.notify_one();
+                }
                 return st;
             }
         }
@@ -223,6 +242,11 @@ pub(crate) fn sender_loop(shared: Arc<Shared>) {
             continue;
         }
         st.send_kick = false;
-        st = shared.flush_locked(st);
+        st = shared.flush_rounds(st, usize::MAX);
     }
 }
+
+/// Batches a thread other than the sender thread sends before it leaves
+/// the rest of the queue to the sender thread: its own, and what others
+/// queued meanwhile.
+const SENDING_ROUNDS: usize = 2;
