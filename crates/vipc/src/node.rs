@@ -345,6 +345,36 @@ where
 mod tests {
     use super::window_bytes;
 
+    /// A process that goes while it holds the reader token and its receive
+    /// buffer (its call unwound by a panic) gives both back, and another
+    /// process's remote Send completes: the token stayed with the process
+    /// that was gone, and nobody would have read the socket once the
+    /// background thread parked.
+    #[test]
+    fn a_process_gone_while_reading_leaves_the_socket_readable() {
+        use crate::runtime::Reader;
+        let nodes = crate::loopback_cluster(2, 45, |_, _| {}).unwrap();
+        let echo = crate::services::spawn_echo(&nodes[1], None).unwrap();
+        let lost = nodes[0].attach().unwrap();
+        let gone = lost.pid();
+        {
+            // As a leader's unwinding leaves it: the token held, the buffer taken.
+            let mut st = nodes[0].shared().lock();
+            st.reader = Reader::Process(gone);
+            drop(std::mem::take(&mut st.rxbuf));
+        }
+        drop(lost);
+        {
+            let st = nodes[0].shared().lock();
+            assert!(st.reader != Reader::Process(gone), "the token stayed with a process that is gone");
+            assert!(!st.rxbuf.is_empty(), "no receive buffer");
+        }
+        let p = nodes[0].attach().unwrap();
+        let mut m = [5u8; 32];
+        crate::within(std::time::Duration::from_secs(2), || p.send(&mut m, echo)).unwrap();
+        assert_eq!(m[0], 5);
+    }
+
     /// While one process holds the reader token (a Send nobody answers),
     /// another's thousands of remote Sends leave no trail in the queue of
     /// processes waiting for it (one entry per call before).

@@ -134,7 +134,7 @@ pub(crate) struct State {
     /// True while some thread is sending from `outq` (it sends everything queued).
     sending: bool,
     /// Who holds the reader token.
-    reader: Reader,
+    pub(crate) reader: Reader,
     /// The reader is (about to be) blocked in a receive that only a datagram
     /// ends: waking it takes a datagram to our own socket.
     reader_blocked: bool,
@@ -168,7 +168,7 @@ pub(crate) struct State {
     /// A process has sent the wake-up datagram to take the token from the background thread.
     kicked: bool,
     /// The receive buffer; it travels with the reader token.
-    rxbuf: net::RecvBuf,
+    pub(crate) rxbuf: net::RecvBuf,
     /// Where a receive in place saves the bytes it lands on (with the token too).
     rxsave: Vec<u8>,
     /// Who reads the multicast socket (see [`mcast`]).
@@ -750,6 +750,13 @@ impl Shared {
     /// Destroys a local process (its pending exchanges are cleaned up by the engine).
     pub(crate) fn destroy_process(&self, pid: Pid) {
         let mut st = self.lock();
+        // A process whose call unwound (a panic) while it held the reader
+        // token gives it back, with a receive buffer in place of the one it
+        // took along: or nobody would read the socket again.
+        if st.reader == Reader::Process(pid) && st.rxbuf.is_empty() {
+            st.rxbuf = net::RecvBuf::new();
+        }
+        self.release(&mut st, pid);
         if let Some(slot) = st.slots.remove(&pid) {
             slot.signal.cv.notify_all();
         }
