@@ -183,6 +183,9 @@ pub fn needed(req: &Req) -> usize {
     }
 }
 
+/// A handle opened with one of these is written before the reply (no write-behind).
+pub(super) const SYNC_FLAGS: i32 = libc::O_SYNC | libc::O_DSYNC;
+
 /// The O_* flags a client may pass to OPEN.
 const OPEN_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_CREAT
@@ -556,7 +559,7 @@ impl Service {
         if e != 0 {
             return Err(e);
         }
-        let sync = f.flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let sync = f.flags & SYNC_FLAGS != 0;
         let behind = (self.write_behind && !sync).then(|| {
             let _g = self.behind.lock().unwrap_or_else(|e| e.into_inner());
             self.pending.fetch_add(1, Ordering::SeqCst);

@@ -4,7 +4,8 @@
 //! workers that serve requests and move data, and the reaper that releases
 //! the files of clients that died.
 
-use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service, READ_AHEAD_TTL};
+use super::ops::{lengths_allowed, needed, Answer, Data, Input, Service, READ_AHEAD_TTL, SYNC_FLAGS};
+use crate::attr::ATTR_LEN;
 use crate::proto::*;
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,14 +52,29 @@ impl Pool {
 /// served from the page cache in microseconds, so that a forward to a
 /// worker would be much of their cost. Not those that move bulk data
 /// (large reads, directory listings, writes not all appended) or wait for
-/// the disk (fsync): they would hold up the next client's request. A READ
-/// is one only if its data fit in the reply packet to that client (`room`:
-/// 64 KiB on loopback, 1,400 bytes over a 1,500-byte network by default).
-fn served_inline(req: &Req, info: &ReceiveInfo, room: impl FnOnce() -> usize) -> bool {
+/// the disk (fsync, a write to an O_SYNC or O_DSYNC handle: `sync_write`):
+/// they would hold up the next client's request. A READ, an OPEN with the
+/// file's head and a READLINK are ones only if their reply fits in the
+/// reply packet to that client (`room`: 64 KiB on loopback, 1,400 bytes
+/// over a 1,500-byte network by default); else it would go by MoveTo.
+fn served_inline(
+    req: &Req,
+    info: &ReceiveInfo,
+    room: impl FnOnce() -> usize,
+    sync_write: impl FnOnce() -> bool,
+) -> bool {
+    let fits = |reply: usize, room: usize| reply <= MAX_PACKET_DATA.min(room);
+    let appended = needed(req) <= info.len;
     match req.op() {
-        OP_READ => req.count() as usize <= MAX_PACKET_DATA.min(room()),
+        OP_READ => fits(req.count() as usize, room()),
+        OP_OPEN => {
+            let head = (req.offset().min(OPEN_HEAD_MAX as u64) as usize).min(info.segment_size as usize);
+            appended && fits(ATTR_LEN + head, room())
+        }
+        OP_READLINK => appended && fits(libc::PATH_MAX as usize, room()),
+        OP_WRITE => appended && !sync_write(),
         OP_READDIR | OP_FSYNC | OP_STOP | OP_PING_OWNER => false,
-        _ => needed(req) <= info.len,
+        _ => appended,
     }
 }
 
@@ -82,7 +98,9 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
             }
         };
         let from = info.from;
-        if pool.idle() && served_inline(&Req(msg), &info, || p.reply_room(from).unwrap_or(0)) {
+        let room = || p.reply_room(from).unwrap_or(0);
+        let sync_write = || svc.handles.get(Req(msg).handle()).is_some_and(|f| f.flags & SYNC_FLAGS != 0);
+        if pool.idle() && served_inline(&Req(msg), &info, room, sync_write) {
             if let Err(e) = handle(&p, &svc, &info, Req(msg), &rbuf[..info.len], &mut io, &mut wbuf) {
                 if stopped(&e) {
                     break;
@@ -457,7 +475,7 @@ fn is_handle_op(op: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{owner_to_release, served_inline};
-    use crate::proto::{Req, OP_READ};
+    use crate::proto::{Req, OP_OPEN, OP_READ, OP_READLINK, OP_WRITE};
     use vipc::{Access, Pid, ReceiveInfo};
 
     /// A page read the receiver serves itself only if it fits the reply
@@ -477,10 +495,41 @@ mod tests {
             r.set_count(n);
             r
         };
-        assert!(served_inline(&read(4096), &info, || 65_419), "on loopback");
-        assert!(!served_inline(&read(4096), &info, || 1_400), "over a 1,500-byte network");
-        assert!(served_inline(&read(1_400), &info, || 1_400));
-        assert!(!served_inline(&read(512), &info, || 0), "a sender that awaits no reply here");
+        let inline = |r: &Req, room: usize| served_inline(r, &info, || room, || false);
+        assert!(inline(&read(4096), 65_419), "on loopback");
+        assert!(!inline(&read(4096), 1_400), "over a 1,500-byte network");
+        assert!(inline(&read(1_400), 1_400));
+        assert!(!inline(&read(512), 0), "a sender that awaits no reply here");
+    }
+
+    /// So is an OPEN with the file's head, and a READLINK; a write that
+    /// waits for the disk (an O_SYNC handle) never is.
+    #[test]
+    fn opens_readlinks_and_sync_writes_are_served_inline_only_if_quick() {
+        let info = ReceiveInfo {
+            from: Pid::new(5, 2),
+            forwarder: Pid::new(5, 2),
+            len: 64,
+            segment_size: 1 << 20,
+            access: Access::READ_WRITE,
+        };
+        let op = |op: u8, offset: u64| {
+            let mut r = Req::new(op);
+            r.set_path_len(1);
+            r.set_offset(offset);
+            r
+        };
+        let inline = |r: &Req, room: usize| served_inline(r, &info, || room, || false);
+        assert!(inline(&op(OP_OPEN, 0), 1_400), "no head asked");
+        assert!(inline(&op(OP_OPEN, 1_000), 1_400));
+        assert!(!inline(&op(OP_OPEN, 65_536), 1_400), "a 64 KiB head over a 1,500-byte network");
+        assert!(!inline(&op(OP_OPEN, 65_536), 65_419), "nor on loopback: 80 bytes of attributes more");
+        assert!(inline(&op(OP_READLINK, 0), 65_419));
+        assert!(!inline(&op(OP_READLINK, 0), 1_400), "a target of up to 4 KiB");
+        let mut w = Req::new(OP_WRITE);
+        w.set_count(64);
+        assert!(served_inline(&w, &info, || 1_400, || false));
+        assert!(!served_inline(&w, &info, || 1_400, || true), "a write to an O_SYNC handle");
     }
 
     #[test]
