@@ -269,3 +269,34 @@ fn seek_finds_the_data_and_holes_of_a_sparse_file() {
     assert_eq!(c.seek(h, (8 << 20) + 4096, false).unwrap_err().errno(), libc::ENXIO, "no data after");
     assert_eq!(c.seek(h, 20 << 20, true).unwrap_err().errno(), libc::ENXIO, "past the end");
 }
+
+/// A write that fails after its reply (write-behind) is reported by the
+/// next FSYNC, WRITE or CLOSE of its handle — and of every other handle then
+/// open on the file, as Linux reports it through any descriptor (the
+/// mount's writeback writes through whichever handle it picks). The file
+/// here is a device node like /dev/full, whose every write fails ENOSPC.
+#[test]
+fn a_failed_write_behind_is_reported_through_every_handle_of_the_file() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: making a device node needs root");
+        return;
+    }
+    let s = setup(false);
+    let full = s.dir.path().join("full");
+    let made = std::process::Command::new("mknod").arg(&full).args(["c", "1", "7"]).status().unwrap();
+    assert!(made.success(), "mknod");
+    fs::write(s.dir.path().join("g"), b"g").unwrap();
+    let c = &s.client;
+    let (a, _) = c.open("full", libc::O_WRONLY, 0).unwrap();
+    let (b, _) = c.open("full", libc::O_WRONLY, 0).unwrap();
+    let (other, _) = c.open("g", libc::O_WRONLY, 0).unwrap();
+    assert_eq!(c.write(a, 0, b"x").unwrap(), 1, "answered before it is written");
+    let err = |r: Result<(), vipc_fs::FsError>| match r {
+        Err(vipc_fs::FsError::Errno(e)) => e,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(err(c.close(b)), libc::ENOSPC, "through another handle of the file");
+    assert_eq!(err(c.fsync(a, false)), libc::ENOSPC, "through its own");
+    c.close(a).unwrap(); // reported once
+    c.close(other).unwrap();
+}

@@ -62,7 +62,8 @@ pub struct OpenFile {
     pub flags: i32,
     /// Read-ahead state.
     pub ra: Mutex<ReadAhead>,
-    /// Errno of a failed write-behind, reported by the next WRITE, FSYNC or CLOSE.
+    /// Errno of a failed write-behind (through this or another handle of
+    /// the file), reported by the next WRITE, FSYNC or CLOSE.
     pub deferred: AtomicI32,
 }
 
@@ -161,6 +162,22 @@ impl Handles {
             }
         }
         Some(f)
+    }
+
+    /// Records write-behind error `e` on every open handle of `f`'s file
+    /// (same device and inode) that has none pending: as on Linux, a failed
+    /// write is reported by an fsync or close through any descriptor of the
+    /// file, not only through the one that wrote (the mount's writeback
+    /// picks any of its handles).
+    pub fn defer_to_file(&self, f: &OpenFile, e: i32) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = f.file.metadata() else { return };
+        let open: Vec<Arc<OpenFile>> = self.lock().files.values().cloned().collect();
+        for g in open {
+            if g.file.metadata().is_ok_and(|n| (n.dev(), n.ino()) == (m.dev(), m.ino())) {
+                let _ = g.deferred.compare_exchange(0, e, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Releases every handle of `owner` (a client that died); returns how many.

@@ -569,13 +569,15 @@ impl Service {
     }
 
     /// WRITE, part 2: writes `data` (after the reply, with write-behind; a
-    /// failure is then reported by the handle's next WRITE, FSYNC or CLOSE).
+    /// failure is then reported by the next WRITE, FSYNC or CLOSE of each
+    /// handle of the file).
     pub fn finish_write(&self, f: &OpenFile, req: &Req, data: &[u8], behind: Option<Behind<'_>>) -> Result<(), Errno> {
         let r = f.file.write_all_at(data, req.offset()).map_err(io_errno);
         // Before the write counts as done (settle): a read-ahead of the old bytes is stale from here on.
         self.epoch.fetch_add(1, Ordering::SeqCst);
         if let (Err(e), Some(_)) = (&r, &behind) {
             f.deferred.store(*e, Ordering::SeqCst);
+            self.handles.defer_to_file(f, *e);
         }
         drop(behind);
         r
