@@ -125,6 +125,11 @@ fn errors_map_to_their_errno() {
     assert_eq!(errno(c.rename("f", "dir", 0)), libc::EISDIR);
     assert_eq!(errno(c.rmdir(".")), libc::EINVAL);
     assert_eq!(errno(c.unlink("")), libc::EINVAL);
+    // A trailing '/' names a directory: "f/" is not "f" (unlink removed it).
+    assert_eq!(errno(c.unlink("f/")), libc::ENOTDIR);
+    assert_eq!(errno(c.rename("f/", "g", 0)), libc::ENOTDIR);
+    assert!(d.join("f").is_file(), "left alone");
+    assert_eq!(errno(c.unlink("dir/")), libc::EISDIR);
     assert_eq!(errno(c.open(&"x".repeat(300), libc::O_RDONLY, 0)), libc::ENAMETOOLONG);
     assert_eq!(errno(c.lookup(&"a/".repeat(3000))), libc::ENAMETOOLONG);
     assert_eq!(errno(c.open("f", libc::O_RDONLY | 0o40000000 /* O_PATH */, 0)), libc::EINVAL);

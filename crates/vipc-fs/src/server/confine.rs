@@ -7,7 +7,7 @@
 
 use crate::attr::{Attr, FileKind, Timestamp};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::fs::{openat2, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use std::path::Path;
 
 /// An errno (the server's failures travel as Linux errno values).
@@ -79,7 +79,9 @@ impl Root {
     }
 
     /// The parent directory of `path` (O_PATH) and the last component. The
-    /// last component may not be empty, "." or ".." (EINVAL).
+    /// last component may not be empty, "." or ".." (EINVAL). A path ending
+    /// in '/' names a directory: one that names another existing file is
+    /// ENOTDIR, as `unlink("f/")` is on Linux (it removed "f").
     pub fn parent<'p>(&self, path: &'p str) -> Result<(OwnedFd, &'p str), Errno> {
         check_path(path)?;
         let trimmed = path.trim_end_matches('/');
@@ -91,6 +93,13 @@ impl Root {
             return Err(libc::EINVAL);
         }
         let fd = self.open_at(dir, OFlags::PATH | OFlags::DIRECTORY, 0)?;
+        if trimmed.len() < path.len() {
+            if let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                if !matches!(FileType::from_raw_mode(st.st_mode as _), FileType::Directory | FileType::Symlink) {
+                    return Err(libc::ENOTDIR);
+                }
+            }
+        }
         Ok((fd, name))
     }
 }
