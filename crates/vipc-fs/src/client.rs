@@ -252,9 +252,10 @@ impl FsClient {
     }
 
     /// Sets the transfer unit of large reads and writes (the server moves
-    /// their data by MoveTo/MoveFrom in pieces of this size).
+    /// their data by MoveTo/MoveFrom in pieces of this size), within
+    /// [`MIN_UNIT`]..=[`MAX_IO`].
     pub fn set_unit(&mut self, unit: usize) {
-        self.unit = unit.clamp(1024, MAX_IO);
+        self.unit = unit.clamp(MIN_UNIT, MAX_IO);
     }
 
     /// The transfer unit (see [`FsClient::set_unit`]).

@@ -58,6 +58,12 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_EXTRA: usize = MAX_PATH + 64;
 /// Largest READ or WRITE request; the client splits larger calls.
 pub const MAX_IO: usize = 8 << 20;
+
+/// Smallest transfer unit of a large READ or WRITE: each unit is one
+/// MoveTo or MoveFrom, each allowed T_t and more, so 1 KiB units let a
+/// client that acknowledges slowly hold a worker for hours per request
+/// (8,192 moves of 8 MiB); at 64 KiB it is at most 128 moves.
+pub const MIN_UNIT: usize = 64 << 10;
 /// The largest data one packet can carry on loopback (65,507 − 72-byte header − 16-byte MAC).
 pub const MAX_PACKET_DATA: usize = 65_507 - 72 - 16;
 /// The data of one packet on an Ethernet-size path (`max_packet` 1472 − 72 − 16).

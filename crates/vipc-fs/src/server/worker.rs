@@ -147,7 +147,7 @@ pub fn receiver(p: Process, svc: Arc<Service>, pool: Arc<Pool>, name: String, st
 /// (whose `a` means something else), the default.
 fn unit(req: &Req) -> usize {
     match (req.op(), req.a() as usize) {
-        (OP_READ | OP_WRITE, u) if u > 0 => u.clamp(1024, MAX_IO),
+        (OP_READ | OP_WRITE, u) if u > 0 => u.clamp(MIN_UNIT, MAX_IO),
         _ => DEFAULT_UNIT,
     }
 }
@@ -474,8 +474,8 @@ fn is_handle_op(op: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{owner_to_release, served_inline};
-    use crate::proto::{Req, OP_OPEN, OP_READ, OP_READLINK, OP_WRITE};
+    use super::{owner_to_release, served_inline, unit};
+    use crate::proto::{Req, MAX_IO, MIN_UNIT, OP_OPEN, OP_READ, OP_READLINK, OP_WRITE};
     use vipc::{Access, Pid, ReceiveInfo};
 
     /// A page read the receiver serves itself only if it fits the reply
@@ -530,6 +530,20 @@ mod tests {
         w.set_count(64);
         assert!(served_inline(&w, &info, || 1_400, || false));
         assert!(!served_inline(&w, &info, || 1_400, || true), "a write to an O_SYNC handle");
+    }
+
+    /// A client's transfer unit is taken within 64 KiB..8 MiB: a tiny one
+    /// would make a request thousands of moves, each allowed T_t.
+    #[test]
+    fn transfer_units_are_clamped() {
+        let read = |a: u32| {
+            let mut r = Req::new(OP_READ);
+            r.set_a(a);
+            unit(&r)
+        };
+        assert_eq!(read(1024), MIN_UNIT);
+        assert_eq!(read(1 << 20), 1 << 20);
+        assert_eq!(read(u32::MAX), MAX_IO);
     }
 
     #[test]
