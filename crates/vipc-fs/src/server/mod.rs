@@ -57,8 +57,9 @@ pub struct Tuning {
     /// How often idle clients holding handles are checked for life.
     pub sweep: Duration,
     /// Most files the clients on one host (counted by their owner
-    /// processes' host) may hold open together; an OPEN beyond it fails with
-    /// EMFILE, leaving room for the other hosts' clients.
+    /// processes' host) may hold open together, and at most a quarter of
+    /// the process's open-file limit; an OPEN beyond it fails with EMFILE,
+    /// leaving room for the other hosts' clients.
     pub max_handles_per_host: usize,
 }
 
@@ -123,11 +124,12 @@ impl FileServer {
             .map_err(|e| FsError::Protocol(format!("cannot export {}: {e}", cfg.dir.display())))?;
         // Only once the server will start (a refused one leaves the process's umask alone).
         rustix::process::umask(rustix::fs::Mode::empty());
+        let per_host = handles_per_host(tuning.max_handles_per_host, raise_open_file_limit());
         let instance = crate::random_nonzero_u32();
         let svc = Arc::new(Service {
             root,
             read_only: cfg.read_only,
-            handles: handles::Handles::new(instance, tuning.max_handles_per_host),
+            handles: handles::Handles::new(instance, per_host),
             instance,
             epoch: AtomicU64::new(0),
             read_ahead: tuning.read_ahead,
@@ -211,4 +213,52 @@ impl Drop for FileServer {
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> FsResult<JoinHandle<()>> {
     std::thread::Builder::new().name(name).spawn(f).map_err(FsError::from)
+}
+/// Raises the process's soft limit on open files to its hard limit (each
+/// handle is a descriptor; the soft limit is often 1,024) and returns the
+/// limit in force, `None` if unknown.
+fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
+        if cur < max {
+            lim.current = Some(max);
+            if setrlimit(Resource::Nofile, lim).is_err() {
+                lim.current = Some(cur);
+            }
+        }
+    }
+    lim.current.or(lim.maximum)
+}
+
+/// Handles the clients of one host may hold: as configured, but at most a
+/// quarter of the process's open-file limit, so that one host cannot take
+/// the descriptors every other host's requests need (at least 16).
+fn handles_per_host(configured: usize, open_file_limit: Option<u64>) -> usize {
+    let quarter = open_file_limit.map_or(usize::MAX, |l| usize::try_from(l / 4).unwrap_or(usize::MAX).max(16));
+    configured.min(quarter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{handles_per_host, raise_open_file_limit};
+
+    #[test]
+    fn one_host_may_hold_at_most_a_quarter_of_the_open_file_limit() {
+        assert_eq!(handles_per_host(4096, Some(1024)), 256);
+        assert_eq!(handles_per_host(4096, Some(1 << 20)), 4096);
+        assert_eq!(handles_per_host(4096, Some(20)), 16, "never fewer than 16");
+        assert_eq!(handles_per_host(4096, None), 4096);
+        assert_eq!(handles_per_host(1, Some(1024)), 1);
+    }
+
+    /// The soft limit goes up to the hard one (what the server then counts on).
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{getrlimit, Resource};
+        let limit = raise_open_file_limit();
+        let now = getrlimit(Resource::Nofile);
+        assert_eq!(now.current, now.maximum.or(now.current));
+        assert_eq!(limit, now.current.or(now.maximum));
+    }
 }
