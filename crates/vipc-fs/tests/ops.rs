@@ -199,3 +199,23 @@ fn an_open_over_the_quota_changes_nothing() {
     c.close(h).unwrap();
     assert_eq!(fs::read(dir.path().join("b")).unwrap(), b"", "truncated once there is room");
 }
+
+/// A client cannot make a set-user-ID (or, but on a directory, a
+/// set-group-ID) file: the server creates files as its own user (root,
+/// perhaps), whom such a program would run as on the server's machine.
+#[test]
+fn set_id_bits_are_not_granted() {
+    let s = setup(false);
+    let c = &s.client;
+    let (h, a) = c.open("suid", libc::O_WRONLY | libc::O_CREAT, 0o6755).unwrap();
+    c.close(h).unwrap();
+    assert_eq!(a.perm, 0o755, "created");
+    fs::write(s.dir.path().join("plain"), b"x").unwrap();
+    let a = c.setattr("plain", None, &SetAttr { perm: Some(0o4711), ..Default::default() }).unwrap();
+    assert_eq!(a.perm, 0o711, "chmod");
+    assert_eq!(c.mkdir("shared", 0o4775).unwrap().perm, 0o775, "mkdir(2) itself ignores set-group-ID");
+    let a = c.setattr("shared", None, &SetAttr { perm: Some(0o7777), ..Default::default() }).unwrap();
+    assert_eq!(a.perm, 0o3777, "a directory keeps set-group-ID and the sticky bit");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(fs::metadata(s.dir.path().join("suid")).unwrap().permissions().mode() & 0o7777, 0o755);
+}

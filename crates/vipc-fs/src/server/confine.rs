@@ -69,7 +69,8 @@ impl Root {
     pub fn open_at(&self, path: &str, flags: OFlags, mode: u32) -> Result<OwnedFd, Errno> {
         check_path(path)?;
         let p = if path.is_empty() { "." } else { path };
-        let mode = if flags.contains(OFlags::CREATE) { Mode::from_raw_mode(mode & 0o7777) } else { Mode::empty() };
+        let mode =
+            if flags.contains(OFlags::CREATE) { Mode::from_raw_mode(granted_mode(mode, false)) } else { Mode::empty() };
         openat2(&self.fd, p, flags | OFlags::CLOEXEC, mode, beneath()).map_err(escape)
     }
 
@@ -102,6 +103,16 @@ impl Root {
         }
         Ok((fd, name))
     }
+}
+
+/// The permission bits a client may give a file: its own, without set-user-ID
+/// and (but on a directory, where it makes new entries inherit the group)
+/// set-group-ID. The server creates every file as its own user, root
+/// perhaps: a client's set-user-ID program would run as that user on the
+/// server's machine (what NFS's nosuid guards against).
+pub fn granted_mode(mode: u32, dir: bool) -> u32 {
+    let strip = if dir { libc::S_ISUID } else { libc::S_ISUID | libc::S_ISGID };
+    mode & 0o7777 & !strip
 }
 
 /// The attributes in a stat buffer.

@@ -2,7 +2,7 @@
 //! file system, and produce the reply (or the errno). Transport concerns
 //! (receiving, moving large data, replying) are in [`super::worker`].
 
-use super::confine::{attr_of, errno, fstat, proc_path, Errno, Root};
+use super::confine::{attr_of, errno, fstat, granted_mode, proc_path, Errno, Root};
 use super::handles::{Handles, OpenFile, ReadAhead};
 use super::listings::Listings;
 use crate::attr::{Reader, SetAttr, SetTime, StatFs};
@@ -324,7 +324,7 @@ impl Service {
                 let _changed = self.mutation()?;
                 let (dir, name) =
                     self.root.parent(path1(i)?).map_err(|e| if e == libc::EINVAL { libc::EEXIST } else { e })?;
-                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(req.a() & 0o7777)).map_err(errno)?;
+                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(granted_mode(req.a(), true))).map_err(errno)?;
                 let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
                 Ok(Answer::with(Rep::errno(0), attr_bytes(&attr_of(&st))))
             }
@@ -684,7 +684,9 @@ impl Service {
             }
         }
         if let Some(perm) = set.perm {
-            rustix::fs::chmod(target.as_str(), Mode::from_raw_mode(u32::from(perm) & 0o7777)).map_err(errno)?;
+            let dir = fstat(fd)?.kind == crate::attr::FileKind::Dir;
+            rustix::fs::chmod(target.as_str(), Mode::from_raw_mode(granted_mode(u32::from(perm), dir)))
+                .map_err(errno)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = Timestamps { last_access: settime(set.atime), last_modification: settime(set.mtime) };
