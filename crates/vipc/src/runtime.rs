@@ -590,19 +590,30 @@ impl Shared {
         self.wake(st, pid, origin.actor());
     }
 
+    /// Whether a thread of `pid` is asleep, or blocked reading a socket, in a
+    /// wait: then a call by `pid` that completes it was made by another of
+    /// its threads (a Process used from two threads: one waits in Receive,
+    /// the other forwards a message to the process itself), which must wake
+    /// the waiting one (it slept on, past any deadline).
+    fn waits_elsewhere(&self, st: &State, pid: Pid) -> bool {
+        st.slots.get(&pid).is_some_and(|s| s.sleeping)
+            || st.reader == Reader::Process(pid) && st.reader_blocked
+            || st.mcast.holder == Some(pid) && st.mcast.holder_blocked
+    }
+
     /// Tells the thread of `pid` that its slot has something for it, unless
     /// that thread is the `actor` at work: a thread blocked reading the socket
     /// gets a datagram; otherwise, once the lock is released, its flag is set
     /// (a spinning thread sees it) and, if it sleeps, it is notified.
     fn wake(&self, st: &mut State, pid: Pid, actor: Option<Pid>) {
-        if actor == Some(pid) {
+        if actor == Some(pid) && !self.waits_elsewhere(st, pid) {
             return;
         }
         let Some(slot) = st.slots.get(&pid) else { return };
         if self.poll_spin.is_some() {
             // The actor will wait for an answer, most likely from `pid`.
             let cpu = slot.signal.cpu.load(Ordering::Relaxed);
-            if let Some(a) = actor.and_then(|a| st.slots.get(&a)) {
+            if let Some(a) = actor.filter(|&a| a != pid).and_then(|a| st.slots.get(&a)) {
                 a.signal.peer_cpu.store(cpu, Ordering::Relaxed);
             }
         }

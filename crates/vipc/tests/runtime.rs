@@ -128,6 +128,41 @@ fn a_polling_call_complete_at_once_does_not_spin() {
     assert!(t.elapsed() < Duration::from_millis(100), "a local GetPid took {:?}", t.elapsed());
 }
 
+/// A process used from two threads: while one waits in Receive, the other
+/// forwards a message it received to the process itself. The waiting thread
+/// gets it (it slept on: the wake-up was skipped as if the forwarding
+/// thread were the one to take it).
+#[test]
+fn a_forward_to_itself_from_another_thread_wakes_the_waiting_thread() {
+    let nodes = cluster(1);
+    let p = std::sync::Arc::new(nodes[0].attach().unwrap());
+    let me = p.pid();
+    let client = nodes[0].attach().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut m = msg(3);
+        client.send(&mut m, me).unwrap();
+        m[0]
+    });
+    // The first receive takes the client's message; then a thread waits in a
+    // second receive while this one forwards the message to the process.
+    let mut m = [0u8; 32];
+    let from = p.receive(&mut m).unwrap();
+    let (done, result) = std::sync::mpsc::channel();
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let mut m = [0u8; 32];
+        let got = vipc::within(Duration::from_secs(2), || q.receive(&mut m));
+        done.send((got, m[0])).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100)); // asleep in its receive
+    p.forward(&m, from, me).unwrap();
+    // It slept on past its own deadline: bounded here.
+    let (got, first) = result.recv_timeout(Duration::from_secs(5)).expect("the waiting thread never woke");
+    assert_eq!((got.unwrap(), first), (from, 3), "the forwarded message reached the waiting thread");
+    p.reply(&msg(4), from).unwrap();
+    assert_eq!(sender.join().unwrap(), 4);
+}
+
 /// With a key, a MoveTo cannot send from the mover's buffer (the MAC needs
 /// the data): it takes the copying path; both directions still work.
 #[test]
