@@ -193,7 +193,9 @@ fn reply_msg(req: &Message, status: u8, count: u32) -> Message {
 
 impl Server {
     fn new(cfg: PipeConfig, token: u32) -> Server {
-        let st = PipeState::new(cfg.capacity, cfg.max_ends, token);
+        // End ids from a seed of their own: seeded with the token, the first
+        // end's id was the token, and any client could stop the server.
+        let st = PipeState::new(cfg.capacity, cfg.max_ends, rand_token());
         Server { cfg, token, st, readers: VecDeque::new(), writers: VecDeque::new(), scratch: Vec::new() }
     }
 

@@ -286,6 +286,10 @@ fn bad_requests_are_refused_and_the_server_goes_on() {
     let mut open = proto::request(proto::OP_OPEN, 0, proto::MODE_READ);
     assert_eq!(ask(&mut open), proto::OK);
     let rid = proto::get(&open, 4);
+    // End ids say nothing of the token (the first end's id was the token).
+    for guess in (0..64).map(|k| rid.wrapping_sub(k)) {
+        assert_eq!(ask(&mut proto::request(proto::OP_STOP, 0, guess)), proto::ENOSYS, "stopped by {guess:#x}");
+    }
     // A read without a write segment, a write on a reader end.
     assert_eq!(ask(&mut proto::request(proto::OP_READ, rid, 0)), proto::EINVAL);
     let mut m = proto::request(proto::OP_WRITE, rid, 0);
