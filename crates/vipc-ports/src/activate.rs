@@ -209,7 +209,15 @@ impl Serving {
                 match self.waiting.remove(&from) {
                     Some(g) => {
                         self.outcomes.remove(&from);
-                        self.deliver(g, outcome)
+                        match self.deliver(g, outcome.clone()) {
+                            // The asker gave up its wait (a deadline): the
+                            // result is kept for its next ask, not lost.
+                            Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NotAwaitingReply(_)))) => {
+                                self.outcomes.insert(from, Some(outcome));
+                                Ok(())
+                            }
+                            r => r,
+                        }
                     }
                     None => {
                         self.outcomes.insert(from, Some(outcome));

@@ -78,6 +78,13 @@ fn unknown_kinds_hosts_and_types_are_typed_errors_and_waits_are_bounded() {
     let e = vipc::within(Duration::from_millis(50), || r.result(&me)).unwrap_err();
     assert!(e.is_deadline(), "{e}");
     assert_eq!(r.result(&me).unwrap(), 300, "asking again after giving up works");
+    // ... also once the process has ended meanwhile: its result was handed to
+    // the wait given up, and lost.
+    let r = activate::<u64, u64>(&me, 1, "sleep", &100).unwrap();
+    let e = vipc::within(Duration::from_millis(20), || r.result(&me)).unwrap_err();
+    assert!(e.is_deadline(), "{e}");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(r.result(&me).unwrap(), 100, "kept for the next ask");
 }
 
 #[test]
