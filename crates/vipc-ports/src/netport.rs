@@ -130,8 +130,15 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
                         }
                     }
                 }
-                // Another port's importer that shares the group, or a failed handler.
-                _ => continue,
+                // Another port's importer that shares the group: not this port's.
+                status::MISMATCH => continue,
+                // This port's importer failed (its handler panicked, the
+                // message did not decode there): no use, so missing (it
+                // counted as neither, and `complete()` said Ok).
+                _ => {
+                    unusable.push(from.host());
+                    continue;
+                }
             };
             // One importer's bad answer costs its own result only.
             match decode(bytes) {

@@ -119,6 +119,22 @@ fn an_importer_answering_garbage_is_named_missing_and_the_others_results_are_kep
     assert_eq!(g.missing, vec![3]);
 }
 
+/// An importer whose handler panics is named missing, and the call is not
+/// complete (it counted as neither answering nor missing: `complete()` was Ok).
+#[test]
+fn an_importer_whose_handler_panics_is_named_missing() {
+    let nodes = cluster(3);
+    let port = NetPort::<u64, u16>::new("panicky");
+    hosts_answer(&port, &nodes[..2]);
+    port.import(&nodes[2], |_| -> u16 { panic!("importer on host 3 fails") }).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let g = port.call_all(&me, &0, Duration::from_secs(5)).unwrap();
+    assert_eq!(g.results.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(g.missing, vec![3]);
+    assert!(g.complete().is_err());
+}
+
 #[test]
 fn an_importer_stopped_is_no_longer_called_and_only_its_own_node_stops_it() {
     let nodes = cluster(2);
