@@ -109,8 +109,9 @@ struct Keeper {
     held: BTreeMap<u64, Held>,
     next: u64,
     takers: VecDeque<Taker>,
-    /// Messages taken by a region whose sender waits for the handler's result.
-    serving: HashMap<u64, Grant>,
+    /// Messages taken by a region whose sender waits for the handler's
+    /// result: the sender, and the process that took the message.
+    serving: HashMap<u64, (Grant, Pid)>,
     kept: Kept,
     rbuf: Vec<u8>,
 }
@@ -367,7 +368,11 @@ impl Keeper {
                 }
                 Ok(())
             }
-            kind::PORT_TAKE => {
+            // Only processes of the port's node take its messages, and only
+            // the one that took a message says how it ended: ids are
+            // sequential, and another host could take messages or forge an
+            // OnReturn caller's result.
+            kind::PORT_TAKE if from.host() == self.process.pid().host() => {
                 let Ok(list) = payload(self).and_then(|b| decode::<Vec<u64>>(&b)) else {
                     return self.answer(from, status::BAD_ARGUMENTS);
                 };
@@ -387,7 +392,11 @@ impl Keeper {
             kind::PORT_DONE => {
                 let result = payload(self);
                 let _ = self.answer(from, status::OK);
-                let Some(sender) = self.serving.remove(&req.fingerprint) else { return Ok(()) };
+                let Some(&(sender, taker)) = self.serving.get(&req.fingerprint) else { return Ok(()) };
+                if taker != from {
+                    return Ok(());
+                }
+                self.serving.remove(&req.fingerprint);
                 match (req.flags, result) {
                     (status::OK, Ok(r)) => send_result(&self.process, sender, &r, &mut self.kept),
                     (status::OK, Err(_)) => self.answer(sender.to, status::BAD_ARGUMENTS),
@@ -422,7 +431,7 @@ impl Keeper {
                         let _ = self.answer(sender.to, status::OK);
                     }
                     (Checkpoint::OnReturn, Some(sender)) => {
-                        self.serving.insert(id, sender);
+                        self.serving.insert(id, (sender, t.pid));
                     }
                     _ => {}
                 },
@@ -461,7 +470,7 @@ impl Keeper {
                 h.waiting = None;
             }
         }
-        self.serving.retain(|_, g| g.to != pid);
+        self.serving.retain(|_, (g, _)| g.to != pid);
     }
 
     /// Hands message `id` to taker `t`: `Ok(false)` if it needs more room.

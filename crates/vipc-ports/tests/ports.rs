@@ -442,3 +442,47 @@ fn closing_a_port_ends_its_waiters_and_frees_its_name() {
         ports.close(&p).unwrap();
     }
 }
+
+/// Only processes of the port's node take its messages, and only the
+/// process that took a message says how its handler ended: message ids are
+/// sequential, and another host's PORT_DONE forged an `OnReturn` caller's
+/// result (its PORT_TAKE took messages).
+#[test]
+fn another_host_can_neither_take_messages_nor_forge_a_result() {
+    use vipc_ports::frame::{kind, status, Request};
+    let (a, b) = two_nodes();
+    let ports = Arc::new(Ports::start(&a).unwrap());
+    let port = ports.open::<u32, u32>("guarded").unwrap();
+    let keeper = ports.keeper();
+    let stranger = b.attach().unwrap();
+    let take = Request { kind: kind::PORT_TAKE, flags: 0, method: 0, fingerprint: 0, len: 0 };
+    let mut m = take.encode(&[]);
+    stranger.send(&mut m, keeper).unwrap();
+    assert_eq!(m[0], status::NOT_A_REQUEST, "a take from another host");
+    let (pa, aa) = (ports.clone(), a.clone());
+    let server = thread::spawn(move || {
+        let me = aa.attach().unwrap();
+        let mut r = Region::new(&me, &pa).on(&port, |x: u32| {
+            thread::sleep(Duration::from_millis(300));
+            x + 1
+        });
+        r.serve_one().unwrap();
+    });
+    let b2 = b.clone();
+    let caller = thread::spawn(move || {
+        let mine = Ports::start(&b2).unwrap();
+        let me = b2.attach().unwrap();
+        let to = mine.connect::<u32, u32>(&me, "guarded").unwrap();
+        to.call(&me, &41).unwrap()
+    });
+    thread::sleep(Duration::from_millis(100)); // taken, its handler running
+    let forged = vipc_ports::codec::encode(&999u32).unwrap();
+    for id in 0..8 {
+        let done =
+            Request { kind: kind::PORT_DONE, flags: status::OK, method: 0, fingerprint: id, len: forged.len() as u32 };
+        let mut m = done.encode(&forged);
+        stranger.send(&mut m, keeper).unwrap();
+    }
+    assert_eq!(caller.join().unwrap(), 42, "the handler's result, not the forged one");
+    server.join().unwrap();
+}
