@@ -19,6 +19,10 @@ use vipc::{HostId, Message, Node, Pid, Process, ReceiveInfo, Scope, SegmentRef, 
 /// not): the result of an older one is dropped.
 const RESULTS_MAX: usize = 4096;
 
+/// Most bytes of results an activator keeps for their askers (as a server
+/// keeps large results for a FETCH): beyond it the oldest are forgotten.
+const RESULT_BYTES_MAX: usize = 64 << 20;
+
 /// The registered name of host `host`'s activator.
 fn activator_name(host: HostId) -> String {
     format!("vipc.activator.{host}")
@@ -128,6 +132,8 @@ struct Serving {
     kinds: Arc<Mutex<HashMap<u64, Body>>>,
     /// Processes started and not yet asked about: their outcome once they end.
     outcomes: HashMap<Pid, Option<Outcome>>,
+    /// Bytes of the results in `outcomes`, at most [`RESULT_BYTES_MAX`].
+    held_bytes: usize,
     started: VecDeque<Pid>,
     /// Who waits for which process's result.
     waiting: HashMap<Pid, Grant>,
@@ -142,6 +148,7 @@ impl Serving {
             node,
             kinds,
             outcomes: HashMap::new(),
+            held_bytes: 0,
             started: VecDeque::new(),
             waiting: HashMap::new(),
             kept: Kept::default(),
@@ -193,9 +200,8 @@ impl Serving {
                         self.waiting.insert(pid, Grant::of(&info));
                         Ok(())
                     }
-                    Some(done) => {
-                        let outcome = done.take().expect("matched Some");
-                        self.outcomes.remove(&pid);
+                    Some(Some(_)) => {
+                        let outcome = self.take_outcome(pid).expect("matched Some(Some)");
                         self.deliver(Grant::of(&info), outcome)
                     }
                 }
@@ -213,14 +219,14 @@ impl Serving {
                             // The asker gave up its wait (a deadline): the
                             // result is kept for its next ask, not lost.
                             Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NotAwaitingReply(_)))) => {
-                                self.outcomes.insert(from, Some(outcome));
+                                self.hold(from, outcome);
                                 Ok(())
                             }
                             r => r,
                         }
                     }
                     None => {
-                        self.outcomes.insert(from, Some(outcome));
+                        self.hold(from, outcome);
                         Ok(())
                     }
                 }
@@ -237,12 +243,37 @@ impl Serving {
         self.outcomes.insert(pid, None);
         if self.started.len() > RESULTS_MAX {
             if let Some(old) = self.started.pop_front() {
+                self.take_outcome(old);
                 self.outcomes.remove(&old);
                 if let Some(g) = self.waiting.remove(&old) {
                     let _ = self.answer(g.to, status::NO_SUCH);
                 }
             }
         }
+    }
+
+    /// Keeps `pid`'s outcome until it is asked for, forgetting the oldest
+    /// kept results while they take more than [`RESULT_BYTES_MAX`] (the
+    /// count alone let 4096 results of any size pile up).
+    fn hold(&mut self, pid: Pid, outcome: Outcome) {
+        self.held_bytes += outcome.as_ref().map_or(0, Vec::len);
+        self.outcomes.insert(pid, Some(outcome));
+        let mut i = 0;
+        while self.held_bytes > RESULT_BYTES_MAX && i < self.started.len() {
+            let old = self.started[i];
+            i += 1;
+            if old != pid {
+                self.take_outcome(old); // forgotten: a later ask is told NO_SUCH
+            }
+        }
+    }
+
+    /// Takes `pid`'s finished outcome out of `outcomes`, if it has one.
+    fn take_outcome(&mut self, pid: Pid) -> Option<Outcome> {
+        let outcome = self.outcomes.get_mut(&pid)?.take()?;
+        self.outcomes.remove(&pid);
+        self.held_bytes -= outcome.as_ref().map_or(0, Vec::len);
+        Some(outcome)
     }
 
     fn deliver(&mut self, g: Grant, outcome: Outcome) -> Result<()> {

@@ -120,3 +120,23 @@ fn a_full_node_and_a_second_asker_are_answered_not_left_waiting() {
     });
     assert_eq!(waiting.unwrap(), 7);
 }
+
+/// Results nobody collects are kept up to 64 MiB in all, the oldest
+/// forgotten beyond (4,096 of them of any size were kept).
+#[test]
+fn uncollected_results_are_bounded_in_bytes() {
+    let (a, b) = two_nodes();
+    let act = Activator::start(&a).unwrap();
+    act.register("big", |_: &Process, n: u32| vec![7u8; n as usize]);
+    let me = b.attach().unwrap();
+    let runs: Vec<_> = (0..10)
+        .map(|_| {
+            let r = activate::<u32, Vec<u8>>(&me, 1, "big", &(7 << 20)).unwrap();
+            std::thread::sleep(Duration::from_millis(200)); // it ends, its result kept
+            r
+        })
+        .collect();
+    assert_eq!(runs[9].result(&me).unwrap().len(), 7 << 20, "the newest is kept");
+    assert!(matches!(runs[0].result(&me), Err(Error::NotFound(_))), "the oldest went: 70 MiB > 64 MiB");
+    assert_eq!(runs[1].result(&me).unwrap().len(), 7 << 20, "the next one is kept: 63 MiB");
+}
