@@ -1072,3 +1072,45 @@ fn with_a_key_a_reply_is_resent_to_the_duplicates_source() {
     assert_eq!(out.len(), 1, "the reply again");
     assert_eq!(out[0].to, Destination::Addr(moved));
 }
+
+/// A Send claiming the client's node restarted (another incarnation of its
+/// pid), from another address than the client's, does not replace the
+/// alien of a request being served: the client's next retransmission would
+/// then have run the request a second time. Dropped as stray.
+#[test]
+fn a_forged_restart_from_elsewhere_does_not_run_a_request_twice() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut net = Net::new(3);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let seen = sends.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        if from == 1 && vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::Send {
+            seen.borrow_mut().push(bytes.to_vec());
+        }
+        1
+    }));
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(1));
+    // The forgery: the client's Send with another incarnation, from node 2's address.
+    let send = sends.borrow()[0].clone();
+    let mut h = vipc_wire::parse(&send, None).unwrap().header;
+    h.incarnation = h.incarnation.wrapping_add(1);
+    let mut forged = Vec::new();
+    vipc_wire::encode(&h, &[], None, &mut forged);
+    let strays = net.stats(0).stray;
+    net.nodes[0].handle_datagram(now, addr(2), &forged);
+    assert_eq!(net.stats(0).stray, strays + 1);
+    // The server waits for its next request; the client retransmits meanwhile.
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.advance(Duration::from_millis(50));
+    assert!(net.take(0, server).is_none(), "the request ran a second time");
+    // The first one is still answered.
+    net.nodes[0].reply(net.now, server, client, msg(2), None).unwrap();
+    net.settle();
+    assert_eq!(net.take_send(1, client).unwrap().reply, msg(2));
+}

@@ -528,6 +528,12 @@ impl Engine {
                 Some(c) if c.incarnation == h.incarnation && !state::seq_newer(h.seq, c.seq) => {
                     self.stats.duplicates += 1;
                 }
+                // Another incarnation from another address than the copy's
+                // sender: not believed (see `on_send`), or the sender's next
+                // retransmission would run its request again.
+                Some(c) if c.incarnation != h.incarnation && c.addr.is_some_and(|a| a != from) && !keyed => {
+                    self.stats.stray += 1;
+                }
                 _ if before_this_life => {
                     // Its members here joined after it began; and executing
                     // it could execute it twice if this host's previous life took it.

@@ -127,6 +127,13 @@ impl Engine {
             } else if a.incarnation == h.incarnation && !state::seq_newer(h.seq, a.seq) {
                 self.stats.duplicates += 1;
                 return; // a stale retransmission of an exchange already superseded
+            } else if a.incarnation != h.incarnation && a.addr != from && !keyed {
+                // The sender's node restarted, says a Send from elsewhere:
+                // taken on trust, it would replace the alien, and the
+                // sender's next retransmission would run its request
+                // again. A restarted node at its old address is believed
+                // at once; from another address, once the alien expires.
+                return self.stray();
             }
         }
         if h.remote_addr != 0 && h.remote_addr != u32::from(self.incarnation) {
