@@ -1011,14 +1011,9 @@ fn every_local_id_is_handed_out_once_and_then_again_when_free() {
     assert!(again[0] != again[1] && again.iter().all(|p| free.contains(p)), "{again:?} of the free {free:?}");
 }
 
-/// The Send of node 1's `client` to node 0's `server`, as sent, and the
-/// server's Reply with 1,000 bytes of segment data (delivered).
-fn exchange_with_reply_data(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> Vec<u8> {
-    use std::cell::RefCell;
-    use std::rc::Rc;
-    let (server, client) = (net.proc(0), net.proc(1));
-    let now = net.now;
-    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+/// Records every Send node 1 puts on the wire (each delivered as usual).
+fn record_sends(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> {
+    let sends: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
     let seen = sends.clone();
     net.filter = Some(Box::new(move |from, _, bytes| {
         if from == 1 && vipc_wire::parse(bytes, key.as_ref()).unwrap().header.ptype == PacketType::Send {
@@ -1026,6 +1021,15 @@ fn exchange_with_reply_data(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> V
         }
         1
     }));
+    sends
+}
+
+/// The Send of node 1's `client` to node 0's `server`, as sent, and the
+/// server's Reply with 1,000 bytes of segment data (delivered).
+fn exchange_with_reply_data(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> Vec<u8> {
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends = record_sends(net, key);
     net.nodes[0].receive(now, server, None, 0).unwrap();
     net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), seg(&[0; 1000], Access::WRITE)).unwrap();
     net.settle();
@@ -1079,19 +1083,10 @@ fn with_a_key_a_reply_is_resent_to_the_duplicates_source() {
 /// then have run the request a second time. Dropped as stray.
 #[test]
 fn a_forged_restart_from_elsewhere_does_not_run_a_request_twice() {
-    use std::cell::RefCell;
-    use std::rc::Rc;
     let mut net = Net::new(3);
     let (server, client) = (net.proc(0), net.proc(1));
     let now = net.now;
-    let sends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
-    let seen = sends.clone();
-    net.filter = Some(Box::new(move |from, _, bytes| {
-        if from == 1 && vipc_wire::parse(bytes, None).unwrap().header.ptype == PacketType::Send {
-            seen.borrow_mut().push(bytes.to_vec());
-        }
-        1
-    }));
+    let sends = record_sends(&mut net, None);
     net.nodes[0].receive(now, server, None, 0).unwrap();
     net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
     net.settle();
