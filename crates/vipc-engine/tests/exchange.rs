@@ -1109,3 +1109,45 @@ fn a_forged_restart_from_elsewhere_does_not_run_a_request_twice() {
     net.settle();
     assert_eq!(net.take_send(1, client).unwrap().reply, msg(2));
 }
+
+/// A NAck or a ReplyPending about an exchange counts only from the host of
+/// its receiver: from any other host (which may know the seq: a Send that
+/// went to the broadcast channel) a NAck would end the Send, and
+/// ReplyPendings would keep an exchange with a dead host alive for ever.
+#[test]
+fn nacks_and_reply_pendings_from_another_host_are_stray() {
+    let mut net = Net::new(3);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends = record_sends(&mut net, None);
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
+    net.settle();
+    let seq = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
+    // Node 0 goes silent (as if down); node 2 forges.
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 0)));
+    let forged = |ptype| {
+        let mut h = vipc_wire::Header::new(ptype);
+        (h.seq, h.src, h.dst, h.fwd, h.incarnation) = (seq, Pid::new(3, 9), client, Pid::new(3, 9), 77);
+        let mut out = Vec::new();
+        vipc_wire::encode(&h, &[], None, &mut out);
+        out
+    };
+    let strays = net.stats(1).stray;
+    net.nodes[1].handle_datagram(now, addr(2), &forged(PacketType::NAck));
+    net.settle();
+    assert!(net.take(1, client).is_none(), "a NAck from another host ended the Send");
+    // Every 400 ms a ReplyPending from node 2: the Send still fails at T_t.
+    let mut failed = None;
+    for _ in 0..10 {
+        net.advance(Duration::from_millis(400));
+        let now = net.now;
+        net.nodes[1].handle_datagram(now, addr(2), &forged(PacketType::ReplyPending));
+        net.settle();
+        if let Some(c) = net.take(1, client) {
+            failed = Some(c);
+            break;
+        }
+    }
+    assert!(matches!(failed, Some(Completion::Send(Err(_)))), "{failed:?}");
+    assert!(net.stats(1).stray >= strays + 2);
+}

@@ -236,6 +236,11 @@ impl Engine {
     fn on_reply_pending(&mut self, now: Time, h: &Header) {
         let (retransmit, deadline) = (now + self.cfg.retransmit, now + self.cfg.timeout);
         let Some(ex) = self.remote_exchange(h.dst, h.seq) else { return self.stray() };
+        // From the receiver's host only (any member's, for a group Send):
+        // anyone else could keep an exchange with a dead host alive for ever.
+        if !ex.to.is_group() && ex.to.host() != h.src.host() {
+            return self.stray();
+        }
         if let ExchangeState::Remote { next_retransmit, deadline: d, .. } = &mut ex.state {
             *next_retransmit = retransmit;
             *d = deadline;
@@ -260,8 +265,11 @@ impl Engine {
         if self.fail_stream(h.src, h.seq, h.dst, err.clone()) {
             return;
         }
-        if self.remote_exchange(h.dst, h.seq).is_none() {
-            return self.stray();
+        // Only the receiver's host refuses a Send; nobody NAcks a group Send
+        // (its seq is multicast: anyone could end it).
+        match self.remote_exchange(h.dst, h.seq) {
+            Some(ex) if !ex.to.is_group() && ex.to.host() == about.host() => {}
+            _ => return self.stray(),
         }
         self.exchanges.remove(&h.dst);
         self.wake(h.dst, Completion::Send(Err(err)));
