@@ -137,6 +137,33 @@ fn k_reply_succeeds_at_k_and_fails_early_when_k_members_do_not_exist() {
     assert_eq!(s.net.stats(0).group_failures, 1);
 }
 
+/// Replies that come after a DELIVER-mode Send was decided on
+/// acknowledgements all wait for GetReply: the first of them was kept as
+/// the outcome's first reply, which had been delivered already, and lost.
+#[test]
+fn replies_after_a_deliver_outcome_all_reach_get_reply() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllDeliver);
+    let o = outcome(&mut s).expect("every host acknowledged at once");
+    assert!(o.met && o.first_replier.is_none());
+    for k in 0..4 {
+        reply(&mut s, k);
+    }
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let now = s.net.now;
+        s.net.nodes[0].get_reply(now, s.sender, Duration::ZERO).unwrap();
+        s.net.settle();
+        match s.net.take(0, s.sender) {
+            Some(Completion::GetReply(Some((_, m)))) => got.push(m[0]),
+            Some(Completion::GetReply(None)) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![0, 1, 2, 3], "every member's reply");
+}
+
 #[test]
 fn deliver_modes_count_deliveries_without_waiting_for_replies() {
     let mut s = setup();

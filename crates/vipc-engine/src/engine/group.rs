@@ -737,7 +737,10 @@ impl Engine {
             // is returned, the others wait for GetReply.
             r.count_reply(replier.host());
             self.stats.group_replies += 1;
-            if r.first.is_none() {
+            // The first is the outcome's only while the Send is still
+            // pending: once it ended (on acknowledgements, at its deadline
+            // or its caller's limit) every reply waits for GetReply.
+            if r.first.is_none() && first {
                 r.first = Some((replier, msg));
             } else if c.waiting.take().is_some() {
                 self.wake(sender, Completion::GetReply(Some((replier, msg))));
