@@ -744,3 +744,33 @@ fn a_move_from_request_is_taken_only_from_where_the_send_went() {
     net.advance(Duration::from_millis(100));
     assert_eq!(net.take_move(0, server).unwrap(), pattern(1 << 20, 7), "the server's own request is served");
 }
+
+/// The receiver of the client's Send (a hostile server) opening tiny MoveTo
+/// streams as fast as it can: each finishes at once and is kept for T_t
+/// against late duplicates, so the finished ones were not capped (5,000
+/// packets, 5,000 streams, each new one scanning them all). Now at most 256
+/// finished ones per host and process.
+#[test]
+fn finished_move_to_streams_are_capped() {
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends = record_sends(&mut net, None);
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    let seg = Segment { data: vec![0; 1000], access: Access::WRITE };
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), Some(seg)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    let exchange = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
+    for seq in 0..2_000u32 {
+        let mut h = vipc_wire::Header::new(PacketType::MoveToData);
+        (h.seq, h.src, h.dst, h.fwd, h.incarnation, h.total_len) = (1_000_000 + seq, server, client, server, 77, 64);
+        h.message[0..4].copy_from_slice(&64u32.to_be_bytes());
+        h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
+        let mut out = Vec::new();
+        vipc_wire::encode(&h, &[5; 64], None, &mut out);
+        net.nodes[1].handle_datagram(now, addr(0), &out);
+    }
+    let kept = net.stats(1).active_transfers;
+    assert!((200..=256 + 16).contains(&kept), "{kept} streams kept");
+}

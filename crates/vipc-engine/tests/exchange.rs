@@ -1011,19 +1011,6 @@ fn every_local_id_is_handed_out_once_and_then_again_when_free() {
     assert!(again[0] != again[1] && again.iter().all(|p| free.contains(p)), "{again:?} of the free {free:?}");
 }
 
-/// Records every Send node 1 puts on the wire (each delivered as usual).
-fn record_sends(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> {
-    let sends: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
-    let seen = sends.clone();
-    net.filter = Some(Box::new(move |from, _, bytes| {
-        if from == 1 && vipc_wire::parse(bytes, key.as_ref()).unwrap().header.ptype == PacketType::Send {
-            seen.borrow_mut().push(bytes.to_vec());
-        }
-        1
-    }));
-    sends
-}
-
 /// The Send of node 1's `client` to node 0's `server`, as sent, and the
 /// server's Reply with 1,000 bytes of segment data (delivered).
 fn exchange_with_reply_data(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> Vec<u8> {

@@ -142,6 +142,10 @@ pub(crate) const MIN_CHUNK: usize = 64;
 /// without end.
 pub(crate) const MAX_STREAMS_PER_HOST: usize = 16;
 
+/// Finished incoming streams kept (against late duplicates, for T_t) per
+/// other host and local process; beyond it the oldest is forgotten.
+pub(crate) const MAX_DONE_STREAMS_PER_HOST: usize = 256;
+
 fn chunks(total: usize, chunk: usize) -> usize {
     total.div_ceil(chunk)
 }
@@ -596,19 +600,37 @@ impl Engine {
             if kind == StreamKind::MoveFrom {
                 return self.stray(); // MoveFrom streams exist from the request on
             }
-            let host = h.src.host();
-            let open = self
-                .streams_in
-                .iter()
-                .filter(|((peer, _), s)| s.local == h.dst && peer.host() == host && !s.done)
-                .count();
-            if open >= MAX_STREAMS_PER_HOST {
-                return self.malformed();
-            }
+            // Checked first: only a mover the client's exchange names pays
+            // for the count below (it scanned for any packet at all).
             if let Err((reason, detail)) =
                 self.check_client_segment(h.dst, h.src, exchange_of(h), true, h.local_addr, h.total_len)
             {
                 return self.send_nack(from, h, reason, detail);
+            }
+            let host = h.src.host();
+            let ours = |((peer, _), s): &(&(Pid, u32), &StreamIn)| s.local == h.dst && peer.host() == host;
+            let (mut open, mut done, mut oldest) = (0, 0, None::<((Pid, u32), Time)>);
+            for (k, s) in self.streams_in.iter().filter(ours) {
+                if !s.done {
+                    open += 1;
+                } else {
+                    done += 1;
+                    if oldest.is_none_or(|(_, t)| s.last_heard < t) {
+                        oldest = Some((*k, s.last_heard));
+                    }
+                }
+            }
+            if open >= MAX_STREAMS_PER_HOST {
+                return self.malformed();
+            }
+            // Finished streams are kept for T_t against late duplicates; a
+            // mover opening tiny ones as fast as it can would grow the table
+            // (and this scan) without bound: past MAX_DONE_STREAMS_PER_HOST
+            // the oldest goes.
+            if done >= MAX_DONE_STREAMS_PER_HOST {
+                if let Some((k, _)) = oldest {
+                    self.remove_stream_in(k);
+                }
             }
             self.heard_receiver(h.dst, exchange_of(h), h.src, h.incarnation);
             let lent = self.exchanges.get(&h.dst).is_some_and(|ex| ex.lent_write.is_some());

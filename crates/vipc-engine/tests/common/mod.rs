@@ -187,3 +187,16 @@ pub fn complete_exchange(net: &mut Net, server: Pid, client: Pid) {
 pub fn msg(b: u8) -> Message {
     [b; 32]
 }
+
+/// Records every Send node 1 puts on the wire (each delivered as usual).
+pub fn record_sends(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> {
+    let sends: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
+    let seen = sends.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        if from == 1 && vipc_wire::parse(bytes, key.as_ref()).unwrap().header.ptype == vipc_wire::PacketType::Send {
+            seen.borrow_mut().push(bytes.to_vec());
+        }
+        1
+    }));
+    sends
+}
