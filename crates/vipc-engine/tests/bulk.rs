@@ -774,3 +774,28 @@ fn finished_move_to_streams_are_capped() {
     let kept = net.stats(1).active_transfers;
     assert!((200..=256 + 16).contains(&kept), "{kept} streams kept");
 }
+
+/// A MoveFromRequest of no bytes is never sent (such a MoveFrom completes
+/// on the mover's node): it is malformed, not a stream that can only expire.
+#[test]
+fn a_move_from_request_of_nothing_is_malformed() {
+    let mut net = Net::new(2);
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends = record_sends(&mut net, None);
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    let seg = Segment { data: vec![1; 1000], access: Access::READ };
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), Some(seg)).unwrap();
+    net.settle();
+    net.take_received(0, server);
+    let exchange = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
+    let mut h = vipc_wire::Header::new(PacketType::MoveFromRequest);
+    (h.seq, h.src, h.dst, h.fwd, h.incarnation, h.total_len) = (5, server, client, server, 77, 0);
+    h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
+    let mut out = Vec::new();
+    vipc_wire::encode(&h, &[], None, &mut out);
+    let malformed = net.stats(1).malformed;
+    net.nodes[1].handle_datagram(now, addr(0), &out);
+    assert_eq!(net.stats(1).malformed, malformed + 1);
+    assert_eq!(net.stats(1).active_transfers, 0);
+}

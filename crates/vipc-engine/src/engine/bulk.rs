@@ -514,6 +514,10 @@ impl Engine {
     }
 
     pub(crate) fn on_move_from_request(&mut self, now: Time, from: SocketAddr, h: &Header) {
+        // A MoveFrom of nothing completes on the mover's node: no request.
+        if h.total_len == 0 {
+            return self.malformed();
+        }
         if self.streams_out.contains_key(&(h.src, h.seq)) {
             self.stats.duplicates += 1;
             return;
