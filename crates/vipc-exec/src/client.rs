@@ -118,6 +118,8 @@ where
     if args.len() > MAX_ARGV {
         return Err(ExecError::BadCommand(format!("the arguments take {} bytes (at most {MAX_ARGV})", args.len())));
     }
+    // Attached first: should the sink's spawn fail, nothing is left behind.
+    let c = node.attach()?;
     let (sink_pid, sink) = node.spawn(move |s| {
         let mut buf = vec![0u8; CHUNK];
         let me = s.pid().host();
@@ -148,7 +150,6 @@ where
             }
         }
     })?;
-    let c = node.attach()?;
     let client = c.pid();
     let host = team.host();
     let cmd = argv[0].clone();
@@ -174,7 +175,15 @@ where
                 s => Err(ExecError::BadCommand(format!("the team server refused the command (status {s})"))),
             }
         })
-        .map_err(vipc::Error::from)?;
+        .map_err(|e| {
+            // The sink would wait for its end for the node's life.
+            if let Ok(p) = node.attach() {
+                let mut bye: Message = [0; 32];
+                bye[0] = OP_DONE;
+                let _ = p.send(&mut bye, sink_pid);
+            }
+            vipc::Error::from(e)
+        })?;
     Ok(Job { node: node.clone(), team, client, done, sink })
 }
 

@@ -185,3 +185,19 @@ fn a_chosen_hosts_team_server_is_found_though_its_answers_are_lost() {
     }
     assert_eq!(team_server_on(&p, 99, Duration::from_millis(300)).unwrap(), None, "no team server on host 99");
 }
+
+/// A start that cannot get both of its processes (the node is full) leaves
+/// nothing behind: its output sink was started first and then waited for
+/// its end for the node's life, holding a process slot.
+#[test]
+fn a_start_on_a_full_node_leaves_no_process_behind() {
+    // Room for the kernel server, its mover and one more process.
+    let mut cfg = NodeConfig::fixed(75, "127.0.0.1:0".parse().unwrap(), vec![]);
+    cfg.engine.max_processes = 3;
+    let a = Node::start(cfg).unwrap();
+    let argv = vec!["true".to_string()];
+    let team = vipc::Pid::new(76, 5);
+    assert!(start(&a, team, &argv, |_, _| {}).is_err(), "two processes do not fit");
+    let p = a.attach().expect("the slot is free again");
+    drop(p);
+}
