@@ -222,6 +222,9 @@ impl Ports {
         if port.keeper != self.keeper {
             return Err(Error::OtherPorts(port.name.clone()));
         }
+        // Attached first: on a full node the close fails with the port
+        // still open, not half done (held messages and senders stranded).
+        let p = self.node.attach()?;
         let still_named = {
             let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
             if ports.remove(&port.key).is_none() {
@@ -229,13 +232,11 @@ impl Ports {
             }
             ports.values().any(|n| *n == port.name)
         };
-        if !still_named {
-            self.node.unset_pid(&registered(&port.name), self.keeper)?;
-        }
-        let p = self.node.attach()?;
+        let unnamed = if still_named { Ok(true) } else { self.node.unset_pid(&registered(&port.name), self.keeper) };
         let req = Request { kind: kind::PORT_CLOSE, flags: 0, method: 0, fingerprint: port.key, len: 0 };
         let mut msg = req.encode(&[]);
         p.send(&mut msg, self.keeper)?;
+        unnamed?; // reported once the keeper has closed the port
         match read_answer(&msg).0 {
             status::OK => Ok(()),
             st => Err(status_error(st, "port close")),

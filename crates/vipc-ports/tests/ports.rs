@@ -486,3 +486,21 @@ fn another_host_can_neither_take_messages_nor_forge_a_result() {
     assert_eq!(caller.join().unwrap(), 42, "the handler's result, not the forged one");
     server.join().unwrap();
 }
+
+/// A close that fails (no process can be attached on a full node) leaves
+/// the port open, to be closed again: it was taken out of the table first,
+/// so its held messages and waiting senders were stranded and a second
+/// close said `NotFound`.
+#[test]
+fn a_close_that_fails_leaves_the_port_open() {
+    let a = Node::start(NodeConfig::fixed(1, "127.0.0.1:0".parse().unwrap(), vec![])).unwrap();
+    let ports = Ports::start(&a).unwrap();
+    let port = ports.open::<u32, u32>("full").unwrap();
+    let mut held = Vec::new();
+    while let Ok(p) = a.attach() {
+        held.push(p);
+    }
+    assert!(ports.close(&port).is_err(), "no process to tell the keeper with");
+    held.pop();
+    ports.close(&port).expect("still open, closed now");
+}
