@@ -181,6 +181,16 @@ struct Server {
     readers: VecDeque<HeldRead>,
     writers: VecDeque<HeldWrite>,
     scratch: Vec<u8>,
+    /// When the last TICK was served: a much later one means the server
+    /// itself was held up (a MoveFrom or MoveTo to a slow client), and the
+    /// heartbeats of live ends may be queued behind it.
+    last_tick: Option<Instant>,
+}
+
+/// Whether a TICK served at `now` comes two ticks or more after the last
+/// one served: the server itself was held up meanwhile.
+fn held_up(last_tick: Option<Instant>, now: Instant, tick: Duration) -> bool {
+    last_tick.is_some_and(|t| now.saturating_duration_since(t) > 2 * tick)
 }
 
 fn reply_msg(req: &Message, status: u8, count: u32) -> Message {
@@ -196,7 +206,8 @@ impl Server {
         // End ids from a seed of their own: seeded with the token, the first
         // end's id was the token, and any client could stop the server.
         let st = PipeState::new(cfg.capacity, cfg.max_ends, rand_token());
-        Server { cfg, token, st, readers: VecDeque::new(), writers: VecDeque::new(), scratch: Vec::new() }
+        let (readers, writers) = (VecDeque::new(), VecDeque::new());
+        Server { cfg, token, st, readers, writers, scratch: Vec::new(), last_tick: None }
     }
 
     fn run(mut self, p: &Process) {
@@ -344,6 +355,14 @@ impl Server {
             }
             proto::OP_TICK => {
                 self.answer(p, from, reply_msg(msg, proto::OK, 0));
+                // After a stall of the server's own (two ticks or more
+                // since the last), the ends' heartbeats may wait in the
+                // queue behind this TICK: no end expires until the next.
+                let stalled = held_up(self.last_tick, now, self.cfg.tick);
+                self.last_tick = Some(now);
+                if stalled {
+                    return;
+                }
                 for id in self.st.expired(now, self.cfg.lease) {
                     tracing::debug!("pipe server: end {id} expired (no heartbeat)");
                     self.close_end(p, id);
@@ -469,5 +488,22 @@ impl Server {
         for w in std::mem::take(&mut self.writers) {
             self.answer(p, w.from, reply_msg(&w.msg, proto::ESHUTDOWN, 0));
         }
+    }
+}
+
+#[cfg(test)]
+mod stall_tests {
+    use super::held_up;
+    use std::time::{Duration, Instant};
+
+    /// Ends expire on a TICK only if the server was not itself held up
+    /// since the last one (their heartbeats may be queued behind it).
+    #[test]
+    fn a_tick_after_a_stall_of_the_server_expires_nothing() {
+        let (t0, tick) = (Instant::now(), Duration::from_millis(500));
+        assert!(!held_up(None, t0, tick), "the first tick");
+        assert!(!held_up(Some(t0), t0 + tick, tick), "on time");
+        assert!(!held_up(Some(t0), t0 + 2 * tick, tick), "a little late");
+        assert!(held_up(Some(t0), t0 + Duration::from_secs(5), tick), "after a 5 s MoveFrom");
     }
 }
