@@ -246,7 +246,10 @@ impl<'a> Server<'a> {
                     Ok(Ok(Err(DispatchError::BadArguments(_)))) => self.answer(from, status::BAD_ARGUMENTS, &[]),
                     Ok(Err(_)) => self.answer(from, status::PANICKED, &[]),
                     Err(e @ Error::Vipc(vipc::Error::NodeStopped)) => Err(e),
-                    // Whatever went wrong, the caller is answered, never left waiting.
+                    // Whatever went wrong, the caller is answered, never left
+                    // waiting: arguments that could not be moved here are an
+                    // IPC failure (Undelivered), not undecodable ones.
+                    Err(Error::Vipc(_)) => self.answer(from, status::UNDELIVERED, &[]),
                     Err(_) => self.answer(from, status::BAD_ARGUMENTS, &[]),
                 };
                 if result.capacity() <= KEEP_BUFFER {
