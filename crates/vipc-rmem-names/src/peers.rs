@@ -63,11 +63,18 @@ impl Peers {
 
     /// Walks the chain of `name` in `host`'s table, at most `reads` remote
     /// reads. A table whose segment refuses (its clerk restarted) is
-    /// imported again, once.
+    /// imported again, once; so is one whose entries all fail their checks
+    /// (`Corrupt`): a clerk restarted with its node gets the same
+    /// descriptor again, so the old handle is not refused, but its entries
+    /// carry an incarnation the cached header does not.
     pub fn find(&mut self, host: HostId, name: &str, reads: u32, deadline: Instant) -> Result<Probed> {
         let had = self.tables.contains_key(&host);
         match self.find_once(host, name, reads, deadline) {
             Err(Error::NoClerk(_)) if had => self.find_once(host, name, reads, deadline),
+            Err(Error::Corrupt { .. }) if had => {
+                self.tables.remove(&host);
+                self.find_once(host, name, reads, deadline)
+            }
             other => other,
         }
     }

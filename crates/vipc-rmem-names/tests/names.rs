@@ -237,3 +237,29 @@ fn segments_are_imported_by_name_and_a_stale_cached_binding_is_pulled_again() {
     assert_eq!(anon.to_vec(0, 5).unwrap(), b"again");
     assert!(matches!(c[1].import("nothing", Access::READ, WAIT), Err(Error::NotFound(_))));
 }
+
+/// A table's node restarted (same address, same host id): its new clerk's
+/// table gets the same descriptor, so the cached handle is not refused, but
+/// its entries carry the new incarnation. A pull reads the header again
+/// instead of reporting `Corrupt` for ever.
+#[test]
+fn a_restarted_owners_table_is_read_again() {
+    let nodes = cluster(2, 281, clean());
+    let (owner_addr, owner_host) = (nodes[0].local_addr(), nodes[0].host_id());
+    let p = params(&nodes);
+    let asker = Clerk::start(&nodes[1], p.clone()).unwrap();
+    let owner = Clerk::start(&nodes[0], p.clone()).unwrap();
+    owner.register("svc", binding(1, owner_host)).unwrap();
+    assert_eq!(asker.lookup_fresh("svc", Some(owner_host)).unwrap().binding, binding(1, owner_host));
+    drop(owner);
+    let mut nodes = nodes;
+    let old = nodes.remove(0);
+    old.shutdown();
+    drop(old);
+    let peers = vec![nodes[0].local_addr()];
+    let again = vipc::Node::start(vipc::NodeConfig::fixed(owner_host, owner_addr, peers)).unwrap();
+    let owner = Clerk::start(&again, p).unwrap();
+    owner.register("svc", binding(2, owner_host)).unwrap();
+    let found = asker.lookup_fresh("svc", Some(owner_host)).unwrap();
+    assert_eq!(found.binding, binding(2, owner_host), "the restarted table's entry");
+}
