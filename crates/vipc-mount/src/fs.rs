@@ -130,7 +130,13 @@ impl VipcFs {
             (Some(h), _, _) | (None, None, Some(h)) => self.client.fstat(h),
             (None, Some(p), _) => match self.client.lookup(&p) {
                 Ok(a) if !lock(&self.table).same_file(ino, &a) => {
-                    lock(&self.table).detach(&p);
+                    // Only if `p` is still this node's: a lookup meanwhile
+                    // may have given it to the new file's node.
+                    let mut t = lock(&self.table);
+                    if t.ino_of(&p) == Some(ino) {
+                        t.detach(&p);
+                    }
+                    drop(t);
                     match handle {
                         Some(h) => self.client.fstat(h),
                         None => return Err(Errno::ESTALE),

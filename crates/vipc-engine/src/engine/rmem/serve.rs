@@ -323,6 +323,9 @@ impl Engine {
             return self.finish_op(h.seq, Err(Error::NoSuchSegment));
         };
         if !seg.is_lent() {
+            // Answers still queued from this segment carry its bytes of the
+            // moment they were served, as for every other change of them.
+            join_queued(&mut self.transmits, &mut self.split_queued, dest, seg.bytes());
             seg.bytes_mut()[start as usize..end as usize].copy_from_slice(data);
         } else if self.rmem.feeding_lent {
             let at = seg.head() + start as usize;
