@@ -753,22 +753,14 @@ fn a_move_from_request_is_taken_only_from_where_the_send_went() {
 #[test]
 fn finished_move_to_streams_are_capped() {
     let mut net = Net::new(2);
-    let (server, client) = (net.proc(0), net.proc(1));
-    let now = net.now;
-    let sends = record_sends(&mut net, None);
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    let seg = Segment { data: vec![0; 1000], access: Access::WRITE };
-    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), Some(seg)).unwrap();
-    net.settle();
-    net.take_received(0, server);
-    let exchange = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
+    let (server, client, send) = served_send(&mut net, Some(Segment { data: vec![0; 1000], access: Access::WRITE }));
+    let (now, exchange) = (net.now, seq_of(&send));
     for seq in 0..2_000u32 {
-        let mut h = vipc_wire::Header::new(PacketType::MoveToData);
-        (h.seq, h.src, h.dst, h.fwd, h.incarnation, h.total_len) = (1_000_000 + seq, server, client, server, 77, 64);
-        h.message[0..4].copy_from_slice(&64u32.to_be_bytes());
-        h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
-        let mut out = Vec::new();
-        vipc_wire::encode(&h, &[5; 64], None, &mut out);
+        let out = forge(PacketType::MoveToData, (1_000_000 + seq, server, client), &[5; 64], |h| {
+            h.total_len = 64;
+            h.message[0..4].copy_from_slice(&64u32.to_be_bytes());
+            h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
+        });
         net.nodes[1].handle_datagram(now, addr(0), &out);
     }
     let kept = net.stats(1).active_transfers;
@@ -780,20 +772,11 @@ fn finished_move_to_streams_are_capped() {
 #[test]
 fn a_move_from_request_of_nothing_is_malformed() {
     let mut net = Net::new(2);
-    let (server, client) = (net.proc(0), net.proc(1));
-    let now = net.now;
-    let sends = record_sends(&mut net, None);
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    let seg = Segment { data: vec![1; 1000], access: Access::READ };
-    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), Some(seg)).unwrap();
-    net.settle();
-    net.take_received(0, server);
-    let exchange = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
-    let mut h = vipc_wire::Header::new(PacketType::MoveFromRequest);
-    (h.seq, h.src, h.dst, h.fwd, h.incarnation, h.total_len) = (5, server, client, server, 77, 0);
-    h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
-    let mut out = Vec::new();
-    vipc_wire::encode(&h, &[], None, &mut out);
+    let (server, client, send) = served_send(&mut net, Some(Segment { data: vec![1; 1000], access: Access::READ }));
+    let (now, exchange) = (net.now, seq_of(&send));
+    let out = forge(PacketType::MoveFromRequest, (5, server, client), &[], |h| {
+        h.message[4..8].copy_from_slice(&exchange.to_be_bytes());
+    });
     let malformed = net.stats(1).malformed;
     net.nodes[1].handle_datagram(now, addr(0), &out);
     assert_eq!(net.stats(1).malformed, malformed + 1);

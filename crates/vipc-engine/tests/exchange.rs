@@ -1071,15 +1071,9 @@ fn with_a_key_a_reply_is_resent_to_the_duplicates_source() {
 #[test]
 fn a_forged_restart_from_elsewhere_does_not_run_a_request_twice() {
     let mut net = Net::new(3);
-    let (server, client) = (net.proc(0), net.proc(1));
+    let (server, client, send) = served_send(&mut net, None);
     let now = net.now;
-    let sends = record_sends(&mut net, None);
-    net.nodes[0].receive(now, server, None, 0).unwrap();
-    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
-    net.settle();
-    assert_eq!(net.take_received(0, server).msg, msg(1));
     // The forgery: the client's Send with another incarnation, from node 2's address.
-    let send = sends.borrow()[0].clone();
     let mut h = vipc_wire::parse(&send, None).unwrap().header;
     h.incarnation = h.incarnation.wrapping_add(1);
     let mut forged = Vec::new();
@@ -1109,16 +1103,10 @@ fn nacks_and_reply_pendings_from_another_host_are_stray() {
     let sends = record_sends(&mut net, None);
     net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), None).unwrap();
     net.settle();
-    let seq = vipc_wire::parse(&sends.borrow()[0], None).unwrap().header.seq;
+    let seq = seq_of(&sends.borrow()[0]);
     // Node 0 goes silent (as if down); node 2 forges.
     net.filter = Some(Box::new(|from, _, _| usize::from(from != 0)));
-    let forged = |ptype| {
-        let mut h = vipc_wire::Header::new(ptype);
-        (h.seq, h.src, h.dst, h.fwd, h.incarnation) = (seq, Pid::new(3, 9), client, Pid::new(3, 9), 77);
-        let mut out = Vec::new();
-        vipc_wire::encode(&h, &[], None, &mut out);
-        out
-    };
+    let forged = |ptype| forge(ptype, (seq, Pid::new(3, 9), client), &[], |_| {});
     let strays = net.stats(1).stray;
     net.nodes[1].handle_datagram(now, addr(2), &forged(PacketType::NAck));
     net.settle();

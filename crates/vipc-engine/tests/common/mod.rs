@@ -200,3 +200,39 @@ pub fn record_sends(net: &mut Net, key: Option<vipc_wire::AuthKey>) -> std::rc::
     }));
     sends
 }
+
+/// Node 0's `server` has received node 1's `client`'s Send of `msg(1)` with
+/// `segment`: the two pids and the Send as it went on the wire.
+pub fn served_send(net: &mut Net, segment: Option<Segment>) -> (Pid, Pid, Vec<u8>) {
+    let (server, client) = (net.proc(0), net.proc(1));
+    let now = net.now;
+    let sends = record_sends(net, None);
+    net.nodes[0].receive(now, server, None, 0).unwrap();
+    net.nodes[1].send(now, client, server, msg(1), SendOptions::default(), segment).unwrap();
+    net.settle();
+    assert_eq!(net.take_received(0, server).msg, msg(1));
+    net.filter = None;
+    let send = sends.borrow()[0].clone();
+    (server, client, send)
+}
+
+/// The sequence number of an unkeyed packet.
+pub fn seq_of(packet: &[u8]) -> u32 {
+    vipc_wire::parse(packet, None).unwrap().header.seq
+}
+
+/// An unkeyed packet of `ptype` from `src` to `dst` with sequence number
+/// `seq` (`fwd` = `src`, some incarnation), `edit` setting the other fields.
+pub fn forge(
+    ptype: vipc_wire::PacketType,
+    (seq, src, dst): (u32, Pid, Pid),
+    data: &[u8],
+    edit: impl FnOnce(&mut vipc_wire::Header),
+) -> Vec<u8> {
+    let mut h = vipc_wire::Header::new(ptype);
+    (h.seq, h.src, h.dst, h.fwd, h.incarnation) = (seq, src, dst, src, 77);
+    edit(&mut h);
+    let mut out = Vec::new();
+    vipc_wire::encode(&h, data, None, &mut out);
+    out
+}
