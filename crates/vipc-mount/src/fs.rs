@@ -19,7 +19,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use vipc_fs::proto::OPEN_HEAD_MAX;
 use vipc_fs::{Attr, FileKind, FsClient, Handle, SetAttr};
 
@@ -27,6 +27,13 @@ use vipc_fs::{Attr, FileKind, FsClient, Handle, SetAttr};
 /// O_NOFOLLOW: the kernel resolved the path already) concern the client side only.
 const PASSED_FLAGS: i32 =
     libc::O_ACCMODE | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_SYNC | libc::O_DSYNC;
+
+/// A directory opened through the mount: its listing, read once at the open, and the epoch it was asked
+/// for in (its entries for names changed since are looked up again).
+struct OpenDir {
+    listing: Arc<Listing>,
+    since: u64,
+}
 
 /// A file opened through the mount.
 #[derive(Clone, Copy, Debug)]
@@ -41,7 +48,7 @@ pub struct VipcFs {
     opts: MountOptions,
     table: Mutex<InodeTable>,
     files: Mutex<HashMap<u64, OpenFile>>,
-    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    dirs: Mutex<HashMap<u64, Arc<OpenDir>>>,
     /// Small files' beginnings that came with their opens.
     heads: Heads,
     ahead: DirAhead,
@@ -105,26 +112,55 @@ impl VipcFs {
         self.next_fh.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records a new entry of `path` and answers the kernel with it.
-    fn entry(&self, path: &str, attr: &Attr, reply: ReplyEntry) {
-        let ino = lock(&self.table).remember(path, attr, Instant::now());
-        reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(ino, attr), Generation(0));
+    /// Records a new entry of `path`, asked for at epoch `since`, and answers the kernel with it.
+    fn entry(&self, path: &str, attr: &Attr, since: u64, reply: ReplyEntry) {
+        let (ino, kept) = lock(&self.table).remember(path, attr, Instant::now(), since);
+        reply.entry_with_ttls(&self.attr_ttl(kept), &self.opts.entry_ttl, &file_attr(ino, attr), Generation(0));
     }
 
-    /// The parent's cached attributes are stale after a change to its entries.
-    fn dir_changed(&self, parent: INodeNo) {
-        lock(&self.table).invalidate(parent.0);
+    /// How long the kernel may keep attributes: not at all if they may be older than a change made
+    /// through the mount (they were not `kept` in the table either).
+    fn attr_ttl(&self, kept: bool) -> Duration {
+        if kept {
+            self.opts.attr_ttl
+        } else {
+            Duration::ZERO
+        }
     }
 
-    /// Fresh attributes of `ino`: through the open handle the kernel names,
-    /// else by path — unless the name now stands for another file (renamed
-    /// over by another client): then the node loses that name and is asked
-    /// through any handle still open on it, or is stale.
-    fn fetch_attr(&self, ino: u64, fh: Option<FileHandle>) -> Result<Attr, Errno> {
+    /// The present epoch: taken before a request whose answer may be cached.
+    fn epoch(&self) -> u64 {
+        lock(&self.table).epoch()
+    }
+
+    /// A change to nodes `inos` and names `paths` is about to be sent: nothing cached of them is used from
+    /// now on (see [`InodeTable::changing`]). Returns the change's epoch.
+    fn change_begins(&self, inos: &[u64], paths: &[&str]) -> u64 {
+        lock(&self.table).changing(inos, paths)
+    }
+
+    /// The change begun with [`VipcFs::change_begins`] has been answered: `update` brings the table in line
+    /// with it, then answers that began while it was under way are refused too, as are listings read
+    /// ahead. Returns the epoch from which answers are up to date again.
+    fn change_ends(&self, inos: &[u64], paths: &[&str], update: impl FnOnce(&mut InodeTable)) -> u64 {
+        let mut t = lock(&self.table);
+        update(&mut t);
+        let epoch = t.changing(inos, paths);
+        drop(t);
+        self.ahead.changed();
+        epoch
+    }
+
+    /// Fresh attributes of `ino`, with how long the kernel may keep them:
+    /// through the open handle the kernel names, else by path — unless the
+    /// name now stands for another file (renamed over by another client):
+    /// then the node loses that name and is asked through any handle still
+    /// open on it, or is stale.
+    fn fetch_attr(&self, ino: u64, fh: Option<FileHandle>) -> Result<(Attr, Duration), Errno> {
         let named = fh.and_then(|fh| lock(&self.files).get(&fh.0).map(|f| f.handle));
-        let (path, handle) = {
+        let (path, handle, since) = {
             let t = lock(&self.table);
-            (t.path(ino), named.or_else(|| t.any_handle(ino)))
+            (t.path(ino), named.or_else(|| t.any_handle(ino)), t.epoch())
         };
         let r = match (named, path, handle) {
             (Some(h), _, _) | (None, None, Some(h)) => self.client.fstat(h),
@@ -147,8 +183,8 @@ impl VipcFs {
             (None, None, None) => return Err(Errno::ENOENT),
         };
         let attr = r.map_err(|e| errno(&e))?;
-        lock(&self.table).set_attr(ino, &attr, Instant::now());
-        Ok(attr)
+        let kept = lock(&self.table).set_attr(ino, &attr, Instant::now(), since);
+        Ok((attr, self.attr_ttl(kept)))
     }
 
     /// How much of its beginning to ask with the open of node `ino` with
@@ -174,13 +210,28 @@ impl VipcFs {
         }
     }
 
-    /// Registers an open handle and decides whether the kernel may keep the file's cached pages.
-    fn register_open(&self, ino: u64, handle: Handle, attr: &Attr) -> (u64, FopenFlags) {
+    /// Registers an open handle, asked for at epoch `since` with the file's
+    /// first bytes `head` if wanted, and decides whether the kernel may keep
+    /// the file's cached pages. The attributes and the head are kept only if
+    /// the file did not change through the mount since: checked and kept
+    /// under the table's lock, which a write takes before it drops the heads.
+    fn register_open(
+        &self,
+        ino: u64,
+        handle: Handle,
+        attr: &Attr,
+        since: u64,
+        head: Option<Vec<u8>>,
+    ) -> (u64, FopenFlags) {
         let fh = self.new_fh();
         lock(&self.files).insert(fh, OpenFile { ino, handle });
         let mut t = lock(&self.table);
         t.opened(ino, handle);
-        t.set_attr(ino, attr, Instant::now());
+        if t.set_attr(ino, attr, Instant::now(), since) {
+            if let Some(head) = head {
+                self.heads.insert(fh, ino, head, attr.size);
+            }
+        }
         let same = t.check_cache_stamp(ino, attr.mtime, attr.size);
         let mut flags = FopenFlags::empty();
         if self.opts.direct_io {
@@ -229,8 +280,9 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        let since = self.epoch();
         match self.client.lookup(&path) {
-            Ok(attr) => self.entry(&path, &attr, reply),
+            Ok(attr) => self.entry(&path, &attr, since, reply),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -245,7 +297,7 @@ impl Filesystem for VipcFs {
             return reply.attr(&left, &file_attr(ino.0, &attr));
         }
         match self.fetch_attr(ino.0, fh) {
-            Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &attr)),
+            Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(ino.0, &attr)),
             Err(e) => reply.error(e),
         }
     }
@@ -277,7 +329,7 @@ impl Filesystem for VipcFs {
             let cur = match cached {
                 Some((a, _)) => a,
                 None => match self.fetch_attr(ino.0, fh) {
-                    Ok(a) => a,
+                    Ok((a, _)) => a,
                     Err(e) => return reply.error(e),
                 },
             };
@@ -293,7 +345,7 @@ impl Filesystem for VipcFs {
         // (docs/FILES.md). chmod and truncate never reach a symlink: the kernel follows it first.
         if lock(&self.table).kind(ino.0) == Some(FileKind::Symlink) && mode.is_none() && size.is_none() {
             return match self.fetch_attr(ino.0, fh) {
-                Ok(a) => reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &a)),
+                Ok((a, ttl)) => reply.attr(&ttl, &file_attr(ino.0, &a)),
                 Err(e) => reply.error(e),
             };
         }
@@ -309,21 +361,20 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        let began = self.change_begins(&[ino.0], &[]);
         if size.is_some() {
             self.heads.changed(ino.0);
         }
         let r = self.client.setattr(&path, handle, &set);
-        self.ahead.changed();
+        // The answer is the file after this change, unless another one overlapped it.
+        let mut alone = false;
+        let done = self.change_ends(&[ino.0], &[], |t| alone = !t.changed_since(ino.0, began));
         match r {
             Ok(attr) => {
-                let mut t = lock(&self.table);
-                t.set_attr(ino.0, &attr, Instant::now());
-                reply.attr(&self.opts.attr_ttl, &file_attr(ino.0, &attr));
+                let kept = alone && lock(&self.table).set_attr(ino.0, &attr, Instant::now(), done);
+                reply.attr(&self.attr_ttl(kept), &file_attr(ino.0, &attr));
             }
-            Err(e) => {
-                lock(&self.table).invalidate(ino.0);
-                reply.error(errno(&e));
-            }
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
@@ -348,13 +399,13 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.open(&path, flags, mode & !umask & 0o7777);
-        self.ahead.changed();
+        let done = self.change_ends(&[parent.0], &[&path], |_| {});
         match r {
             Ok((h, attr)) => {
                 let _ = self.client.close(h);
-                self.dir_changed(parent);
-                self.entry(&path, &attr, reply);
+                self.entry(&path, &attr, done, reply);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -365,13 +416,11 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.mkdir(&path, mode & !umask & 0o7777);
-        self.ahead.changed();
+        let done = self.change_ends(&[parent.0], &[&path], |_| {});
         match r {
-            Ok(attr) => {
-                self.dir_changed(parent);
-                self.entry(&path, &attr, reply);
-            }
+            Ok(attr) => self.entry(&path, &attr, done, reply),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -381,18 +430,15 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.unlink(&path);
-        self.ahead.changed();
-        match r {
-            Ok(()) => {
-                let mut t = lock(&self.table);
-                if let Some(ino) = t.ino_of(&path) {
-                    t.invalidate(ino);
-                }
+        self.change_ends(&[parent.0], &[&path], |t| {
+            if r.is_ok() {
                 t.detach(&path);
-                t.invalidate(parent.0);
-                reply.ok();
             }
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -402,15 +448,15 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.rmdir(&path);
-        self.ahead.changed();
-        match r {
-            Ok(()) => {
-                let mut t = lock(&self.table);
+        self.change_ends(&[parent.0], &[&path], |t| {
+            if r.is_ok() {
                 t.detach(&path);
-                t.invalidate(parent.0);
-                reply.ok();
             }
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -421,13 +467,11 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let Some(target) = target.to_str() else { return reply.error(Errno::EINVAL) };
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.symlink(target, &path);
-        self.ahead.changed();
+        let done = self.change_ends(&[parent.0], &[&path], |_| {});
         match r {
-            Ok(attr) => {
-                self.dir_changed(parent);
-                self.entry(&path, &attr, reply);
-            }
+            Ok(attr) => self.entry(&path, &attr, done, reply),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -446,26 +490,16 @@ impl Filesystem for VipcFs {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
+        let (dirs, names) = ([parent.0, newparent.0], [from.as_str(), to.as_str()]);
+        self.change_begins(&dirs, &names);
         let r = self.client.rename(&from, &to, flags.bits());
-        self.ahead.changed();
+        self.change_ends(&dirs, &names, |t| match r {
+            Ok(()) if flags.contains(RenameFlags::RENAME_EXCHANGE) => t.exchange(&from, &to),
+            Ok(()) => t.rename(&from, &to),
+            Err(_) => {}
+        });
         match r {
-            Ok(()) => {
-                let mut t = lock(&self.table);
-                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                    t.exchange(&from, &to);
-                } else {
-                    t.rename(&from, &to);
-                }
-                for ino in [parent.0, newparent.0] {
-                    t.invalidate(ino);
-                }
-                for p in [&from, &to] {
-                    if let Some(ino) = t.ino_of(p) {
-                        t.invalidate(ino);
-                    }
-                }
-                reply.ok();
-            }
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -481,17 +515,22 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let raw = flags.0 & PASSED_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
+        let truncates = raw & libc::O_TRUNC != 0;
+        let since = if truncates {
+            let began = self.change_begins(&[ino.0], &[]);
+            self.heads.changed(ino.0);
+            began
+        } else {
+            self.epoch()
+        };
         let want = self.head_wanted(ino.0, raw);
         let r = self.client.open_with_head(&path, raw, 0, want);
-        if raw & libc::O_TRUNC != 0 {
-            self.ahead.changed();
+        if truncates {
+            self.change_ends(&[ino.0], &[], |_| {});
         }
         match r {
             Ok((h, attr, head)) => {
-                let (fh, fl) = self.register_open(ino.0, h, &attr);
-                if want > 0 {
-                    self.heads.insert(fh, ino.0, head, attr.size);
-                }
+                let (fh, fl) = self.register_open(ino.0, h, &attr, since, (want > 0).then_some(head));
                 reply.opened(FileHandle(fh), fl);
             }
             Err(e) => reply.error(errno(&e)),
@@ -539,10 +578,10 @@ impl Filesystem for VipcFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        self.change_begins(&[f.ino], &[]);
         self.heads.changed(f.ino);
         let r = self.client.write(f.handle, offset, data);
-        self.ahead.changed();
-        lock(&self.table).invalidate(f.ino);
+        self.change_ends(&[f.ino], &[], |_| {});
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
@@ -592,7 +631,9 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         // The listing is read once and paged out of memory, so offsets stay stable while others change the
-        // directory.
+        // directory. One read ahead is at least as new as the epoch now: any change since it was asked for
+        // dropped it.
+        let since = self.epoch();
         let listing = match self.ahead.take(&path, self.opts.attr_ttl.min(self.opts.entry_ttl)) {
             Some(l) => l,
             None => {
@@ -608,13 +649,13 @@ impl Filesystem for VipcFs {
         let subdirs = listing.entries.iter().filter(|e| e.attr.kind == FileKind::Dir).map(|e| e.name.clone());
         self.ahead.listed(&path, subdirs.collect());
         let fh = self.new_fh();
-        lock(&self.dirs).insert(fh, listing);
+        lock(&self.dirs).insert(fh, Arc::new(OpenDir { listing, since }));
         reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(listing) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
-        let entries = &listing.entries;
+        let Some(dir) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let entries = &dir.listing.entries;
         let t = lock(&self.table);
         let Some(dir) = t.path(ino.0) else {
             drop(t);
@@ -641,28 +682,44 @@ impl Filesystem for VipcFs {
         reply.ok();
     }
 
+    /// Like `readdir`, each entry with its attributes, which the kernel
+    /// keeps: an entry whose name changed through the mount after the
+    /// listing was read is looked up again (and left out if gone), so that
+    /// no name or size from before the change is handed on.
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Some(listing) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
-        let entries = &listing.entries;
-        let mut t = lock(&self.table);
-        let Some(dir) = t.path(ino.0) else {
-            drop(t);
-            return reply.error(Errno::ENOENT);
-        };
+        let Some(open) = lock(&self.dirs).get(&fh.0).cloned() else { return reply.error(Errno::EBADF) };
+        let (listing, entries) = (&open.listing, &open.listing.entries);
+        let Ok(dir) = self.path(ino) else { return reply.error(Errno::ENOENT) };
         // The attributes are as old as the listing: the kernel may keep them for what is left of the TTL.
-        let ttl = self.opts.attr_ttl.saturating_sub(listing.at.elapsed());
+        let listing_ttl = self.opts.attr_ttl.saturating_sub(listing.at.elapsed());
         let total = entries.len() as u64 + 2;
         for i in offset..total {
             let full = match i {
-                0 => reply.add(ino, 1, ".", &ttl, &convert::dir_attr(ino.0), Generation(0)),
-                1 => reply.add(ino, 2, "..", &ttl, &convert::dir_attr(ino.0), Generation(0)),
+                0 => reply.add(ino, 1, ".", &listing_ttl, &convert::dir_attr(ino.0), Generation(0)),
+                1 => reply.add(ino, 2, "..", &listing_ttl, &convert::dir_attr(ino.0), Generation(0)),
                 _ => {
                     let e = &entries[(i - 2) as usize];
                     let path = join(&dir, &e.name);
+                    let current = !lock(&self.table).name_changed_since(&path, open.since);
+                    let (attr, at, since) = if current {
+                        (e.attr.clone(), listing.at, open.since)
+                    } else {
+                        let (at, since) = (Instant::now(), self.epoch());
+                        match self.client.lookup(&path) {
+                            Ok(a) => (a, at, since),
+                            Err(err) if errno(&err) == Errno::ENOENT => continue,
+                            Err(err) => return reply.error(errno(&err)),
+                        }
+                    };
                     // Each entry handed out is a lookup the kernel will forget; one that did not fit is not.
-                    let child = t.remember(&path, &e.attr, listing.at);
-                    let full =
-                        reply.add(INodeNo(child), i + 1, &e.name, &ttl, &file_attr(child, &e.attr), Generation(0));
+                    let mut t = lock(&self.table);
+                    let (child, kept) = t.remember(&path, &attr, at, since);
+                    let ttl = match (kept, current) {
+                        (false, _) => Duration::ZERO,
+                        (true, true) => listing_ttl,
+                        (true, false) => self.opts.attr_ttl.saturating_sub(at.elapsed()),
+                    };
+                    let full = reply.add(INodeNo(child), i + 1, &e.name, &ttl, &file_attr(child, &attr), Generation(0));
                     if full {
                         t.forget(child, 1);
                     }
@@ -673,7 +730,6 @@ impl Filesystem for VipcFs {
                 break;
             }
         }
-        drop(t);
         reply.ok();
     }
 
@@ -786,13 +842,13 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let raw = (flags & PASSED_FLAGS) | libc::O_CREAT;
+        self.change_begins(&[parent.0], &[&path]);
         let r = self.client.open(&path, raw, mode & !umask & 0o7777);
-        self.ahead.changed();
+        let done = self.change_ends(&[parent.0], &[&path], |_| {});
         match r {
             Ok((h, attr)) => {
-                let ino = lock(&self.table).remember(&path, &attr, Instant::now());
-                let (fh, fl) = self.register_open(ino, h, &attr);
-                self.dir_changed(parent);
+                let ino = lock(&self.table).remember(&path, &attr, Instant::now(), done).0;
+                let (fh, fl) = self.register_open(ino, h, &attr, done, None);
                 reply.created(&self.opts.entry_ttl, &file_attr(ino, &attr), Generation(0), FileHandle(fh), fl);
             }
             Err(e) => reply.error(errno(&e)),

@@ -5,7 +5,13 @@
 //! Renames move the entry and its whole subtree to the new path; an entry whose name is unlinked or replaced
 //! is *detached* (no path) but lives on while the kernel holds it, so that a file unlinked while open can
 //! still be read and stat'ed through its open handles. Node ids are never reused (generation stays 0).
+//!
+//! Every change made through the mount bumps an epoch, once when it begins and once when it ends, and stamps
+//! the nodes and names it touches. An answer from the server is cached only if nothing it describes changed
+//! after the epoch its request began in: a `stat`, an open or a listing that raced a change would otherwise
+//! keep the state from before it for the whole TTL.
 
+use crate::changes::ChangeLog;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use vipc_fs::{Attr, FileKind, Handle, Timestamp};
@@ -26,6 +32,8 @@ struct Inode {
     kind: FileKind,
     /// Attributes last seen and when.
     attr: Option<(Attr, Instant)>,
+    /// The epoch of the last change made to it through the mount.
+    changed_at: u64,
     /// Handles open on this node (an unlinked file is stat'ed through one).
     open: Vec<Handle>,
     /// (mtime, size) of the data the kernel's page cache was filled from: a later open that sees the same
@@ -40,6 +48,10 @@ pub struct InodeTable {
     nodes: HashMap<u64, Inode>,
     paths: HashMap<String, u64>,
     next: u64,
+    /// Bumped when a change through the mount begins and when it ends.
+    epoch: u64,
+    /// The names changed lately (the kernel may hold no node for them).
+    changed_names: ChangeLog,
 }
 
 impl Default for InodeTable {
@@ -68,7 +80,13 @@ fn is_under(path: &str, dir: &str) -> bool {
 impl InodeTable {
     /// A table holding only the root.
     pub fn new() -> InodeTable {
-        let mut t = InodeTable { nodes: HashMap::new(), paths: HashMap::new(), next: ROOT + 1 };
+        let mut t = InodeTable {
+            nodes: HashMap::new(),
+            paths: HashMap::new(),
+            next: ROOT + 1,
+            epoch: 0,
+            changed_names: ChangeLog::default(),
+        };
         t.nodes.insert(
             ROOT,
             Inode {
@@ -77,6 +95,7 @@ impl InodeTable {
                 server_ino: 0,
                 kind: FileKind::Dir,
                 attr: None,
+                changed_at: 0,
                 open: Vec::new(),
                 cache_stamp: None,
             },
@@ -117,19 +136,21 @@ impl InodeTable {
         self.nodes.len()
     }
 
-    /// Records that the kernel learned `path` with attributes `attr` (one more reference) and returns its
-    /// node id. A path whose entry stands for another file (the server's inode number or kind changed,
-    /// e.g. replaced by another client) is detached and gets a fresh node id.
-    pub fn remember(&mut self, path: &str, attr: &Attr, now: Instant) -> u64 {
+    /// Records that the kernel learned `path` with attributes `attr`, asked for at time `now` and epoch
+    /// `since` (one more reference), and returns its node id and whether the attributes were kept (not if
+    /// the node changed after `since`). A path whose entry stands for another file (the server's inode
+    /// number or kind changed, e.g. replaced by another client) is detached and gets a fresh node id.
+    pub fn remember(&mut self, path: &str, attr: &Attr, now: Instant, since: u64) -> (u64, bool) {
         if let Some(&ino) = self.paths.get(path) {
             let n = self.nodes.get_mut(&ino).expect("paths and nodes agree");
             if ino == ROOT || (n.server_ino == attr.ino && n.kind == attr.kind) {
                 n.lookups += 1;
                 // A listing read ahead may be older than what a lookup has brought meanwhile.
-                if n.attr.as_ref().is_none_or(|(_, seen)| *seen <= now) {
+                let kept = n.changed_at <= since && n.attr.as_ref().is_none_or(|(_, seen)| *seen <= now);
+                if kept {
                     n.attr = Some((attr.clone(), now));
                 }
-                return ino;
+                return (ino, kept);
             }
             self.detach(path);
         }
@@ -143,12 +164,13 @@ impl InodeTable {
                 server_ino: attr.ino,
                 kind: attr.kind,
                 attr: Some((attr.clone(), now)),
+                changed_at: 0,
                 open: Vec::new(),
                 cache_stamp: None,
             },
         );
         self.paths.insert(path.to_string(), ino);
-        ino
+        (ino, true)
     }
 
     /// The kernel gave back `n` references to `ino`; at zero the entry goes (the root stays).
@@ -222,18 +244,52 @@ impl InodeTable {
         (age < ttl).then(|| (attr.clone(), ttl - age))
     }
 
-    /// Stores fresh attributes of `ino`.
-    pub fn set_attr(&mut self, ino: u64, attr: &Attr, now: Instant) {
-        if let Some(n) = self.nodes.get_mut(&ino) {
-            n.attr = Some((attr.clone(), now));
+    /// Stores attributes of `ino` asked for at epoch `since`, unless it changed after: tells whether they
+    /// were kept.
+    pub fn set_attr(&mut self, ino: u64, attr: &Attr, now: Instant, since: u64) -> bool {
+        match self.nodes.get_mut(&ino) {
+            Some(n) if n.changed_at <= since => {
+                n.attr = Some((attr.clone(), now));
+                true
+            }
+            _ => false,
         }
     }
 
-    /// Forgets the cached attributes of `ino` (after a change made through this mount).
-    pub fn invalidate(&mut self, ino: u64) {
-        if let Some(n) = self.nodes.get_mut(&ino) {
-            n.attr = None;
+    /// The present epoch: what a request about to be sent is stamped with.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A change through the mount to nodes `inos` and names `paths` begins or has ended: the epoch moves
+    /// on, their cached attributes go, and answers asked for before (at an older epoch) will not be kept
+    /// for them. Returns the new epoch.
+    pub fn changing(&mut self, inos: &[u64], paths: &[&str]) -> u64 {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let named: Vec<u64> = paths.iter().filter_map(|p| self.ino_of(p)).collect();
+        for ino in inos.iter().chain(&named) {
+            if let Some(n) = self.nodes.get_mut(ino) {
+                n.changed_at = epoch;
+                n.attr = None;
+            }
         }
+        let node_paths: Vec<String> = inos.iter().filter_map(|&i| self.path(i)).collect();
+        for p in node_paths.iter().map(String::as_str).chain(paths.iter().copied()) {
+            self.changed_names.record(p, epoch);
+        }
+        epoch
+    }
+
+    /// Whether node `ino` changed through the mount after epoch `since`.
+    pub fn changed_since(&self, ino: u64, since: u64) -> bool {
+        self.nodes.get(&ino).is_some_and(|n| n.changed_at > since)
+    }
+
+    /// Whether an entry for `path` read at epoch `since` may be out of date: the name, or the node it
+    /// names, changed through the mount after.
+    pub fn name_changed_since(&self, path: &str, since: u64) -> bool {
+        self.changed_names.changed_since(path, since) || self.ino_of(path).is_some_and(|i| self.changed_since(i, since))
     }
 
     /// Handle `h` was opened on `ino`.
@@ -300,8 +356,8 @@ pub(crate) mod tests {
     fn lookups_count_and_forget_removes_at_zero() {
         let mut t = InodeTable::new();
         let now = Instant::now();
-        let a = t.remember("a", &attr(10, FileKind::File), now);
-        assert_eq!(t.remember("a", &attr(10, FileKind::File), now), a);
+        let a = t.remember("a", &attr(10, FileKind::File), now, 0).0;
+        assert_eq!(t.remember("a", &attr(10, FileKind::File), now, 0).0, a);
         t.forget(a, 1);
         assert_eq!(t.path(a).as_deref(), Some("a"));
         t.forget(a, 1);
@@ -309,7 +365,7 @@ pub(crate) mod tests {
         assert!(!t.contains(a));
         assert_eq!(t.ino_of("a"), None);
         // A new lookup gets a new id: ids are never reused.
-        assert_ne!(t.remember("a", &attr(10, FileKind::File), now), a);
+        assert_ne!(t.remember("a", &attr(10, FileKind::File), now, 0).0, a);
         t.forget(ROOT, 100);
         assert_eq!(t.path(ROOT).as_deref(), Some(""));
     }
@@ -318,11 +374,11 @@ pub(crate) mod tests {
     fn rename_moves_the_subtree_and_detaches_the_target() {
         let mut t = InodeTable::new();
         let now = Instant::now();
-        let d = t.remember("d", &attr(1, FileKind::Dir), now);
-        let f = t.remember("d/f", &attr(2, FileKind::File), now);
-        let g = t.remember("d/sub/g", &attr(3, FileKind::File), now);
-        let dx = t.remember("dx", &attr(4, FileKind::File), now);
-        let e = t.remember("e", &attr(5, FileKind::Dir), now);
+        let d = t.remember("d", &attr(1, FileKind::Dir), now, 0).0;
+        let f = t.remember("d/f", &attr(2, FileKind::File), now, 0).0;
+        let g = t.remember("d/sub/g", &attr(3, FileKind::File), now, 0).0;
+        let dx = t.remember("dx", &attr(4, FileKind::File), now, 0).0;
+        let e = t.remember("e", &attr(5, FileKind::Dir), now, 0).0;
         t.rename("d", "e");
         assert_eq!(t.path(d).as_deref(), Some("e"));
         assert_eq!(t.path(f).as_deref(), Some("e/f"));
@@ -338,9 +394,9 @@ pub(crate) mod tests {
     fn exchange_swaps_subtrees() {
         let mut t = InodeTable::new();
         let now = Instant::now();
-        let a = t.remember("a", &attr(1, FileKind::Dir), now);
-        let ax = t.remember("a/x", &attr(2, FileKind::File), now);
-        let b = t.remember("b", &attr(3, FileKind::File), now);
+        let a = t.remember("a", &attr(1, FileKind::Dir), now, 0).0;
+        let ax = t.remember("a/x", &attr(2, FileKind::File), now, 0).0;
+        let b = t.remember("b", &attr(3, FileKind::File), now, 0).0;
         t.exchange("a", "b");
         assert_eq!(t.path(a).as_deref(), Some("b"));
         assert_eq!(t.path(ax).as_deref(), Some("b/x"));
@@ -351,12 +407,12 @@ pub(crate) mod tests {
     fn a_path_naming_another_file_gets_a_new_id() {
         let mut t = InodeTable::new();
         let now = Instant::now();
-        let a = t.remember("a", &attr(1, FileKind::File), now);
-        let b = t.remember("a", &attr(2, FileKind::File), now);
+        let a = t.remember("a", &attr(1, FileKind::File), now, 0).0;
+        let b = t.remember("a", &attr(2, FileKind::File), now, 0).0;
         assert_ne!(a, b);
         assert_eq!(t.path(a), None);
         assert_eq!(t.path(b).as_deref(), Some("a"));
-        let c = t.remember("a", &attr(2, FileKind::Dir), now);
+        let c = t.remember("a", &attr(2, FileKind::Dir), now, 0).0;
         assert_ne!(b, c);
     }
 
@@ -366,14 +422,14 @@ pub(crate) mod tests {
         let now = Instant::now();
         let mut fresh = attr(1, FileKind::File);
         fresh.size = 8;
-        let a = t.remember("a", &fresh, now);
+        let a = t.remember("a", &fresh, now, 0).0;
         // A listing read before the lookup above brings the file again, with its older size.
         let old = now - Duration::from_millis(100);
-        assert_eq!(t.remember("a", &attr(1, FileKind::File), old), a);
+        assert_eq!(t.remember("a", &attr(1, FileKind::File), old, 0).0, a);
         let ttl = Duration::from_secs(1);
         assert_eq!(t.cached_attr(a, ttl, now).map(|(at, _)| at.size), Some(8));
         // A newer one does.
-        assert_eq!(t.remember("a", &attr(1, FileKind::File), now + Duration::from_millis(1)), a);
+        assert_eq!(t.remember("a", &attr(1, FileKind::File), now + Duration::from_millis(1), 0).0, a);
         assert_eq!(t.cached_attr(a, ttl, now).map(|(at, _)| at.size), Some(0));
     }
 
@@ -381,11 +437,11 @@ pub(crate) mod tests {
     fn attr_cache_expires_and_handles_are_tracked() {
         let mut t = InodeTable::new();
         let now = Instant::now();
-        let a = t.remember("a", &attr(1, FileKind::File), now);
+        let a = t.remember("a", &attr(1, FileKind::File), now, 0).0;
         let ttl = Duration::from_secs(1);
         assert!(t.cached_attr(a, ttl, now).is_some());
         assert!(t.cached_attr(a, ttl, now + Duration::from_millis(1500)).is_none());
-        t.invalidate(a);
+        t.changing(&[a], &[]);
         assert!(t.cached_attr(a, ttl, now).is_none());
         t.opened(a, Handle(7));
         t.detach("a");
@@ -396,5 +452,34 @@ pub(crate) mod tests {
         assert!(!t.check_cache_stamp(a, m, 3));
         assert!(t.check_cache_stamp(a, m, 3));
         assert!(!t.check_cache_stamp(a, m, 4));
+    }
+
+    #[test]
+    fn answers_asked_for_before_a_change_are_not_kept() {
+        let mut t = InodeTable::new();
+        let now = Instant::now();
+        let d = t.remember("d", &attr(1, FileKind::Dir), now, 0).0;
+        let f = t.remember("d/f", &attr(2, FileKind::File), now, 0).0;
+        let asked = t.epoch();
+        let began = t.changing(&[f], &[]);
+        assert!(t.cached_attr(f, Duration::from_secs(1), now).is_none(), "the change drops what was cached");
+        assert!(!t.set_attr(f, &attr(2, FileKind::File), now, asked), "asked before the change began");
+        let done = t.changing(&[f], &[]);
+        assert!(!t.set_attr(f, &attr(2, FileKind::File), now, began), "asked while it was under way");
+        assert!(t.set_attr(f, &attr(2, FileKind::File), now, done), "asked after it ended");
+        assert_eq!(t.remember("d/f", &attr(2, FileKind::File), now, began), (f, false));
+        assert!(t.changed_since(f, began) && !t.changed_since(f, done) && !t.changed_since(d, 0));
+
+        // Names: a listing read at `asked` is out of date for the names changed since, held by a node or not.
+        assert!(t.name_changed_since("d/f", asked), "written");
+        assert!(!t.name_changed_since("d/g", asked));
+        t.changing(&[d], &["d/g"]);
+        assert!(t.name_changed_since("d/g", done), "created (no node holds it)");
+        assert!(!t.name_changed_since("d/f", done), "the directory's change is not its other names'");
+        t.rename("d/f", "d/h");
+        let later = t.epoch();
+        t.changing(&[], &["d/f", "d/h"]);
+        assert!(t.changed_since(f, later), "a name's change reaches the node holding it");
+        assert!(t.name_changed_since("d/f", later) && t.name_changed_since("d/h", later));
     }
 }

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod changes;
 mod convert;
 mod dirahead;
 mod fs;
