@@ -212,3 +212,43 @@ fn a_host_that_leaves_is_dropped_at_once_and_only_by_its_own_life() {
     net.nodes[0].handle_datagram(net.now, addr(1), &bye.bytes);
     assert_eq!(hosts(&net, 0), vec![2], "the new life stays");
 }
+
+/// Nodes announcing every `periods[i]` milliseconds.
+fn announcing_every(periods: &[u64]) -> Net {
+    let mut net = Net::new(0);
+    for (i, p) in periods.iter().enumerate() {
+        let mut c = config(i as u16 + 1);
+        c.alive_period = Some(Duration::from_millis(*p));
+        net.nodes.push(Engine::new(c, net.now));
+    }
+    net
+}
+
+/// A host announcing a longer period than ours is given its own periods
+/// before it is declared down (a live host announcing every 400 ms was
+/// declared down, and up again, 9 times in 4 s by a host announcing every
+/// 100 ms); a huge announced period counts as ten of ours.
+#[test]
+fn a_host_is_declared_down_after_its_own_announced_periods() {
+    let mut net = announcing_every(&[100, 400]);
+    net.advance(Duration::from_secs(4));
+    assert_eq!(changes(&net, 0), vec![(true, 2)], "node 2 is up all along");
+    assert_eq!(net.stats(0).hosts_down, 0);
+    // Silent (last heard at most 420 ms ago), it goes down after 3 of its
+    // periods, 1.2 s, at our next tick.
+    net.filter = Some(Box::new(|from, _, _| usize::from(from != 1)));
+    net.advance(Duration::from_millis(700));
+    assert_eq!(changes(&net, 0), vec![(true, 2)], "not before 3 of its periods");
+    net.advance(Duration::from_millis(1000));
+    assert_eq!(changes(&net, 0), vec![(true, 2), (false, 2)]);
+}
+
+#[test]
+fn an_announced_period_counts_at_most_ten_of_ours() {
+    let mut net = announcing_every(&[100, 100_000]);
+    // Node 2 announces once at its start, then not for 100 s: it is down after 3 × 1 s.
+    net.advance(Duration::from_millis(2900));
+    assert_eq!(changes(&net, 0), vec![(true, 2)]);
+    net.advance(Duration::from_millis(300));
+    assert_eq!(changes(&net, 0), vec![(true, 2), (false, 2)]);
+}

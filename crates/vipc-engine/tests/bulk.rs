@@ -581,6 +581,14 @@ fn a_mover_cannot_open_streams_without_end_or_of_tiny_chunks() {
     }
     assert_eq!(net.stats(1).active_transfers, 16, "16 streams out of the client's segment");
     assert_eq!(net.stats(1).malformed, malformed + 2, "the 17th and 18th dropped");
+    // The segment checks come first: one outside the segment is refused with a NAck, as with no stream open.
+    let nacks = net.stats(1).sent(PacketType::NAck);
+    let mut h = model;
+    h.seq = 9_100;
+    h.local_addr = 1 << 20;
+    feed(&mut net, &h, &[]);
+    assert_eq!(net.stats(1).sent(PacketType::NAck), nacks + 1, "out of the segment: NAck");
+    assert_eq!(net.stats(1).malformed, malformed + 2);
 }
 
 /// A MoveTo cut off by its mover's node restarting leaves a stream that

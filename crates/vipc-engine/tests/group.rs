@@ -691,3 +691,27 @@ fn a_kept_group_reply_is_resent_to_the_senders_node_only() {
     assert_eq!(replies[0].to, Destination::Addr(addr(0)), "to the sender's node, not to the forged source");
     assert_eq!(net.stats(i).replies_resent, before + 1);
 }
+
+/// A local member that works longer than T_t keeps a plain group Send
+/// alive, as a remote member's node does with ReplyPending: it timed out,
+/// and its copy expired under it.
+#[test]
+fn a_slow_local_member_keeps_a_group_send_alive() {
+    let mut net = Net::new(1);
+    let group = well_known_group(78);
+    let member = net.proc(0);
+    net.nodes[0].join_group(member, group).unwrap();
+    let sender = net.proc(0);
+    let now = net.now;
+    net.nodes[0].receive(now, member, None, 0).unwrap();
+    net.nodes[0].send_group(now, sender, group, msg(1), ReplyMode::One, SendOptions::default()).unwrap();
+    net.settle();
+    let _ = net.take_received(0, member);
+    net.advance(Duration::from_millis(3500));
+    assert!(net.take(0, sender).is_none(), "timed out while its local member worked");
+    let now = net.now;
+    net.nodes[0].reply(now, member, sender, msg(2), None).unwrap();
+    net.settle();
+    let r = net.take_send(0, sender).expect("the member's reply completes it");
+    assert_eq!((r.replier, r.reply), (member, msg(2)));
+}

@@ -529,3 +529,172 @@ fn kept_replies_of_a_reliable_send_go_back_to_the_senders_node_only() {
     assert_eq!(replies.len(), 2, "both kept replies again");
     assert!(replies.iter().all(|t| t.to == Destination::Addr(addr(0))), "to the sender's node only");
 }
+
+/// The first packet of type `t` that node `from` sends is lost.
+fn lose_first(s: &mut Setup, from: usize, t: PacketType) {
+    let mut lost = false;
+    s.net.filter = Some(Box::new(move |node, _, bytes| {
+        let hit = node == from && vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == t);
+        if hit && !lost {
+            lost = true;
+            return 0;
+        }
+        1
+    }));
+}
+
+/// Members `ks` that got the message reply to it (on a host that had no
+/// room for every member, one of them did not).
+fn reply_where_held(s: &mut Setup, ks: &[usize]) {
+    for &k in ks {
+        let (i, m) = s.members[k];
+        if let Some(Completion::Receive(Ok(_))) = s.net.take(i, m) {
+            let now = s.net.now;
+            s.net.nodes[i].reply(now, m, s.sender, msg(k as u8), None).unwrap();
+            s.net.settle();
+        }
+    }
+}
+
+/// A host that could not give every member a copy (a NACK) still resends
+/// the replies of those that got one, and keeps the Send alive while they
+/// work: it answered every retransmission with the NACK alone, so a lost
+/// reply from it was never recovered and a slow member there timed the
+/// Send out.
+#[test]
+fn a_host_that_nacked_still_resends_replies_and_keeps_slow_members_alive() {
+    let short = |i: usize, c: &mut Config| {
+        if i == 2 {
+            c.max_aliens = 1;
+        }
+    };
+    let mut s = setup_with(short);
+    lose_first(&mut s, 2, PacketType::Reply);
+    send(&mut s, Reliable::KReply(3));
+    reply(&mut s, 0);
+    reply(&mut s, 1);
+    reply_where_held(&mut s, &[2, 3]);
+    s.net.advance(Duration::from_millis(100));
+    let o = outcome(&mut s).expect("decided");
+    assert!(o.met && o.count == 3, "three members replied, K = 3: {o:?}");
+    assert!(s.net.stats(2).replies_resent >= 1);
+
+    let mut s = setup_with(short);
+    send(&mut s, Reliable::KReply(3));
+    reply(&mut s, 0);
+    reply(&mut s, 1);
+    s.net.advance(Duration::from_millis(1500));
+    assert!(outcome(&mut s).is_none(), "node 2's member still works: kept alive past T_t");
+    assert!(s.net.stats(2).sent(PacketType::ReplyPending) > 0);
+    reply_where_held(&mut s, &[2, 3]);
+    assert!(outcome(&mut s).expect("its reply decides").met);
+}
+
+/// Members that leave the group after they got the message still count:
+/// a reply lost before its member left is resent, and a DELIVER host whose
+/// acknowledgement was lost acknowledges the copy of a member that left.
+#[test]
+fn members_that_left_after_the_message_still_count() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 0);
+    reply(&mut s, 1);
+    lose_first(&mut s, 2, PacketType::Reply);
+    reply(&mut s, 2);
+    let (i, m) = s.members[2];
+    s.net.nodes[i].leave_group(m, s.group).unwrap();
+    reply(&mut s, 3);
+    s.net.advance(Duration::from_millis(300));
+    let o = outcome(&mut s).expect("decided");
+    assert!(o.met && o.count == 4, "all four members replied: {o:?}");
+
+    let mut s = setup();
+    lose_first(&mut s, 1, PacketType::GroupAck);
+    send(&mut s, Reliable::KDeliver(4));
+    let (i, m) = s.members[1];
+    s.net.nodes[i].leave_group(m, s.group).unwrap();
+    s.net.advance(Duration::from_millis(300));
+    let o = outcome(&mut s).expect("decided");
+    assert!(o.met && o.count == 4, "four members have it: {o:?}");
+    assert!(matches!(s.net.take(i, m), Some(Completion::Receive(Ok(_)))), "and the one that left receives it");
+}
+
+/// A reliable Send's local member that works longer than T_t keeps the
+/// Send alive (as a remote one's ReplyPending does): it timed out.
+#[test]
+fn a_slow_local_member_keeps_a_reliable_send_alive() {
+    let mut net = Net::new(1);
+    let group = well_known_group(79);
+    let member = net.proc(0);
+    net.nodes[0].join_group(member, group).unwrap();
+    let sender = net.proc(0);
+    let now = net.now;
+    net.nodes[0].receive(now, member, None, 0).unwrap();
+    net.nodes[0].send_reliable(now, sender, group, msg(1), Reliable::KReply(1), SendOptions::default()).unwrap();
+    net.settle();
+    let _ = net.take_received(0, member);
+    net.advance(Duration::from_millis(2500));
+    assert!(net.take(0, sender).is_none(), "timed out while its local member worked");
+    let now = net.now;
+    net.nodes[0].reply(now, member, sender, msg(2), None).unwrap();
+    net.settle();
+    match net.take(0, sender) {
+        Some(Completion::Group(o)) => assert!(o.met && o.count == 1, "{o:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A copy acknowledged as delivered stays queued until its member takes
+/// it: it was withdrawn 2·T_t after the sender's last packet.
+#[test]
+fn a_delivered_copy_waits_for_a_busy_member() {
+    let mut net = Net::with(2, |c| c.alive_period = Some(PERIOD));
+    net.advance(Duration::from_millis(20));
+    let group = well_known_group(80);
+    let member = net.proc(0);
+    net.nodes[0].join_group(member, group).unwrap();
+    let sender = net.proc(1);
+    let now = net.now;
+    net.nodes[1].send_reliable(now, sender, group, msg(1), Reliable::AllDeliver, SendOptions::default()).unwrap();
+    net.settle();
+    match net.take(1, sender) {
+        Some(Completion::Group(o)) => assert!(o.met && o.count == 1, "{o:?}"),
+        other => panic!("{other:?}"),
+    }
+    net.advance(Duration::from_millis(5000));
+    let now = net.now;
+    net.nodes[0].receive(now, member, None, 0).unwrap();
+    net.settle();
+    assert!(matches!(net.take(0, member), Some(Completion::Receive(Ok(_)))), "the delivered message was withdrawn");
+}
+
+/// A host silent for T_t is given up even while another host keeps the
+/// Send alive: its copy expires 2·T_t after the last retransmission it
+/// heard, and a retransmission after that made a new copy — the member got
+/// the same (non-idempotent) message twice.
+#[test]
+fn a_host_silent_for_t_t_is_given_up_not_delivered_to_twice() {
+    let mut s = setup();
+    send(&mut s, Reliable::AllReply);
+    reply(&mut s, 0);
+    // Node 1 is cut off (all but I-Am-Here) after its member replies; its reply is lost.
+    let cut = std::rc::Rc::new(std::cell::Cell::new(true));
+    let c = cut.clone();
+    s.net.filter = Some(Box::new(move |from, to, bytes| {
+        let alive = vipc_wire::parse(bytes, None).is_ok_and(|p| p.header.ptype == PacketType::IAmHere);
+        usize::from(!(c.get() && !alive && (from == 1 || *to == Destination::Addr(addr(1)))))
+    }));
+    reply(&mut s, 1);
+    let (i, m) = s.members[1];
+    let now = s.net.now;
+    s.net.nodes[i].receive(now, m, None, 0).unwrap();
+    // Node 2's members work on (ReplyPending keeps the Send alive); node 1 is given up after T_t.
+    s.net.advance(Duration::from_millis(1200));
+    let o = outcome(&mut s).expect("node 1 silent for T_t: ALL fails");
+    assert!(!o.met, "{o:?}");
+    assert!(s.net.nodes[0].reliable_missing(s.sender).unwrap().contains(&2));
+    cut.set(false);
+    s.net.advance(Duration::from_millis(3000));
+    assert!(s.net.take(i, m).is_none(), "node 1's member got the message a second time");
+    assert_eq!(s.net.stats(1).group_deliveries, 1);
+}

@@ -19,6 +19,11 @@ use vipc_wire::Flags;
 /// Longest random delay before answering a newcomer.
 const NEWCOMER_REPLY_MAX: Duration = Duration::from_millis(10);
 
+/// A host announcing a longer period than ours is given that much longer
+/// before it is declared down, up to this many times our own period (a host
+/// announcing a huge one must not stay "alive" for days after it died).
+const ANNOUNCED_PERIOD_MAX_FACTOR: u32 = 10;
+
 /// A row of the alive-host table.
 #[derive(Clone, Debug)]
 pub(crate) struct AliveRow {
@@ -26,6 +31,8 @@ pub(crate) struct AliveRow {
     addr: SocketAddr,
     incarnation: u16,
     last_heard: Time,
+    /// The period it announces (its IAmHere bytes 0–3).
+    period: Duration,
 }
 
 /// The alive-host table: numbered rows and a change sequence number.
@@ -168,10 +175,13 @@ impl Engine {
             return;
         }
         let Some(period) = self.cfg.alive_period else { return };
-        let silence = period * self.cfg.alive_down_after.max(1);
+        let periods = self.cfg.alive_down_after.max(1);
+        // Silent for `alive_down_after` of its own periods, or of ours if
+        // shorter, or of ten of ours if longer.
+        let silence = |r: &AliveRow| r.period.clamp(period, period * ANNOUNCED_PERIOD_MAX_FACTOR) * periods;
         for i in 0..self.alive.rows.len() {
             let silent =
-                self.alive.rows.get(i).and_then(|r| r.as_ref()).is_some_and(|r| now.since(r.last_heard) >= silence);
+                self.alive.rows.get(i).and_then(|r| r.as_ref()).is_some_and(|r| now.since(r.last_heard) >= silence(r));
             if silent {
                 let row = self.alive.remove(i).expect("checked");
                 self.stats.hosts_down += 1;
@@ -245,11 +255,13 @@ impl Engine {
             return;
         }
         let mut answer = h.flags.has(Flags::HELLO);
+        let period = Duration::from_millis(u32::from_be_bytes(h.message[0..4].try_into().expect("4 bytes")).into());
         match self.alive.find(host) {
             Some(i) if self.alive.rows[i].as_ref().is_some_and(|r| r.incarnation == h.incarnation) => {
                 let row = self.alive.rows[i].as_mut().expect("found");
                 row.last_heard = now;
                 row.addr = from;
+                row.period = period;
             }
             found => {
                 // New, or restarted (another incarnation): its old life is down.
@@ -257,7 +269,8 @@ impl Engine {
                     self.stats.hosts_down += 1;
                     self.events.push_back(Event::HostDown(old.host));
                 }
-                self.alive.insert(AliveRow { host, addr: from, incarnation: h.incarnation, last_heard: now });
+                let row = AliveRow { host, addr: from, incarnation: h.incarnation, last_heard: now, period };
+                self.alive.insert(row);
                 self.stats.hosts_up += 1;
                 self.events.push_back(Event::HostUp { host, addr: from });
                 answer = true;
@@ -289,7 +302,9 @@ mod tests {
                     assert_eq!(t.remove(i).map(|r| r.host), Some(host));
                 }
                 Some(_) => {}
-                None => t.insert(AliveRow { host, addr, incarnation: 1, last_heard: Time::ZERO }),
+                None => {
+                    t.insert(AliveRow { host, addr, incarnation: 1, last_heard: Time::ZERO, period: Duration::ZERO })
+                }
             }
             let probe: HostId = rng.gen_range(1..200);
             let scanned = t.rows.iter().position(|r| r.as_ref().is_some_and(|r| r.host == probe));

@@ -522,15 +522,17 @@ impl Engine {
             self.stats.duplicates += 1;
             return;
         }
-        let host = h.src.host();
-        let open = self.streams_out.iter().filter(|((peer, _), s)| s.local == h.dst && peer.host() == host).count();
-        if open >= MAX_STREAMS_PER_HOST {
-            return self.malformed();
-        }
         let (offset, len) = (h.local_addr, h.total_len);
         let exchange = exchange_of(h);
         if let Err((reason, detail)) = self.check_client_segment(h.dst, h.src, exchange, false, offset, len) {
             return self.send_nack(from, h, reason, detail);
+        }
+        // Counted after the segment checks (as MoveToData's): only a mover
+        // the client's exchange names gets this far.
+        let host = h.src.host();
+        let open = self.streams_out.iter().filter(|((peer, _), s)| s.local == h.dst && peer.host() == host).count();
+        if open >= MAX_STREAMS_PER_HOST {
+            return self.malformed();
         }
         // The stream goes to the request's source: without a key, only the
         // address the exchange's Send went to may ask for it, or a host that

@@ -441,6 +441,35 @@ impl Engine {
         }
     }
 
+    /// The copies here of `sender`'s Send `seq` of incarnation `incarnation`,
+    /// with their members (those that left the group since included).
+    pub(super) fn copies_of(
+        &self,
+        sender: Pid,
+        incarnation: u16,
+        seq: u32,
+    ) -> impl Iterator<Item = (Pid, &GroupCopy)> + '_ {
+        self.groups
+            .copies
+            .iter()
+            .filter(move |((s, _), c)| *s == sender && c.is_of(incarnation, seq))
+            .map(|((_, m), c)| (*m, c))
+    }
+
+    /// `sender`'s group Send `seq` is still pending: its copies queued for
+    /// local members live on. Returns whether one of them still owes a reply.
+    pub(super) fn local_copies_heard(&mut self, now: Time, sender: Pid, seq: u32) -> bool {
+        let incarnation = self.incarnation;
+        let mut owed = false;
+        for ((s, _), c) in self.groups.copies.iter_mut() {
+            if *s == sender && c.addr.is_none() && c.is_of(incarnation, seq) {
+                c.last_heard = now;
+                owed |= matches!(c.state, CopyState::Queued | CopyState::Received);
+            }
+        }
+        owed
+    }
+
     /// Breath of life: members here still owe replies to `h`'s Send.
     pub(super) fn breath_of_life(&mut self, to: SocketAddr, h: &Header) {
         let mut p = self.header(PacketType::ReplyPending);
@@ -491,7 +520,11 @@ impl Engine {
             None
         };
         let members = self.group_members(h.dst);
-        if members.is_empty() {
+        // Members that left the group since they got their copies keep them:
+        // a retransmission still refreshes them and gets their replies again.
+        let departed: Vec<Pid> =
+            self.copies_of(h.src, h.incarnation, h.seq).map(|(m, _)| m).filter(|m| !members.contains(m)).collect();
+        if members.is_empty() && departed.is_empty() {
             return match reliable {
                 Some(r) => self.answer_reliable(from, h, r, 0, false),
                 None => self.stray(),
@@ -499,6 +532,10 @@ impl Engine {
         }
         let (mut pending, mut duplicate, mut refused) = (false, false, 0);
         let keyed = self.cfg.key.is_some();
+        for m in departed {
+            duplicate = true;
+            pending |= self.copy_heard_again(now, from, (h.src, m), reliable.is_none());
+        }
         let before_this_life = !h.flags.has(Flags::IDEMPOTENT) && began_before(h.remote_addr, now - self.started);
         let mut restart_refused = false;
         for m in members {
@@ -509,21 +546,8 @@ impl Engine {
                 .is_some_and(|c| c.is_of(h.incarnation, h.seq) && c.delivers_again());
             match self.groups.copies.get_mut(&(h.src, m)).filter(|_| !again) {
                 Some(c) if c.is_of(h.incarnation, h.seq) => {
-                    self.stats.duplicates += 1;
                     duplicate = true;
-                    c.last_heard = now;
-                    match &c.state {
-                        CopyState::Queued | CopyState::Received => pending = true,
-                        // (A copy of a local sender keeps no packet.)
-                        CopyState::Replied { packet: Some(p) } if reliable.is_none() => {
-                            if let Some(to) = c.addr.map(|recorded| resend_addr(keyed, recorded, from)) {
-                                let p = p.clone();
-                                self.stats.replies_resent += 1;
-                                self.emit_raw(Destination::Addr(to), PacketType::Reply, p);
-                            }
-                        }
-                        CopyState::Replied { .. } => {}
-                    }
+                    pending |= self.copy_heard_again(now, from, (h.src, m), reliable.is_none());
                 }
                 Some(c) if c.incarnation == h.incarnation && !state::seq_newer(h.seq, c.seq) => {
                     self.stats.duplicates += 1;
@@ -583,6 +607,30 @@ impl Engine {
             Some(r) => self.answer_reliable(from, h, r, refused, duplicate),
             None if pending => self.breath_of_life(from, h),
             None => {}
+        }
+    }
+
+    /// A retransmission from `from` reached copy `key`: it lives on, and the
+    /// reply made to it is sent again if `resend` (plain Sends; a reliable
+    /// one's replies are resent by `answer_reliable`). Returns whether the
+    /// member still owes its reply.
+    fn copy_heard_again(&mut self, now: Time, from: SocketAddr, key: (Pid, Pid), resend: bool) -> bool {
+        let keyed = self.cfg.key.is_some();
+        let Some(c) = self.groups.copies.get_mut(&key) else { return false };
+        self.stats.duplicates += 1;
+        c.last_heard = now;
+        match &c.state {
+            CopyState::Queued | CopyState::Received => true,
+            // (A copy of a local sender keeps no packet.)
+            CopyState::Replied { packet: Some(p) } if resend => {
+                if let Some(to) = c.addr.map(|recorded| resend_addr(keyed, recorded, from)) {
+                    let p = p.clone();
+                    self.stats.replies_resent += 1;
+                    self.emit_raw(Destination::Addr(to), PacketType::Reply, p);
+                }
+                false
+            }
+            CopyState::Replied { .. } => false,
         }
     }
 
@@ -675,13 +723,7 @@ impl Engine {
         };
         let mut h = super::primitives::reply_header(self.incarnation, (to, seq), from, segment_size, offset, msg);
         if reliable {
-            let copies: Vec<&GroupCopy> = self
-                .groups
-                .copies
-                .iter()
-                .filter(|((s, _), c)| *s == to && c.is_of(incarnation, seq))
-                .map(|(_, c)| c)
-                .collect();
+            let copies: Vec<&GroupCopy> = self.copies_of(to, incarnation, seq).map(|(_, c)| c).collect();
             if copies.iter().all(|c| c.replied()) {
                 let short = copies.iter().any(|c| c.short);
                 h.flags = Flags(0).with(Flags::GROUP_ACK, true).with(Flags::NACK, short);
@@ -791,7 +833,10 @@ impl Engine {
         if c.timer_at != Some(at) {
             return;
         }
-        let expiry = c.last_heard + lifetime;
+        // A reliable Send's copy was acknowledged as delivered: it stays
+        // queued until its member takes it (the table's size bounds them).
+        let kept = c.reliable && c.state == CopyState::Queued;
+        let expiry = if kept { now + lifetime } else { c.last_heard + lifetime };
         if now >= expiry {
             let c = self.groups.copies.remove(&key).expect("present");
             self.buffered -= c.appended.len();

@@ -57,7 +57,7 @@ impl Engine {
             PacketType::MoveToData | PacketType::MoveFromData => self.on_data(now, from, &h, pkt.data),
             PacketType::MoveToAck | PacketType::MoveFromAck => self.on_ack(now, &h),
             PacketType::MoveFromRequest => self.on_move_from_request(now, from, &h),
-            PacketType::GroupAck => self.on_group_ack(&h),
+            PacketType::GroupAck => self.on_group_ack(now, &h),
             PacketType::MemWrite
             | PacketType::MemRead
             | PacketType::MemCas
@@ -213,7 +213,7 @@ impl Engine {
                 // A reply to a group Send (a later one, or a duplicate).
                 self.collect_reply(now, h.dst, h.seq, h.src, h.message, (h.remote_addr, data));
                 if h.flags.has(Flags::GROUP_ACK) {
-                    self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
+                    self.reliable_ack(now, h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
                 }
                 return;
             }
@@ -248,6 +248,7 @@ impl Engine {
         ex.timer_at = Some(retransmit);
         self.arm(retransmit, TimerKey::Exchange(h.dst));
         self.heard_receiver(h.dst, h.seq, h.src, h.incarnation);
+        self.reliable_heard(now, h.dst, h.seq, h.src.host());
     }
 
     fn on_nack(&mut self, h: &Header) {

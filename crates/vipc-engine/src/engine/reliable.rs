@@ -8,9 +8,12 @@
 //! no members, a NACK when it lacked the resources for some. Retransmissions
 //! go, every T_r, only to the hosts that have not acknowledged; a host whose
 //! members still owe replies answers them with ReplyPending (breath of life),
-//! one whose members replied resends the replies. "All members" means the
-//! members on the hosts alive when the Send began. Nothing is ordered or
-//! atomic, and hosts are assumed to fail by stopping.
+//! one whose members replied resends the replies. A host not heard from
+//! (acknowledgement or ReplyPending) for T_t is given up: nothing more is
+//! sent to it, since its copies may have expired and a copy made again
+//! would deliver the message twice. "All members" means the members on the
+//! hosts alive when the Send began. Nothing is ordered or atomic, and hosts
+//! are assumed to fail by stopping.
 
 use super::group::{CopyState, GroupCopy};
 use super::*;
@@ -90,6 +93,11 @@ pub(crate) struct ReliableSend {
     local_host: HostId,
     local_members: u32,
     snapshot: Vec<(HostId, SocketAddr)>,
+    /// When each snapshot host was last heard from about this Send (its
+    /// acknowledgements and ReplyPendings; the Send's start at first).
+    heard: HashMap<HostId, Time>,
+    /// Snapshot hosts given up: silent for T_t before their part was complete.
+    silent: HashSet<HostId>,
     /// Hosts that acknowledged, with their member counts.
     acked: HashMap<HostId, u32>,
     /// Replies counted, by the replier's host (the local host and snapshot hosts only).
@@ -101,8 +109,9 @@ pub(crate) struct ReliableSend {
 }
 
 impl ReliableSend {
+    /// Every snapshot host acknowledged or was given up.
     fn all_acked(&self) -> bool {
-        self.snapshot.iter().all(|(h, _)| self.acked.contains_key(h))
+        self.snapshot.iter().all(|(h, _)| self.acked.contains_key(h) || self.silent.contains(h))
     }
 
     fn replies_from(&self, host: HostId) -> u32 {
@@ -114,7 +123,10 @@ impl ReliableSend {
     /// that extra replies from one host never cover for another's).
     fn all_replied(&self) -> bool {
         self.replies_from(self.local_host) >= self.local_members
-            && self.snapshot.iter().all(|(h, _)| self.acked.get(h).is_some_and(|n| self.replies_from(*h) >= *n))
+            && self
+                .snapshot
+                .iter()
+                .all(|(h, _)| self.silent.contains(h) || self.acked.get(h).is_some_and(|n| self.replies_from(*h) >= *n))
     }
 
     /// Counts a distinct reply from a process on `host`; replies from hosts
@@ -136,10 +148,19 @@ impl ReliableSend {
             Reliable::KReply(k) | Reliable::KDeliver(k) if self.count >= k => Some(true),
             Reliable::KReply(_) if all && self.all_replied() => Some(false),
             Reliable::KDeliver(_) if all => Some(false),
-            Reliable::AllReply | Reliable::AllDeliver if self.nacked => Some(false),
+            Reliable::AllReply | Reliable::AllDeliver if self.nacked || !self.silent.is_empty() => Some(false),
             Reliable::AllReply if all && self.all_replied() => Some(true),
             Reliable::AllDeliver if all => Some(true),
             _ => None,
+        }
+    }
+
+    /// Whether snapshot host `host`'s part is not complete: it did not
+    /// acknowledge or, in the REPLY modes, fewer of its members replied.
+    fn incomplete(&self, host: HostId) -> bool {
+        match self.acked.get(&host) {
+            None => true,
+            Some(&n) => self.mode.wants_replies() && self.replies_from(host) < n,
         }
     }
 
@@ -210,13 +231,16 @@ impl Engine {
             }
         }
         let seq = self.fresh_seq();
-        let snapshot = self.alive_hosts().rows.iter().flatten().map(|r| (r.host, r.addr)).collect();
+        let snapshot: Vec<(HostId, SocketAddr)> =
+            self.alive_hosts().rows.iter().flatten().map(|r| (r.host, r.addr)).collect();
         let mut state = ReliableSend {
             mode,
             msg,
             local_host: from.host(),
             local_members: 0,
             replies: HashMap::default(),
+            heard: snapshot.iter().map(|(h, _)| (*h, now)).collect(),
+            silent: HashSet::default(),
             snapshot,
             acked: HashMap::default(),
             receivers: 0,
@@ -290,17 +314,45 @@ impl Engine {
         if first {
             return Some((code, Vec::new()));
         }
-        let missing = |host: HostId| match r.acked.get(&host) {
-            None => true,
-            Some(&n) => r.mode.wants_replies() && r.replies_from(host) < n,
-        };
-        let pending = r.snapshot.iter().filter(|(h, _)| missing(*h)).map(|(_, a)| *a).collect();
+        let pending =
+            r.snapshot.iter().filter(|(h, _)| r.incomplete(*h) && !r.silent.contains(h)).map(|(_, a)| *a).collect();
         Some((code, pending))
+    }
+
+    /// `host` answered `sender`'s reliable Send `seq` (an acknowledgement or
+    /// a ReplyPending): it holds its copies, and is retransmitted to for T_t more.
+    pub(super) fn reliable_heard(&mut self, now: Time, sender: Pid, seq: u32, host: HostId) {
+        let r = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq).and_then(|c| c.reliable.as_mut());
+        if let Some(t) = r.and_then(|r| r.heard.get_mut(&host)) {
+            *t = (*t).max(now);
+        }
+    }
+
+    /// Before a retransmission of `sender`'s reliable Send: the hosts whose
+    /// part is not complete and that were not heard from for T_t are given
+    /// up (their copies live 2·T_t after the last retransmission they
+    /// heard). Returns whether that decided the Send.
+    pub(super) fn give_up_silent_hosts(&mut self, now: Time, sender: Pid) -> bool {
+        let timeout = self.cfg.timeout;
+        let Some(r) = self.groups.collected.get_mut(&sender).and_then(|c| c.reliable.as_mut()) else { return false };
+        let silent: Vec<HostId> = r
+            .snapshot
+            .iter()
+            .map(|(h, _)| *h)
+            .filter(|h| r.incomplete(*h) && !r.silent.contains(h))
+            .filter(|h| r.heard.get(h).is_some_and(|t| now.since(*t) >= timeout))
+            .collect();
+        if silent.is_empty() {
+            return false;
+        }
+        r.silent.extend(silent);
+        self.decide_reliable(sender)
     }
 
     /// A host's acknowledgement of `sender`'s reliable Send `seq`: `count`
     /// members there got it (replied, for the REPLY modes).
-    pub(super) fn reliable_ack(&mut self, sender: Pid, seq: u32, host: HostId, count: u32, nack: bool) {
+    pub(super) fn reliable_ack(&mut self, now: Time, sender: Pid, seq: u32, host: HostId, count: u32, nack: bool) {
+        self.reliable_heard(now, sender, seq, host);
         let Some(r) = self.groups.collected.get_mut(&sender).filter(|c| c.seq == seq).and_then(|c| c.reliable.as_mut())
         else {
             return self.stray();
@@ -330,28 +382,22 @@ impl Engine {
     }
 
     /// A GroupAck packet.
-    pub(super) fn on_group_ack(&mut self, h: &Header) {
-        self.reliable_ack(h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
+    pub(super) fn on_group_ack(&mut self, now: Time, h: &Header) {
+        self.reliable_ack(now, h.dst, h.seq, h.src.host(), h.local_addr, h.flags.has(Flags::NACK));
     }
 
     /// The receiving node's answer to a reliable group Send: ACK 0 without
-    /// members; for DELIVER an ACK with the deliveries (a NACK if some could
-    /// not be made); for REPLY a NACK at once if resources lacked, else
+    /// copies of it; for DELIVER an ACK with the deliveries (a NACK if some
+    /// could not be made); for REPLY a NACK at once if resources lacked, else
     /// nothing — the ACK rides on the last reply — and, to a retransmission,
     /// the replies made so far again and a ReplyPending if some are owed.
+    /// The copies counted are all of this Send's here, members that left
+    /// since included: their replies and deliveries were made.
     pub(super) fn answer_reliable(&mut self, from: SocketAddr, h: &Header, mode: Reliable, refused: u32, again: bool) {
-        let members = self.group_members(h.dst);
-        let copies: Vec<&GroupCopy> = members
-            .iter()
-            .filter_map(|m| self.groups.copies.get(&(h.src, *m)))
-            .filter(|c| c.is_of(h.incarnation, h.seq))
-            .collect();
+        let copies: Vec<&GroupCopy> = self.copies_of(h.src, h.incarnation, h.seq).map(|(_, c)| c).collect();
         let delivered = copies.len() as u32;
-        if !mode.wants_replies() || refused > 0 || members.is_empty() {
+        if !mode.wants_replies() || copies.is_empty() {
             return self.send_group_ack(from, h, delivered, refused > 0);
-        }
-        if !again {
-            return;
         }
         let keyed = self.cfg.key.is_some();
         let resend: Vec<(SocketAddr, Vec<u8>)> = copies
@@ -359,6 +405,14 @@ impl Engine {
             .filter_map(|c| Some((resend_addr(keyed, c.sender_addr()?, from), c.reply_packet()?.clone())))
             .collect();
         let owed = copies.iter().any(|c| !matches!(c.state, CopyState::Replied { .. }));
+        if refused > 0 {
+            // The members that did get a copy still reply: their replies and
+            // ReplyPendings below keep counting toward K.
+            self.send_group_ack(from, h, delivered, true);
+        }
+        if !again {
+            return;
+        }
         for (to, p) in resend {
             self.stats.replies_resent += 1;
             self.emit_raw(Destination::Addr(to), PacketType::Reply, p);

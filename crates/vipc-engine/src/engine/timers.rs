@@ -42,10 +42,21 @@ impl Engine {
 
     fn exchange_timer(&mut self, now: Time, pid: Pid, at: Time) {
         let Some(ex) = self.exchanges.get_mut(&pid) else { return };
-        let ExchangeState::Remote { next_retransmit, deadline, .. } = &mut ex.state else { return };
+        let ExchangeState::Remote { seq, .. } = &ex.state else { return };
         if ex.timer_at != Some(at) {
             return;
         }
+        if ex.to.is_group() {
+            // Its local members are this node's own: while one still holds
+            // the message, the Send lives (as a remote one's ReplyPending
+            // would keep it), and so do their copies.
+            let seq = *seq;
+            if self.local_copies_heard(now, pid, seq) {
+                self.keep_alive(now, pid);
+            }
+        }
+        let Some(ex) = self.exchanges.get_mut(&pid) else { return };
+        let ExchangeState::Remote { next_retransmit, deadline, .. } = &mut ex.state else { return };
         if now >= *deadline {
             let ex = self.exchanges.remove(&pid).expect("present");
             self.stats.timeouts += 1;
@@ -63,9 +74,17 @@ impl Engine {
         let next = (*next_retransmit).min(*deadline);
         ex.timer_at = Some(next);
         self.arm(next, TimerKey::Exchange(pid));
-        if resend {
+        if resend && !self.give_up_silent_hosts(now, pid) {
             self.stats.retransmissions += 1;
             self.transmit_send(now, pid, true);
+        }
+    }
+
+    /// Pushes `pid`'s exchange deadline to T_t from `now` (never earlier).
+    fn keep_alive(&mut self, now: Time, pid: Pid) {
+        let until = now + self.cfg.timeout;
+        if let Some(ExchangeState::Remote { deadline, .. }) = self.exchanges.get_mut(&pid).map(|ex| &mut ex.state) {
+            *deadline = (*deadline).max(until);
         }
     }
 
