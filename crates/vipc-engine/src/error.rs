@@ -95,6 +95,10 @@ pub enum Error {
     /// K of a K_REPLY or K_DELIVER Send must be 1 to 2^24 − 1.
     #[error("K must be 1 to 16777215, not {0}")]
     BadK(u32),
+    /// A reliable group Send on a node without the alive-host service: it
+    /// would know no host but its own, and "all members" would mean the local ones.
+    #[error("reliable group sends need the alive-host service (alive_period is off)")]
+    NoAliveService,
     /// GetReply without a group Send to collect replies of.
     #[error("the caller's last Send was not to a group")]
     NoGroupSend,

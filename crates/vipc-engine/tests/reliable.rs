@@ -387,6 +387,12 @@ fn misuse_is_a_typed_error() {
     let bytes = vipc_wire::to_vec(&h, &[], None);
     s.net.nodes[1].handle_datagram(now, addr(2), &bytes);
     assert_eq!(s.net.stats(1).malformed, 1);
+    // Without the alive-host service a node knows no other host: "all members" would be its own.
+    let mut net = Net::new(1);
+    let (sender, member) = (net.proc(0), net.proc(0));
+    net.nodes[0].join_group(member, group).unwrap();
+    let e = net.nodes[0].send_reliable(now, sender, group, msg(1), Reliable::AllReply, SendOptions::default());
+    assert_eq!(e, Err(Error::NoAliveService));
 }
 
 #[test]

@@ -230,6 +230,9 @@ impl Engine {
                 return Err(Error::BadK(k));
             }
         }
+        if self.cfg.alive_period.is_none() {
+            return Err(Error::NoAliveService);
+        }
         let seq = self.fresh_seq();
         let snapshot: Vec<(HostId, SocketAddr)> =
             self.alive_hosts().rows.iter().flatten().map(|r| (r.host, r.addr)).collect();
