@@ -1,12 +1,13 @@
 //! The names this mount changed lately, each with the epoch of its last change: a directory listing read at
 //! some epoch is out of date for exactly these names, whether or not the kernel holds a node for them.
 //!
-//! The log keeps the latest [`KEPT`] changes. What falls off raises a floor: a listing older than the floor
-//! may miss a change the log no longer names, so every one of its names counts as changed.
+//! The log keeps the [`KEPT`] names changed last, each once (a file written again and again is one name).
+//! What falls off raises a floor: a listing older than the floor may miss a change the log no longer names,
+//! so every one of its names counts as changed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 
-/// Most changes remembered by name.
+/// Most names remembered.
 pub(crate) const KEPT: usize = 4096;
 
 /// Changed names and when.
@@ -14,8 +15,8 @@ pub(crate) const KEPT: usize = 4096;
 pub(crate) struct ChangeLog {
     /// Each name's latest change.
     by_path: HashMap<String, u64>,
-    /// Changes in the order they were made (a name changed twice is here twice).
-    order: VecDeque<(u64, String)>,
+    /// The same, oldest first.
+    order: BTreeSet<(u64, String)>,
     /// The latest epoch forgotten: what began before it cannot be told from the log.
     floor: u64,
 }
@@ -23,13 +24,13 @@ pub(crate) struct ChangeLog {
 impl ChangeLog {
     /// `path` changed at `epoch` (epochs only grow).
     pub fn record(&mut self, path: &str, epoch: u64) {
-        self.by_path.insert(path.to_string(), epoch);
-        self.order.push_back((epoch, path.to_string()));
+        if let Some(old) = self.by_path.insert(path.to_string(), epoch) {
+            self.order.remove(&(old, path.to_string()));
+        }
+        self.order.insert((epoch, path.to_string()));
         while self.order.len() > KEPT {
-            let (old, p) = self.order.pop_front().expect("longer than KEPT");
-            if self.by_path.get(&p) == Some(&old) {
-                self.by_path.remove(&p);
-            }
+            let (old, p) = self.order.pop_first().expect("longer than KEPT");
+            self.by_path.remove(&p);
             self.floor = self.floor.max(old);
         }
     }
@@ -59,15 +60,21 @@ mod tests {
     fn what_falls_off_the_log_makes_every_older_listing_out_of_date() {
         let mut log = ChangeLog::default();
         log.record("first", 1);
-        for e in 2..=KEPT as u64 + 1 {
+        // A name changed many times is one entry: nothing falls off.
+        for e in 2..=3 * KEPT as u64 {
             log.record("busy", e);
         }
+        assert_eq!((log.order.len(), log.by_path.len(), log.floor), (2, 2, 0));
+        assert!(!log.changed_since("other", 0));
+        let last = 3 * KEPT as u64;
+        for (i, e) in (last + 1..=last + KEPT as u64).enumerate() {
+            log.record(&format!("n{i}"), e);
+        }
         assert_eq!(log.order.len(), KEPT);
-        assert!(!log.by_path.contains_key("first"), "forgotten");
+        assert!(!log.by_path.contains_key("first") && !log.by_path.contains_key("busy"), "forgotten");
         assert!(log.changed_since("first", 0), "so anything begun before it is out of date");
-        assert!(log.changed_since("other", 0));
-        assert!(!log.changed_since("other", 1), "begun after what was forgotten");
-        assert!(log.changed_since("busy", 1) && !log.changed_since("busy", KEPT as u64 + 1));
-        assert_eq!(log.by_path.len(), 1, "a name changed many times is one entry");
+        assert!(log.changed_since("other", last - 1));
+        assert!(!log.changed_since("other", last), "begun after what was forgotten");
+        assert!(log.changed_since("n5", last) && !log.changed_since("n5", last + KEPT as u64));
     }
 }

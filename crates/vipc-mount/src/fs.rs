@@ -28,11 +28,22 @@ use vipc_fs::{Attr, FileKind, FsClient, Handle, SetAttr};
 const PASSED_FLAGS: i32 =
     libc::O_ACCMODE | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_SYNC | libc::O_DSYNC;
 
+/// How many times a lookup that raced a change of its name through the mount is asked again.
+const LOOKUP_RETRIES: u32 = 3;
+
 /// A directory opened through the mount: its listing, read once at the open, and the epoch it was asked
 /// for in (its entries for names changed since are looked up again).
 struct OpenDir {
     listing: Arc<Listing>,
     since: u64,
+}
+
+/// What [`VipcFs::change_ends`] tells of a change.
+struct Ended {
+    /// The epoch from which answers are up to date again.
+    epoch: u64,
+    /// No other change to the same nodes overlapped it: its own answer describes them.
+    alone: bool,
 }
 
 /// A file opened through the mount.
@@ -134,21 +145,33 @@ impl VipcFs {
     }
 
     /// A change to nodes `inos` and names `paths` is about to be sent: nothing cached of them is used from
-    /// now on (see [`InodeTable::changing`]). Returns the change's epoch.
+    /// now on (see [`InodeTable::changing`]), small files' heads included. Returns the change's epoch.
     fn change_begins(&self, inos: &[u64], paths: &[&str]) -> u64 {
-        lock(&self.table).changing(inos, paths)
+        let began = lock(&self.table).changing(inos, paths);
+        for &ino in inos {
+            self.heads.changed(ino);
+        }
+        began
     }
 
-    /// The change begun with [`VipcFs::change_begins`] has been answered: `update` brings the table in line
-    /// with it, then answers that began while it was under way are refused too, as are listings read
-    /// ahead. Returns the epoch from which answers are up to date again.
-    fn change_ends(&self, inos: &[u64], paths: &[&str], update: impl FnOnce(&mut InodeTable)) -> u64 {
+    /// The change begun at epoch `began` has been answered: `update` brings the table in line with it, then
+    /// the nodes and names are stamped again, so that what was asked for while the change was under way is
+    /// refused too, and whatever such answers left (attributes, heads, listings read ahead) is dropped.
+    fn change_ends(&self, began: u64, inos: &[u64], paths: &[&str], update: impl FnOnce(&mut InodeTable)) -> Ended {
         let mut t = lock(&self.table);
+        let alone = inos.iter().all(|&i| !t.changed_since(i, began));
+        // The nodes the names stood for (an unlinked or replaced one loses its name in `update`).
+        let named: Vec<u64> = paths.iter().filter_map(|p| t.ino_of(p)).collect();
         update(&mut t);
-        let epoch = t.changing(inos, paths);
-        drop(t);
+        let touched: Vec<u64> = inos.iter().copied().chain(named).collect();
+        let epoch = t.changing(&touched, paths);
+        // Under the table's lock: an opendir that reads the new epoch finds no listing from before.
         self.ahead.changed();
-        epoch
+        drop(t);
+        for ino in touched {
+            self.heads.changed(ino);
+        }
+        Ended { epoch, alone }
     }
 
     /// Fresh attributes of `ino`, with how long the kernel may keep them:
@@ -280,10 +303,15 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        let since = self.epoch();
-        match self.client.lookup(&path) {
-            Ok(attr) => self.entry(&path, &attr, since, reply),
-            Err(e) => reply.error(errno(&e)),
+        // The kernel revalidates a name without the directory's lock: an answer that raced this mount's
+        // own change of the name (a rename over it) is asked for again, a few times.
+        for retry in 0.. {
+            let since = self.epoch();
+            match self.client.lookup(&path) {
+                Ok(_) if retry < LOOKUP_RETRIES && lock(&self.table).name_changed_since(&path, since) => continue,
+                Ok(attr) => return self.entry(&path, &attr, since, reply),
+                Err(e) => return reply.error(errno(&e)),
+            }
         }
     }
 
@@ -362,16 +390,12 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let began = self.change_begins(&[ino.0], &[]);
-        if size.is_some() {
-            self.heads.changed(ino.0);
-        }
         let r = self.client.setattr(&path, handle, &set);
         // The answer is the file after this change, unless another one overlapped it.
-        let mut alone = false;
-        let done = self.change_ends(&[ino.0], &[], |t| alone = !t.changed_since(ino.0, began));
+        let ended = self.change_ends(began, &[ino.0], &[], |_| {});
         match r {
             Ok(attr) => {
-                let kept = alone && lock(&self.table).set_attr(ino.0, &attr, Instant::now(), done);
+                let kept = ended.alone && lock(&self.table).set_attr(ino.0, &attr, Instant::now(), ended.epoch);
                 reply.attr(&self.attr_ttl(kept), &file_attr(ino.0, &attr));
             }
             Err(e) => reply.error(errno(&e)),
@@ -399,9 +423,9 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.open(&path, flags, mode & !umask & 0o7777);
-        let done = self.change_ends(&[parent.0], &[&path], |_| {});
+        let done = self.change_ends(began, &[parent.0], &[&path], |_| {}).epoch;
         match r {
             Ok((h, attr)) => {
                 let _ = self.client.close(h);
@@ -416,9 +440,9 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.mkdir(&path, mode & !umask & 0o7777);
-        let done = self.change_ends(&[parent.0], &[&path], |_| {});
+        let done = self.change_ends(began, &[parent.0], &[&path], |_| {}).epoch;
         match r {
             Ok(attr) => self.entry(&path, &attr, done, reply),
             Err(e) => reply.error(errno(&e)),
@@ -430,9 +454,9 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.unlink(&path);
-        self.change_ends(&[parent.0], &[&path], |t| {
+        self.change_ends(began, &[parent.0], &[&path], |t| {
             if r.is_ok() {
                 t.detach(&path);
             }
@@ -448,9 +472,9 @@ impl Filesystem for VipcFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.rmdir(&path);
-        self.change_ends(&[parent.0], &[&path], |t| {
+        self.change_ends(began, &[parent.0], &[&path], |t| {
             if r.is_ok() {
                 t.detach(&path);
             }
@@ -467,9 +491,9 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let Some(target) = target.to_str() else { return reply.error(Errno::EINVAL) };
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.symlink(target, &path);
-        let done = self.change_ends(&[parent.0], &[&path], |_| {});
+        let done = self.change_ends(began, &[parent.0], &[&path], |_| {}).epoch;
         match r {
             Ok(attr) => self.entry(&path, &attr, done, reply),
             Err(e) => reply.error(errno(&e)),
@@ -491,9 +515,9 @@ impl Filesystem for VipcFs {
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
         let (dirs, names) = ([parent.0, newparent.0], [from.as_str(), to.as_str()]);
-        self.change_begins(&dirs, &names);
+        let began = self.change_begins(&dirs, &names);
         let r = self.client.rename(&from, &to, flags.bits());
-        self.change_ends(&dirs, &names, |t| match r {
+        self.change_ends(began, &dirs, &names, |t| match r {
             Ok(()) if flags.contains(RenameFlags::RENAME_EXCHANGE) => t.exchange(&from, &to),
             Ok(()) => t.rename(&from, &to),
             Err(_) => {}
@@ -516,18 +540,20 @@ impl Filesystem for VipcFs {
         };
         let raw = flags.0 & PASSED_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
         let truncates = raw & libc::O_TRUNC != 0;
-        let since = if truncates {
-            let began = self.change_begins(&[ino.0], &[]);
-            self.heads.changed(ino.0);
-            began
-        } else {
-            self.epoch()
-        };
+        let began = if truncates { self.change_begins(&[ino.0], &[]) } else { self.epoch() };
         let want = self.head_wanted(ino.0, raw);
         let r = self.client.open_with_head(&path, raw, 0, want);
-        if truncates {
-            self.change_ends(&[ino.0], &[], |_| {});
-        }
+        // A truncating open is a change: its answer is the file after it, unless another change overlapped.
+        let since = if truncates {
+            let ended = self.change_ends(began, &[ino.0], &[], |_| {});
+            if ended.alone {
+                ended.epoch
+            } else {
+                began
+            }
+        } else {
+            began
+        };
         match r {
             Ok((h, attr, head)) => {
                 let (fh, fl) = self.register_open(ino.0, h, &attr, since, (want > 0).then_some(head));
@@ -578,10 +604,9 @@ impl Filesystem for VipcFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        self.change_begins(&[f.ino], &[]);
-        self.heads.changed(f.ino);
+        let began = self.change_begins(&[f.ino], &[]);
         let r = self.client.write(f.handle, offset, data);
-        self.change_ends(&[f.ino], &[], |_| {});
+        self.change_ends(began, &[f.ino], &[], |_| {});
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
@@ -693,6 +718,7 @@ impl Filesystem for VipcFs {
         // The attributes are as old as the listing: the kernel may keep them for what is left of the TTL.
         let listing_ttl = self.opts.attr_ttl.saturating_sub(listing.at.elapsed());
         let total = entries.len() as u64 + 2;
+        let mut added = false;
         for i in offset..total {
             let full = match i {
                 0 => reply.add(ino, 1, ".", &listing_ttl, &convert::dir_attr(ino.0), Generation(0)),
@@ -708,6 +734,8 @@ impl Filesystem for VipcFs {
                         match self.client.lookup(&path) {
                             Ok(a) => (a, at, since),
                             Err(err) if errno(&err) == Errno::ENOENT => continue,
+                            // The entries given so far go (the kernel holds them now); the next call asks again.
+                            Err(_) if added => break,
                             Err(err) => return reply.error(errno(&err)),
                         }
                     };
@@ -723,6 +751,7 @@ impl Filesystem for VipcFs {
                     if full {
                         t.forget(child, 1);
                     }
+                    added |= !full;
                     full
                 }
             };
@@ -842,9 +871,9 @@ impl Filesystem for VipcFs {
             Err(e) => return reply.error(e),
         };
         let raw = (flags & PASSED_FLAGS) | libc::O_CREAT;
-        self.change_begins(&[parent.0], &[&path]);
+        let began = self.change_begins(&[parent.0], &[&path]);
         let r = self.client.open(&path, raw, mode & !umask & 0o7777);
-        let done = self.change_ends(&[parent.0], &[&path], |_| {});
+        let done = self.change_ends(began, &[parent.0], &[&path], |_| {}).epoch;
         match r {
             Ok((h, attr)) => {
                 let ino = lock(&self.table).remember(&path, &attr, Instant::now(), done).0;

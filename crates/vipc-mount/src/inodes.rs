@@ -152,6 +152,12 @@ impl InodeTable {
                 }
                 return (ino, kept);
             }
+            if n.changed_at > since {
+                // An answer from before this mount put another file at `path` (a rename over it): stale,
+                // it takes the name from nobody; the kernel gets the present node, its attributes unkept.
+                n.lookups += 1;
+                return (ino, false);
+            }
             self.detach(path);
         }
         let ino = self.next;

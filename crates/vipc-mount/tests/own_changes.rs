@@ -12,6 +12,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vipc_mount::MountOptions;
 
+/// The link count of `file` asked of the mount itself (a plain `fstat` may be
+/// answered from the kernel's cache of the attributes).
+fn links_asked(file: &File) -> rustix::io::Result<u32> {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
+    statx(rustix::fs::CWD, path, AtFlags::STATX_FORCE_SYNC, StatxFlags::BASIC_STATS).map(|s| s.stx_nlink)
+}
+
 fn long_ttl() -> MountOptions {
     let long = Duration::from_secs(60);
     MountOptions { attr_ttl: long, entry_ttl: long, ..MountOptions::default() }
@@ -144,4 +152,107 @@ fn an_open_racing_a_write_never_reads_the_old_bytes() {
         reader.join().unwrap()
     });
     assert!(stale.is_empty(), "reads older than a write that had returned: {stale:?}");
+}
+
+/// `fstat` of an open file while another thread unlinks its name: once the
+/// unlink has returned, the link count is 0 (an fstat answered during the
+/// unlink was kept with the count 1).
+#[test]
+fn an_fstat_racing_an_unlink_never_keeps_the_old_link_count() {
+    require_fuse!();
+    let s = Served::start(long_ttl());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut stale = Vec::new();
+    let mut i = 0;
+    while Instant::now() < deadline && stale.len() < 3 {
+        i += 1;
+        let path = s.root().join(format!("f{i}"));
+        fs::write(&path, b"abc").unwrap();
+        let f = File::open(&path).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    // (One racing the unlink may find the name gone: ENOENT.)
+                    let _ = links_asked(&f);
+                }
+            });
+            std::thread::sleep(Duration::from_micros(200));
+            fs::remove_file(&path).unwrap();
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (n, asked) = (f.metadata().unwrap().nlink(), links_asked(&f).unwrap());
+        if (n, asked) != (0, 0) {
+            stale.push(format!("unlink {i}: fstat after it returned says {n} links ({asked} asked of the mount)"));
+        }
+    }
+    eprintln!("{i} unlinks raced by fstat");
+    assert!(stale.is_empty(), "{stale:?}");
+}
+
+/// A directory listing held open while this mount writes to 2,100 other
+/// names costs the server nothing more to read (its names are not among
+/// them): the log of changed names keeps each name once, so busy writes
+/// elsewhere do not make every entry look changed (they made it look each of
+/// the 3,000 up again).
+#[test]
+fn writes_elsewhere_do_not_make_a_held_listing_ask_again() {
+    require_fuse!();
+    let s = Served::start(long_ttl());
+    fs::create_dir(s.export_dir().join("big")).unwrap();
+    for i in 0..3000 {
+        fs::write(s.export_dir().join(format!("big/e{i:04}")), b"x").unwrap();
+    }
+    fs::create_dir(s.root().join("other")).unwrap();
+    let log = File::create(s.root().join("other/log")).unwrap();
+    let held = fs::read_dir(s.root().join("big")).unwrap();
+    for k in 0..2100 {
+        log.write_all_at(b"x", k).unwrap();
+    }
+    let before = s.client_node.stats().ipc_packets();
+    let sizes: u64 = held.map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    let used = s.client_node.stats().ipc_packets() - before;
+    assert_eq!(sizes, 3000, "3,000 entries of 1 byte");
+    assert!(used < 100, "{used} packets to read a listing held in memory (a lookup per entry: 6,000)");
+}
+
+/// Renames of a new file over `a`, while other threads stat `a`: the
+/// renamed file's descriptor keeps working (a lookup of `a` answered with
+/// the old file just before the rename took the name from the renamed
+/// file's node, and `ftruncate` through its descriptor failed with ENOENT).
+#[test]
+fn a_lookup_racing_a_rename_over_the_name_leaves_the_renamed_file_its_name() {
+    require_fuse!();
+    let s = Served::start(MountOptions {
+        attr_ttl: Duration::from_secs(60),
+        entry_ttl: Duration::ZERO,
+        ..MountOptions::default()
+    });
+    let (a, b) = (s.root().join("a"), s.root().join("b"));
+    fs::write(&a, b"0").unwrap();
+    let stop = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut broken = Vec::new();
+    let mut i = 0u64;
+    std::thread::scope(|sc| {
+        for _ in 0..2 {
+            sc.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = fs::symlink_metadata(&a);
+                }
+            });
+        }
+        while Instant::now() < deadline && broken.len() < 3 {
+            i += 1;
+            let f = File::create(&b).unwrap();
+            f.write_all_at(i.to_string().as_bytes(), 0).unwrap();
+            fs::rename(&b, &a).unwrap();
+            if let Err(e) = f.set_len(1) {
+                broken.push(format!("rename {i}: ftruncate of the renamed file: {e}"));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    eprintln!("{i} renames raced by lookups");
+    assert!(broken.is_empty(), "{broken:?}");
 }
