@@ -100,6 +100,23 @@ pub enum ExecError {
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, ExecError>;
 
+/// Every parser of bytes another host wrote, on `data`, for the fuzz target
+/// `exec`: the team server's Exec argument vector (its segment) and the
+/// fields of the 32-byte messages (requests, Output, replies). Each returns
+/// a value or an error, never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    if let Ok(args) = server::argv(data) {
+        assert!(!args.is_empty() && !args[0].is_empty());
+    }
+    let mut m = [0u8; 32];
+    let n = data.len().min(32);
+    m[..n].copy_from_slice(&data[..n]);
+    for at in [4, 8, 12] {
+        let _ = le32(&m, at);
+    }
+}
+
 fn le32(m: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]])
 }

@@ -109,7 +109,13 @@ fn exec_request(p: &Process, m: &Message, info: &vipc::ReceiveInfo, buf: &mut [u
     if info.len < size {
         p.move_from(info.from, 0, &mut buf[..size])?;
     }
-    let args: Vec<String> = buf[..size].split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    argv(&buf[..size])
+}
+
+/// The argument vector of an Exec's segment: arguments separated by NUL
+/// bytes (lossy UTF-8), the first non-empty. Any bytes are safe here.
+pub(crate) fn argv(bytes: &[u8]) -> Result<Vec<String>> {
+    let args: Vec<String> = bytes.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     if args.first().is_none_or(|a| a.is_empty()) {
         return Err(ExecError::BadCommand("empty command".into()));
     }

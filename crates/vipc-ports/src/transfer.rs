@@ -136,7 +136,7 @@ impl Caller {
 
     /// How much to grant for call site `site`'s result: 0 if it came inline last time.
     fn grant(&self, site: usize) -> usize {
-        let hint = self.hints.borrow().get(site).copied().unwrap_or(0);
+        let hint = self.hints.borrow().get(site).copied().unwrap_or(0).min(MAX_ARGUMENTS);
         if hint > ANSWER_INLINE {
             hint.next_power_of_two().max(MIN_RESULT_SEGMENT)
         } else {
@@ -159,12 +159,14 @@ impl Caller {
     ) -> std::result::Result<T, Failure> {
         let (st, n, inline) = read_answer(msg);
         let n = n as usize;
-        {
+        // The length of a result, not whatever a failed call's answer claims:
+        // the next call at this site allocates what it says.
+        if matches!(st, status::OK | status::MORE) {
             let mut hints = self.hints.borrow_mut();
             if hints.len() <= site {
                 hints.resize(site + 1, 0);
             }
-            hints[site] = n;
+            hints[site] = n.min(MAX_ARGUMENTS);
         }
         let bytes = match st {
             status::OK if n <= ANSWER_INLINE => &inline[..n],

@@ -29,3 +29,12 @@ pub mod sim;
 
 pub use error::{Error, Result};
 pub use loopback::loopback_nodes;
+
+/// Every parser of bytes a peer wrote into this node's segments, on `data`,
+/// for the fuzz target `apps`: an Ising ghost-row slot and the circuit
+/// simulation's ring records. Each returns a value or `None`, never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    ising::fuzz_decode(data);
+    sim::fuzz_decode(data);
+}

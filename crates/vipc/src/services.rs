@@ -416,11 +416,34 @@ pub fn query_hosts(p: &Process, host: HostId) -> Result<AliveHosts> {
     if msg[0] != STATUS_OK {
         return Err(Error::Internal(format!("the kernel server of host {host:#06x} answered status {}", msg[0])));
     }
+    Ok(host_rows(&msg, &buf))
+}
+
+/// The alive-host table an [`OP_HOSTS`] answer `msg` describes, its rows read from `buf`.
+fn host_rows(msg: &Message, buf: &[u8]) -> AliveHosts {
     let seq = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
     let n = u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]]) as usize;
     let row_len = if msg[12] as usize == HOST_ROW_LEN_V6 { HOST_ROW_LEN_V6 } else { HOST_ROW_LEN };
     let rows = buf.chunks_exact(row_len).take(n).map(decode_host_row).collect();
-    Ok(AliveHosts { seq, rows })
+    AliveHosts { seq, rows }
+}
+
+/// Every parser of bytes other hosts wrote that the kernel server and its
+/// clients use, on `data`, for the fuzz target `services`: a LOCATE query,
+/// the counters' text, an OP_HOSTS answer's rows. Each returns a value,
+/// never panics.
+#[doc(hidden)]
+pub fn fuzz_parsers(data: &[u8]) {
+    let mut msg: Message = [0; 32];
+    let n = data.len().min(32);
+    msg[..n].copy_from_slice(&data[..n]);
+    if let Some(name) = crate::locate::parse_query(&msg) {
+        assert!(!name.is_empty() && name.len() <= crate::locate::MAX_LOCATE_NAME);
+    }
+    let rest = &data[n..];
+    let _ = parse_stats_text(&String::from_utf8_lossy(rest));
+    let t = host_rows(&msg, rest);
+    assert!(t.rows.len() <= rest.len() / HOST_ROW_LEN);
 }
 
 /// Pings the kernel server of `host` (one exchange).

@@ -16,3 +16,13 @@ mod worker;
 pub use cluster::IsingCluster;
 pub use model::IsingParams;
 pub use worker::{IsingWorker, WorkerConfig, WorkerStats};
+
+/// A ghost-row slot as a worker reads it from its inbox (see [`crate::fuzz_parsers`]).
+pub(crate) fn fuzz_decode(data: &[u8]) {
+    let seq = data.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    for g in [layout::Ghost::Above, layout::Ghost::Below] {
+        if let Some(row) = layout::decode(g, seq, data) {
+            assert_eq!(row.len(), data.len() - 16);
+        }
+    }
+}

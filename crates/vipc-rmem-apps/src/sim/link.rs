@@ -52,7 +52,7 @@ fn encode(from: usize, to: usize, seq: u64, (chan, (time, change)): Addressed) -
     r
 }
 
-fn decode(from: usize, to: usize, seq: u64, r: &[u8]) -> Option<Addressed> {
+pub(super) fn decode(from: usize, to: usize, seq: u64, r: &[u8]) -> Option<Addressed> {
     let word = |at: usize| u64::from_le_bytes(r[at..at + 8].try_into().unwrap_or([0; 8]));
     let seq_ok = r[0..4] == (seq as u32).to_le_bytes();
     if !seq_ok || word(16) != check(from, to, &r[..16]) || r[6] > 2 {

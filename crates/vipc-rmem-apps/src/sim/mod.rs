@@ -19,3 +19,12 @@ pub use circuit::{Circuit, Placement, Vector};
 pub use cluster::SimCluster;
 pub use node::{SimNode, SimStats};
 pub use reference::{Outcome, OutputEvent};
+
+/// Ring records as a link reads them from its peer's region (see [`crate::fuzz_parsers`]).
+pub(crate) fn fuzz_decode(data: &[u8]) {
+    let (from, to) = (data.first().map_or(0, |&b| usize::from(b % 4)), data.get(1).map_or(1, |&b| usize::from(b % 4)));
+    for (k, r) in data.get(2..).unwrap_or(&[]).chunks_exact(24).enumerate() {
+        let seq = u64::from(u32::from_le_bytes([r[0], r[1], r[2], r[3]])) + ((k as u64) << 32);
+        let _ = link::decode(from, to, seq, r);
+    }
+}
