@@ -5,7 +5,8 @@
 //! cargo run --release -p vipc-sim --example explore -- [SCENARIO|all] [FROM] [COUNT] [--fingerprints] [--trace] [--tweak=no-destroy,no-idempotent,no-bad-targets,no-leave]
 //! ```
 //!
-//! SCENARIO may be a group scenario (`groups-calm`, `groups`, `reliable-crashes`, `exhaust`).
+//! SCENARIO may be a group scenario (`groups-calm`, `groups`, `reliable-crashes`, `exhaust`,
+//! `group-partitions`, `exhaust-lossy`), or `group-suite` for every group scenario on each seed.
 
 use vipc_sim::{run_with, Options, Scenario};
 
@@ -17,12 +18,14 @@ fn main() {
     let from: u64 = pos.get(1).map_or(0, |s| s.parse().expect("FROM is a number"));
     let count: u64 = pos.get(2).map_or(600, |s| s.parse().expect("COUNT is a number"));
     let (mut ok, mut failed) = (0, 0);
-    for seed in from..from + count {
-        let mut sc = if which == "all" {
-            Scenario::for_seed(seed)
-        } else {
-            Scenario::by_name(which).unwrap_or_else(|| panic!("unknown scenario {which}"))
-        };
+    let runs: Vec<(u64, Scenario)> = (from..from + count)
+        .flat_map(|seed| match which {
+            "all" => vec![(seed, Scenario::for_seed(seed))],
+            "group-suite" => Scenario::group_suite().into_iter().map(|s| (seed, s)).collect(),
+            _ => vec![(seed, Scenario::by_name(which).unwrap_or_else(|| panic!("unknown scenario {which}")))],
+        })
+        .collect();
+    for (seed, mut sc) in runs {
         if let Some(t) = args.iter().find_map(|a| a.strip_prefix("--tweak=")) {
             sc.tweak(t).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -36,7 +39,7 @@ fn main() {
             }
             Err(f) => {
                 failed += 1;
-                println!("{seed} {} FAIL {}", sc.name, f.violation);
+                println!("{seed} {} FAIL {}\n    replay: {}", sc.name, f.violation, f.replay_command());
             }
         }
     }

@@ -58,6 +58,10 @@ pub enum Invariant {
     MemCounters,
     /// Remote memory (5): control and data channel records are exactly the model's.
     MemChannels,
+    /// A host is declared down by a peer only after it was silent for
+    /// `alive_down_after` of its announced periods (clamped to 1–10 of the
+    /// peer's own), or when it restarted (PROTOCOL §4.12).
+    AliveHosts,
     /// The engine panicked.
     Panic,
     /// The run did not finish within its event budget (livelock).
@@ -84,6 +88,7 @@ impl fmt::Display for Invariant {
             Invariant::MemExactlyOnce => "CAS-II increments count exactly once",
             Invariant::MemCounters => "the owner's remote-memory counters match the model",
             Invariant::MemChannels => "control and data channel records match the model",
+            Invariant::AliveHosts => "a host is declared down only after its announced periods of silence",
             Invariant::Panic => "the engine does not panic",
             Invariant::Budget => "the run finishes (no livelock)",
         };

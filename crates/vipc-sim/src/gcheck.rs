@@ -89,6 +89,8 @@ pub struct GroupSend {
     pub received: Vec<(ProcId, Pid, Time)>,
     /// Replies members made: pid → when.
     pub replied: BTreeMap<Pid, Time>,
+    /// A reliable send's outcome was `met`.
+    pub met: bool,
 }
 
 fn v(invariant: Invariant, at: Time, detail: String) -> Violation {
@@ -268,6 +270,7 @@ mod tests {
             repliers: BTreeSet::new(),
             received: vec![],
             replied: BTreeMap::new(),
+            met: false,
         }
     }
 

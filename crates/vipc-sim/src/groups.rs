@@ -6,6 +6,7 @@
 //! restarts), with slow repliers, members joining and leaving mid-send, and
 //! nodes short of aliens. Every completion is judged by [`crate::gcheck`].
 
+use crate::check::fmt_time;
 use crate::check::{Call, CallKind, Invariant, Violation};
 use crate::gcheck::{self, GroupSend, Membership, Mode, Stable};
 use crate::history::{History, ProcId};
@@ -22,8 +23,17 @@ use vipc_engine::{
     SendOptions, SendOutcome, Time,
 };
 
-/// The alive-host period of every engine.
-const ALIVE: Duration = Duration::from_millis(100);
+/// `alive_down_after` of every engine (the default).
+const DOWN_AFTER: u32 = 3;
+/// A host announcing a longer period than ours is given at most this many of ours (PROTOCOL §4.12).
+const PERIOD_MAX_FACTOR: u32 = 10;
+/// A reply made this long before its reliable Send ended has reached the
+/// sender (or been resent on a retransmission) unless its node was cut off or down.
+const REPLY_SETTLES: Duration = Duration::from_millis(300);
+/// How long before a send a crash or cut may still disturb it (a crashed
+/// host lingers in the alive tables for up to 3 × 10 periods of its peers; a
+/// healed one is missing until its next announcement).
+const DISTURBS: Duration = Duration::from_secs(2);
 /// Sends start once the alive-host tables have filled.
 const WARMUP: Duration = Duration::from_millis(400);
 /// Quiet time before the final checks: copies are kept 2·T_t after the sender's last packet.
@@ -54,10 +64,29 @@ enum Role {
 
 /// The group workload's own events.
 pub(crate) enum Ev {
-    Act { proc: ProcId },
-    Reply { proc: ProcId },
-    Leave { proc: ProcId },
-    Spawn { node: usize, epoch: u32, member: bool },
+    Act {
+        proc: ProcId,
+    },
+    Reply {
+        proc: ProcId,
+    },
+    Leave {
+        proc: ProcId,
+    },
+    Spawn {
+        node: usize,
+        epoch: u32,
+        member: bool,
+    },
+    /// A partition begins, healing at `until`.
+    Cut {
+        until: Time,
+    },
+    /// Partition `id` (history span `span`) heals.
+    Heal {
+        id: u64,
+        span: usize,
+    },
 }
 
 /// Counters of a group run, added to the [`crate::Report`].
@@ -86,7 +115,20 @@ pub struct GroupStats {
     pub segment_sends: u64,
     /// Members' MoveFroms of a group send's segment that returned its bytes.
     pub segment_reads: u64,
+    /// Hosts declared down by a peer (each checked against its announced period).
+    pub hosts_down: u64,
+    /// Plain sends a member received twice after a cut of 2·T_t (allowed, GROUPS.md).
+    pub plain_again: u64,
+    /// K-mode sends not met whose count was checked against the replies or deliveries made.
+    pub k_counted: u64,
+    /// Members checked to have received a reliable DELIVER send counted as delivered.
+    pub delivered_checked: u64,
 }
+
+/// A node's alive-host row of another as the simulator tracks it: that
+/// host's incarnation (epoch), when it was last heard in it, and when an
+/// IAmHere of a new incarnation replaced the row.
+type AliveRow = (u32, Time, Option<Time>);
 
 /// One group run.
 pub struct GroupSim {
@@ -102,6 +144,13 @@ pub struct GroupSim {
     group: Pid,
     next_sid: u64,
     tight: bool,
+    /// Each node's I-Am-Here period.
+    alive: Vec<Duration>,
+    /// `heard[n][h]`: node `n`'s view of node `h` as its alive-host table
+    /// row has it: the incarnation of `h`'s last IAmHere, when `n` last got a
+    /// datagram of that incarnation, and when an IAmHere of another one
+    /// replaced the row (PROTOCOL §4.12).
+    heard: Vec<Vec<Option<AliveRow>>>,
 }
 
 impl GroupSim {
@@ -121,7 +170,12 @@ impl GroupSim {
                 }
             }
         }
+        let (lo, hi) = load.alive_ms;
+        let alive = (0..w.nodes.len()).map(|_| Duration::from_millis(w.rng.gen_range(lo..=hi))).collect();
+        let heard = vec![vec![None; w.nodes.len()]; w.nodes.len()];
         GroupSim {
+            alive,
+            heard,
             w,
             load,
             max_aliens: aliens,
@@ -144,7 +198,12 @@ impl App for GroupSim {
     }
 
     fn config(&self, node: usize, epoch: u32) -> Config {
-        Config { alive_period: Some(ALIVE), max_aliens: self.max_aliens[node], ..self.w.fixed_config(node, epoch) }
+        Config {
+            alive_period: Some(self.alive[node]),
+            alive_down_after: DOWN_AFTER,
+            max_aliens: self.max_aliens[node],
+            ..self.w.fixed_config(node, epoch)
+        }
     }
 
     fn setup(&mut self) {
@@ -157,6 +216,15 @@ impl App for GroupSim {
                 let at = self.w.begin + Duration::from_micros(self.w.rng.gen_range(0..w));
                 let node = self.w.rng.gen_range(0..self.w.nodes.len());
                 self.w.push(at, Ev::Spawn { node, epoch: u32::MAX, member: true });
+            }
+        }
+        if self.w.sc.partitions {
+            // Cuts of 50 ms to 3.5 s: some longer than a copy's 2·T_t.
+            let w = self.w.sc.workload.as_micros() as u64;
+            for _ in 0..self.w.rng.gen_range(1..=3) {
+                let at = self.w.begin + Duration::from_micros(self.w.rng.gen_range(0..w));
+                let len = Duration::from_millis(self.w.rng.gen_range(50..3500));
+                self.w.push(at, Ev::Cut { until: (at + len).min(self.w.stop_at) });
             }
         }
         self.w.schedule_end();
@@ -175,6 +243,19 @@ impl App for GroupSim {
                     self.settle(node);
                 }
             }
+            Ev::Cut { until } => self.cut(until),
+            Ev::Heal { id, span } => {
+                self.w.net.heal(id);
+                self.procs.hist.cuts[span].1.to.get_or_insert(self.w.now);
+                self.w.trace(|| format!("partition {id} healed"));
+            }
+        }
+    }
+
+    fn stopped(&mut self) {
+        let now = self.w.now;
+        for (_, s) in self.procs.hist.cuts.iter_mut() {
+            s.to.get_or_insert(now);
         }
     }
 
@@ -199,13 +280,31 @@ impl App for GroupSim {
                     self.w.push(self.w.now, Ev::Spawn { node, epoch, member: true });
                 }
             }
+            Event::HostDown(host) => {
+                self.w.trace(|| format!("n{node} declares host {host:#x} down"));
+                self.host_down(node, host);
+            }
             other => self.w.notice(node, other),
         }
     }
 
-    fn arriving(&mut self, _to: usize, _from: usize, _from_epoch: u32, bytes: &[u8]) {
+    fn arriving(&mut self, to: usize, from: usize, from_epoch: u32, bytes: &[u8]) {
         if let Ok(p) = vipc_wire::parse(bytes, self.w.key.as_ref()) {
             self.procs.progress_to(p.header.dst, self.w.now);
+            // Any valid packet but a HostRequest or HostComplaint shows its host alive (§4.12).
+            use vipc_wire::PacketType as T;
+            if !matches!(p.header.ptype, T::HostRequest | T::HostComplaint) {
+                let now = self.w.now;
+                let row = &mut self.heard[to][from];
+                match row {
+                    Some((e, last, _)) if *e == from_epoch => *last = now,
+                    Some((e, last, replaced)) if p.header.ptype == T::IAmHere => {
+                        (*e, *last, *replaced) = (from_epoch, now, Some(now));
+                    }
+                    None if p.header.ptype == T::IAmHere => *row = Some((from_epoch, now, None)),
+                    _ => {}
+                }
+            }
         }
     }
 
@@ -234,8 +333,33 @@ impl App for GroupSim {
         }
     }
 
+    /// A group send whose sender's node still has a local member owing its
+    /// reply lives on (PROTOCOL §4.10: the sender's node counts its local
+    /// members as a remote one's ReplyPending), so only the other sends are
+    /// held to T_t after their last packet. Every node's copies stay within
+    /// one per sender and member (PROTOCOL §4.10).
     fn watchdog(&mut self) {
+        let now = self.w.now;
+        for (&id, p) in &self.procs.live {
+            let Role::Sender { current: Some(sid), .. } = p.role else { continue };
+            let Some(s) = self.sends.get(&sid).filter(|s| s.ended.is_none()) else { continue };
+            if self.local_owed(s) {
+                self.procs.calls.progress(id, now);
+            }
+        }
         self.procs.watch(&mut self.w);
+        for (i, n) in self.w.nodes.iter().enumerate() {
+            let Some(e) = n.engine.as_ref() else { continue };
+            let senders =
+                self.procs.hist.procs.iter().filter(|l| self.sends.values().any(|s| s.sender == l.pid)).count();
+            let members = self.members.iter().filter(|m| m.node == i).count();
+            let copies = e.stats().group_copies as usize;
+            if copies > senders * members {
+                let detail =
+                    format!("node {i} holds {copies} group copies for {senders} senders and {members} members");
+                return self.w.fail_with(Invariant::NoLeak, detail);
+            }
+        }
     }
 
     fn started(&mut self, node: usize) {
@@ -259,6 +383,7 @@ impl App for GroupSim {
         if let Some(s) = self.sends.values().find(|s| s.ended.is_none()) {
             return Err(self.w.violation_at(Invariant::Liveness, format!("group send #{} never completed", s.sid)));
         }
+        self.check_delivered()?;
         for (i, n) in self.w.nodes.iter().enumerate() {
             let Some(e) = n.engine.as_ref() else { continue };
             let st = e.stats();
@@ -363,6 +488,20 @@ impl GroupSim {
         };
         let sid = gcheck::decode(&m.msg).map(|d| d.0);
         let send = sid.and_then(|s| self.sends.get(&s));
+        // A plain Send kept alive past a cut of 2·T_t between the sender's
+        // node and this one may make a new copy (GROUPS.md): a second receipt then is allowed.
+        let again = send.filter(|s| matches!(s.mode, Mode::Plain(_))).and_then(|s| {
+            let first = s.received.iter().find(|r| r.0 == id)?.2;
+            self.cut_for(s.node, node, first, self.w.now, TIMEOUT * 2 - Duration::from_millis(100)).then_some(s.sid)
+        });
+        if let Some(sid) = again {
+            self.w.report.group.plain_again += 1;
+            self.w.trace(|| format!("n{node} {pid} receives plain #{sid} again after a long cut (allowed)"));
+            if let Some(Role::Member { holding, .. }) = self.procs.role_mut(id) {
+                *holding = Some((sid, m.from));
+            }
+            return self.schedule_reply(id);
+        }
         if let Err(v) = gcheck::check_member_receipt(self.w.now, send, id, m.from, &m.msg)
             .and_then(|()| gcheck::check_one_life(self.w.now, send.expect("checked"), node, &self.procs.hist))
         {
@@ -451,7 +590,7 @@ impl GroupSim {
     /// The member replies now, soon, or (slow) after T_t.
     fn schedule_reply(&mut self, id: ProcId) {
         let delay = if self.w.rng.gen_bool(self.load.slow) {
-            Duration::from_millis(self.w.rng.gen_range(1200..2500))
+            Duration::from_millis(self.w.rng.gen_range(self.load.slow_ms.0..=self.load.slow_ms.1))
         } else if self.w.rng.gen_bool(0.4) {
             Duration::from_micros(self.w.rng.gen_range(0..50_000))
         } else {
@@ -535,6 +674,7 @@ impl GroupSim {
                 repliers: BTreeSet::new(),
                 received: vec![],
                 replied: BTreeMap::new(),
+                met: false,
             },
         );
         if let Some(Role::Sender { current, gets }) = self.procs.role_mut(id) {
@@ -647,16 +787,199 @@ impl GroupSim {
         self.finish_send(id, sid, gets, ok);
     }
 
-    /// Must send `sid` be met (see [`GroupLoad::must_meet`])? Not when a
-    /// member on the sender's own node still owes its reply: no breath of
-    /// life covers local members, so the send may time out T_t after the last
-    /// packet although that member will reply (finding B6 in tests/sim.rs).
-    fn must_meet(&self, sid: u64, stable: &Stable) -> bool {
+    /// Must send `sid` be met (see [`GroupLoad::must_meet`])? Yes on a
+    /// scenario that promises it, unless a node was down or a partition in
+    /// force from [`DISTURBS`] before the send to now, or nodes are short of
+    /// aliens. Slow members on the sender's own node and members that left
+    /// the group after they got the message no longer excuse a miss: the
+    /// sender's node counts its local members as signs of life, and a
+    /// departed member's copy still counts (GROUPS.md, PROTOCOL §4.10–4.11;
+    /// both were excused before e32cb05).
+    fn must_meet(&self, sid: u64, _stable: &Stable) -> bool {
         let s = &self.sends[&sid];
-        let local_owed = stable.members.iter().any(|m| m.host() == s.sender.host() && !s.replied.contains_key(m));
-        // A member that left mid-send may never receive the copy it was counted for.
-        let left = self.members.iter().any(|m| m.to.is_some_and(|t| t >= s.started));
-        self.load.must_meet && self.procs.hist.outages.is_empty() && !self.tight && !local_owed && !left
+        let (a, b) = (Time(s.started.0.saturating_sub(DISTURBS.as_nanos() as u64)), self.w.now);
+        let down = (0..self.w.nodes.len()).any(|n| self.procs.hist.down_during(n, a, b));
+        let cut = self.procs.hist.cuts.iter().any(|(_, span)| span.overlaps(a, b));
+        self.load.must_meet && !self.tight && !down && !cut
+    }
+
+    /// True if a member on the sender's own node that had the send's copy
+    /// (a member when it began) still lives and owes its reply: the send
+    /// lives on (PROTOCOL §4.10, §5).
+    fn local_owed(&self, s: &GroupSend) -> bool {
+        self.members.iter().any(|m| {
+            m.node == s.node
+                && m.pid != s.sender
+                && m.from <= s.started
+                && m.to.is_none_or(|t| t >= s.started)
+                && self.procs.live.contains_key(&m.proc)
+                && !s.replied.contains_key(&m.pid)
+        })
+    }
+
+    /// Were nodes `x` and `y` cut apart for at least `len` at some moment of `[a, b]`?
+    fn cut_for(&self, x: usize, y: usize, a: Time, b: Time, len: Duration) -> bool {
+        let p = (x.min(y), x.max(y));
+        self.procs.hist.cuts.iter().any(|(pairs, span)| {
+            pairs.contains(&p) && span.overlaps(a, b) && span.to.unwrap_or(self.w.now).since(span.from) >= len
+        })
+    }
+
+    /// A K-mode reliable send `sid` ended not met with `count`: every member
+    /// that was a member when it began, on the sender's node or a snapshot
+    /// host that stayed up and connected to the sender's, and that replied
+    /// (K_REPLY) or received it (K_DELIVER) at least [`REPLY_SETTLES`]
+    /// before the end, is counted — its reply reached the sender or was
+    /// resent on a retransmission (its host NACKed or not, the member left
+    /// the group since or not), its delivery was acknowledged.
+    fn check_k_count(&mut self, sid: u64, mode: Reliable, count: u32) -> Result<(), Violation> {
+        let s = &self.sends[&sid];
+        let (a, b) = (s.started, self.w.now);
+        let settled = Time(b.0.saturating_sub(REPLY_SETTLES.as_nanos() as u64));
+        let host_of = |n: usize| n as HostId + 1;
+        let hist = &self.procs.hist;
+        let healthy = |proc: ProcId| {
+            self.members.iter().find(|m| m.proc == proc).filter(|m| {
+                m.from <= a
+                    && (m.node == s.node || s.snapshot.contains(&host_of(m.node)))
+                    && !hist.down_during(m.node, a, b)
+                    && !hist.down_during(s.node, a, b)
+                    && (m.node == s.node || !hist.cut_during(s.node, m.node, a, b))
+            })
+        };
+        let made: Vec<Pid> = s
+            .received
+            .iter()
+            .filter(|(proc, _, at)| {
+                let Some(m) = healthy(*proc) else { return false };
+                let when = if mode.wants_replies() { s.replied.get(&m.pid).copied() } else { Some(*at) };
+                when.is_some_and(|t| t <= settled)
+            })
+            .map(|r| r.1)
+            .collect();
+        // K_REPLY ends unmet only when every counted member replied or after
+        // T_t without a sign of life: a member still working on it keeps it
+        // alive (ReplyPending, or its own node's count of local members).
+        let owed: Vec<Pid> = s
+            .received
+            .iter()
+            .filter(|(proc, pid, at)| {
+                mode.wants_replies() && *at <= settled && !s.replied.contains_key(pid) && healthy(*proc).is_some()
+            })
+            .map(|r| r.1)
+            .collect();
+        if !owed.is_empty() {
+            return Err(self.w.violation_at(
+                Invariant::Success,
+                format!(
+                    "reliable send #{sid} {mode:?} ended not met with count {count} while members {owed:?} on hosts \
+                     that stayed up and connected still worked on it (received at least {REPLY_SETTLES:?} before)"
+                ),
+            ));
+        }
+        if (count as usize) < made.len() {
+            let what = if mode.wants_replies() { "replied" } else { "received it" };
+            return Err(self.w.violation_at(
+                Invariant::Success,
+                format!(
+                    "reliable send #{sid} {mode:?} not met with count {count}, but members {made:?} on hosts that \
+                     stayed up and connected {what} at least {REPLY_SETTLES:?} before it ended"
+                ),
+            ));
+        }
+        self.w.report.group.k_counted += 1;
+        Ok(())
+    }
+
+    /// Node `node` declared `host` down: unless `host` restarted or crashed
+    /// since `node` last heard it, that was at least `alive_down_after` of
+    /// its announced periods (clamped to 1–10 of `node`'s own) ago (PROTOCOL §4.12).
+    fn host_down(&mut self, node: usize, host: HostId) {
+        self.w.report.group.hosts_down += 1;
+        let h = host as usize - 1;
+        let Some((epoch, last, replaced)) = self.heard[node].get(h).copied().flatten() else { return };
+        // Crashed since, or an IAmHere of its new life just replaced the old one's row.
+        if epoch != self.w.nodes[h].epoch || replaced == Some(self.w.now) {
+            return;
+        }
+        let (mine, theirs) = (self.alive[node], self.alive[h]);
+        let silence = theirs.clamp(mine, mine * PERIOD_MAX_FACTOR) * DOWN_AFTER;
+        if self.w.now.since(last) < silence {
+            let detail = format!(
+                "node {node} (period {mine:?}) declared host {host:#x} (period {theirs:?}, same life) down \
+                 {:?} after it last heard it at {}; {silence:?} of silence are needed",
+                self.w.now.since(last),
+                fmt_time(last)
+            );
+            self.w.fail_with(Invariant::AliveHosts, detail);
+        }
+    }
+
+    /// A met ALL_DELIVER send counts a copy queued for every member as
+    /// delivered, and that copy stays queued until its member takes it
+    /// (GROUPS.md: only the same sender's next message replaces it). So
+    /// every member that had its copy — a member from the send's start to
+    /// its end, on the sender's node or a snapshot host not short of aliens
+    /// that stayed up to the end of the run and connected during the send,
+    /// alive at the end — received it, or a later send of the same sender
+    /// (unless a later one was plain: its copy may expire).
+    fn check_delivered(&mut self) -> Result<(), Violation> {
+        let end = self.w.now;
+        let host_of = |n: usize| n as HostId + 1;
+        let hist = &self.procs.hist;
+        let mut checked = 0;
+        for s in self.sends.values() {
+            // Only a met ALL_DELIVER says every such member had its copy (a K
+            // mode may be met before the Send reached some hosts).
+            if s.mode != Mode::Reliable(Reliable::AllDeliver) || !s.met {
+                continue;
+            }
+            let Some(ended) = s.ended else { continue };
+            let later: Vec<&GroupSend> =
+                self.sends.range(s.sid + 1..).map(|(_, l)| l).filter(|l| l.sender == s.sender).collect();
+            if later.iter().any(|l| matches!(l.mode, Mode::Plain(_))) || hist.down_during(s.node, s.started, ended) {
+                continue;
+            }
+            for m in &self.members {
+                let eligible = m.from <= s.started
+                    && m.to.is_none_or(|t| t > ended)
+                    && m.pid != s.sender
+                    && self.procs.live.contains_key(&m.proc)
+                    && (m.node == s.node || s.snapshot.contains(&host_of(m.node)))
+                    && self.max_aliens[m.node] == self.w.sc.max_aliens
+                    && !hist.down_during(m.node, s.started, end)
+                    && (m.node == s.node || !hist.cut_during(s.node, m.node, s.started, ended));
+                if !eligible {
+                    continue;
+                }
+                checked += 1;
+                let got = |l: &GroupSend| l.received.iter().any(|r| r.0 == m.proc);
+                if !got(s) && !later.iter().any(|l| got(l)) {
+                    return Err(self.w.violation_at(
+                        Invariant::Success,
+                        format!(
+                            "reliable send #{} {:?} from {} (ended {}): member {} had its copy but never received it \
+                             (nor a later send of that sender)",
+                            s.sid,
+                            s.mode,
+                            s.sender,
+                            fmt_time(ended),
+                            m.pid
+                        ),
+                    ));
+                }
+            }
+        }
+        self.w.report.group.delivered_checked += checked;
+        Ok(())
+    }
+
+    fn cut(&mut self, until: Time) {
+        if !self.w.running || until <= self.w.now {
+            return;
+        }
+        let (id, span) = self.w.cut_at_random(&mut self.procs.hist, until);
+        self.w.push(until, Ev::Heal { id, span });
     }
 
     /// The members that stayed put through send `sid` (so far), and how many
@@ -687,6 +1010,12 @@ impl GroupSim {
         if let Err(v) = gcheck::check_outcome(self.w.now, &self.sends[&sid], mode, &o, &stable, must) {
             return self.w.fail(v);
         }
+        if !o.met && matches!(mode, Reliable::KReply(_) | Reliable::KDeliver(_)) {
+            if let Err(v) = self.check_k_count(sid, mode, o.count) {
+                return self.w.fail(v);
+            }
+        }
+        self.sends.get_mut(&sid).expect("known").met = o.met;
         if o.met {
             self.w.report.group.met += 1;
         } else {

@@ -41,7 +41,14 @@
 //! - `reliable-crashes`: 90% reliable sends, 5% loss, member hosts crash and
 //!   restart mid-send (members join again on the new incarnation);
 //! - `exhaust`: some nodes hold 1 alien, members often slow: NACKs, so ALL
-//!   modes fail while K modes still succeed.
+//!   modes fail while K modes still succeed;
+//! - `group-partitions`: 5% loss, two-way and one-way cuts of up to 3.5 s
+//!   (longer than a copy's 2·T_t), members working up to 4.5 s;
+//! - `exhaust-lossy`: `exhaust` with 1–2 aliens under 10–20% loss.
+//!
+//! Nodes announce I-Am-Here every 50–400 ms (each its own period) in
+//! `groups`, `reliable-crashes`, `group-partitions` and `exhaust-lossy`,
+//! 100 ms in the others.
 //!
 //! Group invariants (`gcheck`): every group send and GetReply completes
 //! exactly once and in time (T_t after its last packet); a member receives a
@@ -55,9 +62,21 @@
 //! snapshot host acknowledged and (ALL_REPLY) every member that stayed a
 //! member on a snapshot host that stayed up replied, (ALL_DELIVER) count ≥
 //! those members; where the network promises it (no crash, no exhaustion,
-//! no member leaving during the send, no member of the sender's own node
-//! still owing its reply) ALL modes and K ≤ members must be met; no exchange,
-//! alien or group copy left at the end.
+//! no node down and no partition from 2 s before the send to its end) ALL
+//! modes and K ≤ members must be met, slow members on the sender's own node
+//! and members leaving mid-send included; a K mode not met has counted every
+//! member that replied (K_REPLY) or received it (K_DELIVER) 300 ms before it
+//! ended on the sender's node or a snapshot host that stayed up and connected
+//! (a NACKing host resends its replies, a departed member's copy counts), and
+//! no such member was still working on it (the breath of life, remote or
+//! local, keeps it alive); every member a met ALL_DELIVER counted receives it
+//! (or a later send of that sender); a plain send is received twice only
+//! after a cut of 2·T_t between the two nodes; a blocked group send gets a
+//! packet or has a local member owing its reply at least every T_t + margin;
+//! a host is declared down only after `alive_down_after` of its announced
+//! periods (clamped to 1–10 of the declaring node's) of silence, or when it
+//! restarted; no node holds more group copies than one per sender and
+//! member; no exchange, alien or group copy left at the end.
 //!
 //! Remote-memory scenarios ([`Scenario::rmem_suite`], run by `crate::rmem`)
 //! export and import segments and check every delivered request against a
@@ -79,7 +98,7 @@
 //!   one seed with every datagram, delivery, call and completion traced.
 //! - `cargo run --release -p vipc-sim --example explore -- all 0 100000`:
 //!   many seeds, one line per failure (`explore groups 0 1000` for a group scenario).
-//! - `cargo test -p vipc-sim --test sim -- groups groups_calm reliable_crashes exhaust`:
+//! - `cargo test -p vipc-sim --test sim -- groups groups_calm reliable_crashes exhaust group_partitions exhaust_lossy`:
 //!   the group scenarios, `VIPC_SIM_GROUP_SEEDS` seeds each (default 250).
 //!
 //! ```no_run

@@ -114,6 +114,12 @@ pub struct GroupLoad {
     /// members that stayed put must be met (a network with at most this
     /// scenario's loss, no crashes and no exhaustion promises that).
     pub must_meet: bool,
+    /// Each node's I-Am-Here period is drawn from this range (milliseconds,
+    /// inclusive): nodes announcing different periods must not declare each
+    /// other down while they are heard (PROTOCOL §4.12).
+    pub alive_ms: (u64, u64),
+    /// A slow member replies after this many milliseconds (drawn uniformly).
+    pub slow_ms: (u64, u64),
 }
 
 impl Scenario {
@@ -301,6 +307,8 @@ impl Scenario {
             max_members: 3,
             tight_aliens: None,
             must_meet: true,
+            alive_ms: (100, 100),
+            slow_ms: (1200, 2500),
         };
         Scenario::group_base("groups-calm", load)
     }
@@ -324,8 +332,60 @@ impl Scenario {
                     max_members: 3,
                     tight_aliens: None,
                     must_meet: true,
+                    alive_ms: (50, 400),
+                    slow_ms: (1200, 2500),
                 },
             )
+        }
+    }
+
+    /// Group sends in every mode while the network is partitioned (two-way
+    /// and one-way cuts of 50 ms to 3.5 s, longer than 2·T_t) under 5% loss,
+    /// with members that work up to 4.5 s (so that sends outlive a cut of
+    /// their copies' lifetime), members joining and leaving, and nodes
+    /// announcing I-Am-Here every 50–400 ms. A member gets a reliable Send
+    /// once whatever the cuts; a plain one twice only after a cut of 2·T_t.
+    pub fn group_partitions() -> Scenario {
+        Scenario {
+            loss: 0.05,
+            duplicate: 0.03,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(5),
+            partitions: true,
+            ..Scenario::group_base(
+                "group-partitions",
+                GroupLoad {
+                    reliable: 0.6,
+                    slow: 0.08,
+                    churn: true,
+                    leaves: true,
+                    max_members: 3,
+                    tight_aliens: None,
+                    must_meet: true,
+                    alive_ms: (50, 400),
+                    slow_ms: (1200, 4500),
+                },
+            )
+        }
+    }
+
+    /// Copy exhaustion (1–2 aliens on some nodes) under 10–20% loss: NACKing hosts must still resend the
+    /// replies their members made (K modes count them) and keep slow
+    /// members' sends alive; periods 50–400 ms.
+    pub fn exhaust_lossy() -> Scenario {
+        Scenario {
+            name: "exhaust-lossy",
+            loss: 0.20,
+            duplicate: 0.05,
+            reorder: 0.10,
+            reorder_delay: Duration::from_millis(5),
+            group: Some(GroupLoad {
+                alive_ms: (50, 400),
+                tight_aliens: Some(2),
+                slow: 0.08,
+                ..Scenario::exhaust().group.expect("a group load")
+            }),
+            ..Scenario::exhaust()
         }
     }
 
@@ -349,6 +409,8 @@ impl Scenario {
                     max_members: 3,
                     tight_aliens: None,
                     must_meet: false,
+                    alive_ms: (50, 400),
+                    slow_ms: (1200, 2500),
                 },
             )
         }
@@ -374,6 +436,8 @@ impl Scenario {
                     max_members: 3,
                     tight_aliens: Some(1),
                     must_meet: false,
+                    alive_ms: (100, 100),
+                    slow_ms: (1200, 2500),
                 },
             )
         }
@@ -432,7 +496,14 @@ impl Scenario {
     /// The group scenarios, run by their own tests (their seeds do not
     /// shift the round-robin mapping of [`Scenario::all`]).
     pub fn group_suite() -> Vec<Scenario> {
-        vec![Scenario::groups_calm(), Scenario::groups(), Scenario::reliable_crashes(), Scenario::exhaust()]
+        vec![
+            Scenario::groups_calm(),
+            Scenario::groups(),
+            Scenario::reliable_crashes(),
+            Scenario::exhaust(),
+            Scenario::group_partitions(),
+            Scenario::exhaust_lossy(),
+        ]
     }
 
     /// Every scenario of the standard suite, in seed order: seed `s` belongs to

@@ -42,10 +42,23 @@
 //!   GROUP_ACK with the partial count, which could arrive first and satisfy
 //!   ALL. Now that acknowledgement carries NACK too. Seed: `exhaust` 145.
 //!
-//! Not a bug (B6): a member on the sender's own node that owes a reply
-//! keeps nothing alive: a group Send waits T_t after the last sign of life
-//! from the network, so local members must answer within T_t; the checks do
-//! not demand success then.
+//! B6, once judged not a bug, was one (fixed in e32cb05 with four other
+//! group bugs a reviewer found): a member on the sender's own node that owed
+//! a reply kept nothing alive, so a slow local member timed the Send out.
+//! The checks excused it, and excused members that left mid-send; they no
+//! longer do. Since e32cb05 a local member holding its copy is a sign of
+//! life, which the watchdog now counts (the group scenarios failed Liveness
+//! on most seeds until it did).
+//!
+//! Each of e32cb05's fixes, reverted alone, is caught within seeds 0..300
+//! (`explore group-suite 0 300`): the announced-period clamp of §4.12
+//! (`AliveHosts`, most seeds of `groups`, `reliable-crashes`,
+//! `group-partitions`, `exhaust-lossy`); the local member's sign of life
+//! (`Success`, half the seeds); a reliable copy kept queued until taken
+//! (`Success`: a met ALL_DELIVER's member never got it); departed members'
+//! copies (`Success`, `groups` 6 and others); giving up silent snapshot
+//! hosts (`NoDuplicate`, `group-partitions` 24 and others); a NACKing host
+//! resending replies (`Success`, rarely: `exhaust` 55, `exhaust-lossy` 49).
 //!
 //! # Remote-memory scenarios (`rmem-calm`, `rmem`)
 //!
@@ -295,6 +308,16 @@ fn reliable_crashes() {
 #[test]
 fn exhaust() {
     group_suite("exhaust");
+}
+
+#[test]
+fn group_partitions() {
+    group_suite("group-partitions");
+}
+
+#[test]
+fn exhaust_lossy() {
+    group_suite("exhaust-lossy");
 }
 
 /// Runs `VIPC_SIM_RMEM_SEEDS` seeds (default 200) of rmem scenario `name`.

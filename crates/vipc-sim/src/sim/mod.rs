@@ -3,8 +3,8 @@
 //! partitions) and the invariant checks wired to every step, in the
 //! [`crate::world`] every simulation shares.
 
-use crate::check::{self, fmt_time, Call, CallKind, Invariant, Violation};
-use crate::history::{ForwardRec, History, ProcId, Receipt, ReqState, RequestRec, Span};
+use crate::check::{self, Call, CallKind, Invariant, Violation};
+use crate::history::{ForwardRec, History, ProcId, Receipt, ReqState, RequestRec};
 use crate::pattern::{fill, Expect, Writer};
 use crate::procs::{Proc, Procs};
 use crate::proto::{Reply, Request, Status};
@@ -436,26 +436,7 @@ impl Sim {
         if !self.w.running || until <= self.w.now {
             return;
         }
-        let n = self.w.nodes.len();
-        let mut side: Vec<usize> = (0..n).collect();
-        side.shuffle(&mut self.w.rng);
-        let k = self.w.rng.gen_range(1..n);
-        let (a, b) = side.split_at(k);
-        let pairs: Vec<(usize, usize)> = if self.w.rng.gen_bool(0.3) {
-            vec![(a[0], b[0])]
-        } else {
-            a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).collect()
-        };
-        // The history records undirected pairs: a one-way cut disturbs both ends.
-        let norm: Vec<(usize, usize)> = pairs.iter().map(|&(x, y)| (x.min(y), x.max(y))).collect();
-        let one_way = self.w.rng.gen_bool(0.3);
-        let id = if one_way { self.w.net.cut_links(&pairs) } else { self.w.net.cut(&pairs) };
-        self.w.trace(|| {
-            format!("partition {id} cuts {pairs:?}{} until {}", if one_way { " one way" } else { "" }, fmt_time(until))
-        });
-        self.procs.hist.cuts.push((norm, Span { from: self.w.now, to: None }));
-        self.w.report.partitions += 1;
-        let span = self.procs.hist.cuts.len() - 1;
+        let (id, span) = self.w.cut_at_random(&mut self.procs.hist, until);
         self.w.push(until, Ev::Heal { id, span });
     }
 }

@@ -282,6 +282,33 @@ impl<E> World<E> {
     }
 
     /// Prints a trace line (with `Options::trace`).
+    /// Cuts the network in two at random sides (all links between them, or
+    /// one pair; both ways, or one way) until `until`, recorded in `hist`:
+    /// returns the partition's id and its history span, for the heal.
+    pub fn cut_at_random(&mut self, hist: &mut crate::history::History, until: Time) -> (u64, usize) {
+        use rand::seq::SliceRandom;
+        let n = self.nodes.len();
+        let mut side: Vec<usize> = (0..n).collect();
+        side.shuffle(&mut self.rng);
+        let k = self.rng.gen_range(1..n);
+        let (a, b) = side.split_at(k);
+        let pairs: Vec<(usize, usize)> = if self.rng.gen_bool(0.3) {
+            vec![(a[0], b[0])]
+        } else {
+            a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).collect()
+        };
+        // The history records undirected pairs: a one-way cut disturbs both ends.
+        let norm: Vec<(usize, usize)> = pairs.iter().map(|&(x, y)| (x.min(y), x.max(y))).collect();
+        let one_way = self.rng.gen_bool(0.3);
+        let id = if one_way { self.net.cut_links(&pairs) } else { self.net.cut(&pairs) };
+        self.trace(|| {
+            format!("partition {id} cuts {pairs:?}{} until {}", if one_way { " one way" } else { "" }, fmt_time(until))
+        });
+        hist.cuts.push((norm, crate::history::Span { from: self.now, to: None }));
+        self.report.partitions += 1;
+        (id, hist.cuts.len() - 1)
+    }
+
     pub fn trace(&self, f: impl FnOnce() -> String) {
         if self.opts.trace {
             eprintln!("[{}] {}", fmt_time(self.now), f());
