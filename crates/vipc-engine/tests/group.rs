@@ -451,7 +451,8 @@ fn group_address_events_follow_local_membership() {
 /// broadcast channel, because every alive host must acknowledge it.
 #[test]
 fn plain_sends_go_to_the_group_address_and_reliable_ones_to_every_host() {
-    let (mut net, group, sender, _) = setup();
+    // (Reliable sends need the alive-host service.)
+    let (mut net, group, sender, _) = setup_tweaked(|c| c.alive_period = Some(Duration::from_millis(100)));
     let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let log = seen.clone();
     net.filter = Some(Box::new(move |from, to, bytes| {

@@ -629,7 +629,7 @@ fn members_that_left_after_the_message_still_count() {
 /// Send alive (as a remote one's ReplyPending does): it timed out.
 #[test]
 fn a_slow_local_member_keeps_a_reliable_send_alive() {
-    let mut net = Net::new(1);
+    let mut net = Net::with(1, |c| c.alive_period = Some(PERIOD));
     let group = well_known_group(79);
     let member = net.proc(0);
     net.nodes[0].join_group(member, group).unwrap();
