@@ -716,3 +716,24 @@ fn a_slow_local_member_keeps_a_group_send_alive() {
     let r = net.take_send(0, sender).expect("the member's reply completes it");
     assert_eq!((r.replier, r.reply), (member, msg(2)));
 }
+
+/// A destroyed sender's group Send is withdrawn from the local members that
+/// have not taken it, as its one-to-one Sends are (a reliable one's copy
+/// would otherwise wait for ever, and its reply go nowhere).
+#[test]
+fn a_destroyed_senders_group_send_is_withdrawn_from_local_members() {
+    let mut net = Net::with(1, |c| c.alive_period = Some(Duration::from_millis(100)));
+    let group = well_known_group(81);
+    let (member, sender) = (net.proc(0), net.proc(0));
+    net.nodes[0].join_group(member, group).unwrap();
+    let now = net.now;
+    net.nodes[0].send_reliable(now, sender, group, msg(1), Reliable::AllDeliver, SendOptions::default()).unwrap();
+    net.settle();
+    assert!(matches!(net.take(0, sender), Some(Completion::Group(o)) if o.met));
+    assert_eq!(net.stats(0).group_copies, 1);
+    net.nodes[0].destroy_process(now, sender).unwrap();
+    assert_eq!(net.stats(0).group_copies, 0, "the copy went with its sender");
+    net.nodes[0].receive(now, member, None, 0).unwrap();
+    net.settle();
+    assert!(net.take(0, member).is_none(), "the member gets nothing from a destroyed sender");
+}

@@ -859,15 +859,25 @@ impl Engine {
             }
             !list.is_empty()
         });
+        // Its own copies as a member go, and so do the copies of its group
+        // Sends still queued for local members (as its one-to-one Sends are
+        // unqueued): nobody would take their replies.
         let mut released = 0;
-        self.groups.copies.retain(|(_, m), c| {
-            let keep = *m != pid;
+        let mut unqueue = Vec::new();
+        self.groups.copies.retain(|&(s, m), c| {
+            let keep = m != pid && !(s == pid && c.addr.is_none() && c.state == CopyState::Queued);
             if !keep {
                 released += c.appended.len();
+                if m != pid {
+                    unqueue.push(m);
+                }
             }
             keep
         });
         self.buffered -= released;
+        for m in unqueue {
+            self.unqueue(m, Incoming::Group(pid));
+        }
         self.groups.collected.remove(&pid);
     }
 
