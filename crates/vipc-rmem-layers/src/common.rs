@@ -106,7 +106,7 @@ impl FailedImports {
 }
 
 /// A lost datagram rather than a refusal.
-fn retryable(e: &vipc::Error) -> bool {
+pub(crate) fn retryable(e: &vipc::Error) -> bool {
     matches!(e, vipc::Error::StillPending)
         || matches!(e.protocol(), Some(ProtocolError::Timeout(_) | ProtocolError::Refused(vipc::Refusal::UnknownName)))
 }

@@ -19,11 +19,12 @@
 //! Reliability: a hybrid request or its answer may be lost; the completion
 //! cell carries the request's sequence number and a check word over the
 //! block, and the client writes the request again when no checked answer
-//! came within `rto`. Read-only inherits the read's own retry; write-only
-//! is unacknowledged by design (003: the source pushes, no notification).
+//! came within `rto`. A read-only read lost (its request or answer) is
+//! sent again every `rto` until the caller's time is up; write-only is
+//! unacknowledged by design (003: the source pushes, no notification).
 
 use crate::check::check;
-use crate::common::{get32, import_retrying, put32, Error, FailedImports, Result};
+use crate::common::{get32, import_retrying, put32, retryable, Error, FailedImports, Result};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use vipc::{
@@ -162,6 +163,9 @@ pub struct CacheClient {
     requests: RemoteSegment,
     reply: ExportedSegment,
     anon: AnonSegment,
+    /// Held by a read-only read from its request to its copy out: every
+    /// answer lands at the start of `anon`.
+    reading: std::sync::Mutex<()>,
     params: CacheParams,
     slot: usize,
     seq: u32,
@@ -199,7 +203,8 @@ impl CacheClient {
             SegmentOptions { access: Access::WRITE, notify: Notify::Conditional, protection: ProtectionGroup::Any };
         let reply = node.export_segment(CELL + params.block, opts)?;
         let anon = node.anonymous_segment(params.block)?;
-        Ok(CacheClient { cache, requests, reply, anon, params, slot, seq: 0, rto: RTO, retransmitted: 0 })
+        let reading = std::sync::Mutex::new(());
+        Ok(CacheClient { cache, requests, reply, anon, reading, params, slot, seq: 0, rto: RTO, retransmitted: 0 })
     }
 
     /// How long a hybrid request waits for its answer before it is written
@@ -211,11 +216,22 @@ impl CacheClient {
     }
 
     /// Read-only style: `len` bytes of block `block` by one remote read; no
-    /// server thread runs.
+    /// server thread runs. The engine never retries a read: one lost is
+    /// read again every `rto`, until `timeout` ([`Error::Timeout`]). Reads
+    /// from several threads take turns.
     pub fn read_direct(&self, block: usize, len: usize, timeout: Duration) -> Result<Vec<u8>> {
         let at = block_offset(&self.params, block, len)?;
-        self.cache.read(at, len as u32, (&self.anon, 0), false)?.wait(timeout)?;
-        Ok(self.anon.to_vec(0, len)?)
+        let _turn = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = vipc::deadline_after(Instant::now(), timeout);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.cache.read(at, len as u32, (&self.anon, 0), false)?.wait(self.rto.min(left)) {
+                Ok(_) => return Ok(self.anon.to_vec(0, len)?),
+                Err(e) if retryable(&e) && left > self.rto => {}
+                Err(e) if retryable(&e) => return Err(Error::Timeout),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Write-only style: `data` into block `block` by remote write, no
