@@ -186,7 +186,7 @@ impl RapidClient {
             Probe::Bytes(b) => {
                 *silent = 0;
                 let cell = CasAnswer::from_bytes(&b).unwrap_or_default();
-                if cell.value != 1 || cell.nonce != self.nonce {
+                if cell.value != self.nonce || cell.nonce != self.nonce {
                     return Err(Error::PeerGone("the argument stack is no longer this client's".into()));
                 }
             }
@@ -195,15 +195,30 @@ impl RapidClient {
     }
 }
 
+/// How many times a release is asked before the client gives up on it.
+const RELEASE_TRIES: u32 = 10;
+
 impl Drop for RapidClient {
-    /// Gives the stack back (CAS-II 1 → 0), without waiting for the answer.
+    /// Gives the stack back (CAS-II nonce → 0: only this client's claim,
+    /// so a late duplicate never frees another client's), asked again until
+    /// answered — the engine never retries a CAS-II, and a lost release
+    /// would keep the stack taken for ever — for at most [`RELEASE_TRIES`]
+    /// waits of 5 × RTO.
     fn drop(&mut self) {
         let at = RapidParams::claim(self.slot) as u32;
-        let _ = self.server.cas(at, 1, 0, 0, (&self.anon, 0));
+        for _ in 0..RELEASE_TRIES {
+            let Ok(op) = self.server.cas(at, self.nonce, 0, self.nonce, (&self.anon, 0)) else { return };
+            match op.wait(RTO * 5) {
+                Err(e) if is_lost(&e) => continue,
+                _ => return,
+            }
+        }
     }
 }
 
-/// Claims the first free stack: CAS-II 0 → 1 with `nonce` on each cell in turn.
+/// Claims the first free stack: CAS-II 0 → `nonce` with `nonce` on each
+/// cell in turn (the claim's value is the claimer's own, so that only its
+/// release can free it).
 fn claim(seg: &RemoteSegment, anon: &AnonSegment, slots: usize, nonce: u32, deadline: Instant) -> Result<usize> {
     for i in 0..slots {
         loop {
@@ -211,7 +226,7 @@ fn claim(seg: &RemoteSegment, anon: &AnonSegment, slots: usize, nonce: u32, dead
             if Instant::now() >= deadline {
                 return Err(Error::Timeout);
             }
-            let op = seg.cas(RapidParams::claim(i) as u32, 0, 1, nonce, (anon, 0))?;
+            let op = seg.cas(RapidParams::claim(i) as u32, 0, nonce, nonce, (anon, 0))?;
             match op.wait(RTO * 5) {
                 Ok(MemOutcome::Cas(a)) if a.nonce == nonce => return Ok(i),
                 Ok(_) => break,                                                 // taken by another client

@@ -207,7 +207,10 @@ impl RapidServer {
         let claim = self.seg.cas_cell(RapidParams::claim(i) as u32)?;
         let slot = &self.slots[i];
         let stale = slot.last.is_some_and(|(n, s)| n == call.nonce && !newer(call.seq, s));
-        if claim.value != 1 || claim.nonce != call.nonce || (stale && slot.last != Some((call.nonce, call.seq))) {
+        if claim.value != call.nonce
+            || claim.nonce != call.nonce
+            || (stale && slot.last != Some((call.nonce, call.seq)))
+        {
             self.stats.ignored += 1; // another client's, or older than the last call run
         } else if stale {
             self.stats.resent += 1;
