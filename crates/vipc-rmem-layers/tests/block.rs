@@ -252,7 +252,7 @@ fn garbage_in_the_acknowledgement_segment_is_ignored() {
     let mut tx = BlockSender::connect(&nodes[1], rx.name(), WAIT).unwrap();
     let header = vipc_rmem_layers::import_retrying(&nodes[2], rx.name(), Access::READ, WAIT).unwrap();
     let anon = nodes[2].anonymous_segment(64).unwrap();
-    header.read(40, 16, (&anon, 0), false).unwrap().wait(WAIT).unwrap();
+    header.read(44, 16, (&anon, 0), false).unwrap().wait(WAIT).unwrap(); // the registration (H_REG)
     let name: SegmentName = anon.to_vec(0, 16).unwrap().try_into().unwrap();
     let acks = vipc_rmem_layers::import_retrying(&nodes[2], name, Access::WRITE, WAIT).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -307,4 +307,31 @@ fn no_host_can_write_the_receivers_layout_or_status() {
     let (rx, got) = t.join().unwrap();
     assert_eq!(got, vec![block]);
     assert_eq!(rx.refused_writes(), 2);
+}
+
+/// A sender that connects while its predecessor's last block completes has
+/// its block delivered, not merely acknowledged: it numbered its first
+/// block from the receiver's status before registering, the predecessor's
+/// block took that number, and the receiver's "done" made the new sender's
+/// `send` return Ok for a block the receiver ignored as old (2 of 8 rounds).
+#[test]
+fn a_sender_connecting_as_the_last_block_completes_gets_its_own_delivered() {
+    let params = BlockParams { packet: 32 << 10, unit: 16, max_block: 8 << 20 };
+    for round in 0..16u16 {
+        let nodes = cluster(3, 471 + round * 3, clean());
+        let mut rx = BlockReceiver::export(&nodes[0], params).unwrap();
+        let mut a = BlockSender::connect(&nodes[1], rx.name(), WAIT).unwrap();
+        a.set_window(16);
+        assert!(matches!(a.send(&pattern(8 << 20, 1), Duration::from_millis(300)), Err(Error::Timeout)));
+        let name = rx.name();
+        let receiver = std::thread::spawn(move || (rx.recv(WAIT), rx.recv(Duration::from_secs(2))));
+        std::thread::sleep(Duration::from_millis(2));
+        let mut b = BlockSender::connect(&nodes[2], name, WAIT).unwrap();
+        let sent = b.send(&pattern(1000, 2), WAIT);
+        let (first, second) = receiver.join().unwrap();
+        let got_b = |r: &vipc_rmem_layers::Result<Vec<u8>>| matches!(r, Ok(d) if *d == pattern(1000, 2));
+        assert!(sent.is_ok(), "round {round}: B's send: {sent:?}");
+        assert!(got_b(&first) || got_b(&second), "round {round}: B's send returned Ok, the receiver never got it");
+        drop(a);
+    }
 }

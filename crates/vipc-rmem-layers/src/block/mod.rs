@@ -110,11 +110,19 @@ const H_UNIT: usize = 8;
 const H_SLOTS: usize = 12;
 /// Header offsets: the receiver's status, which the sender reads when an
 /// acknowledgement is late: last block completed, block in progress, its
-/// lowest incomplete unit, that unit's mask.
+/// lowest incomplete unit, the registration id of the sender it serves,
+/// that unit's mask, and the registration id the last block was completed
+/// for. The ids tell a sender whether the rest speaks of its own blocks: a
+/// sender that registered while its predecessor's last block completed
+/// may have numbered its first block as that one.
 const H_STATUS: usize = 16;
-const STATUS_LEN: usize = 24;
+const STATUS_LEN: usize = 28;
+/// Status offsets of the two registration ids (an acknowledgement record
+/// has its check word where the status has the serving id).
+const S_SERVING: usize = 12;
+const S_DONE_BY: usize = 24;
 /// Header offsets: the registered sender's acknowledgement segment name and registration id.
-const H_REG: usize = 40;
+const H_REG: usize = 44;
 const REG_LEN: usize = 20;
 /// The sender's acknowledgement segment: one 32-byte record per slot, unit
 /// `u`'s in slot `u % ACK_SLOTS` (units in flight are consecutive, so at
@@ -170,6 +178,29 @@ impl Ack {
     fn check(self, reg: u32) -> u32 {
         let seed = (u64::from(self.block) << 32) | u64::from(self.unit);
         crate::check::check(seed, &[&reg.to_le_bytes(), &self.done.to_le_bytes(), &self.mask.to_le_bytes()])
+    }
+}
+
+/// The receiver's status word: its state, and whose blocks that state is of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Status {
+    ack: Ack,
+    /// The registration id of the sender it takes packets from.
+    serving: u32,
+    /// The registration id `ack.done` was completed for.
+    done_by: u32,
+}
+
+impl Status {
+    fn to_bytes(self) -> [u8; STATUS_LEN] {
+        let mut b = self.ack.to_bytes();
+        put32(&mut b, S_SERVING, self.serving);
+        put32(&mut b, S_DONE_BY, self.done_by);
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Status {
+        Status { ack: Ack::from_bytes(b), serving: get32(b, S_SERVING), done_by: get32(b, S_DONE_BY) }
     }
 }
 

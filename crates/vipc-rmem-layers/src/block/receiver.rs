@@ -3,7 +3,8 @@
 //! round written back into the sender's segment when the round's last packet asks.
 
 use super::{
-    full_mask, packets, Ack, BlockParams, Tag, ACK_SLOT, ACK_SLOTS, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN, TAG,
+    full_mask, packets, Ack, BlockParams, Status, Tag, ACK_SLOT, ACK_SLOTS, HEADER, H_REG, H_STATUS, MAGIC, REG_LEN,
+    TAG,
 };
 use crate::common::{get32, put32, Error, FailedImports, Result};
 use std::collections::BTreeSet;
@@ -24,6 +25,8 @@ pub struct BlockReceiver {
     params: BlockParams,
     /// The last block completed (blocks are numbered from 1).
     done: u32,
+    /// The registration id of the sender `done` was completed for.
+    done_by: u32,
     /// The registered sender's id (0: none yet): its packets' check words include it.
     reg: u32,
     /// Its acknowledgement segment, once imported.
@@ -96,6 +99,7 @@ impl BlockReceiver {
             seg,
             params,
             done: 0,
+            done_by: 0,
             reg: 0,
             sender: None,
             received: 0,
@@ -170,7 +174,7 @@ impl BlockReceiver {
                 self.scan(p, u)?;
             }
             if p.complete() {
-                self.done = p.block;
+                (self.done, self.done_by) = (p.block, self.reg);
                 self.received += 1;
                 // This block's notifications are answered by the final record.
                 // Drained before it is written: the sender moves on to the
@@ -292,7 +296,8 @@ impl BlockReceiver {
     fn acknowledge(&self, p: &Progress, u: Option<usize>) -> Result<()> {
         let low = p.lowest_incomplete();
         let done = if p.complete() { p.block } else { self.done };
-        let status = Ack { done, block: p.block, unit: low as u32, mask: p.have.get(low).copied().unwrap_or(0) };
+        let ack = Ack { done, block: p.block, unit: low as u32, mask: p.have.get(low).copied().unwrap_or(0) };
+        let status = Status { ack, serving: self.reg, done_by: self.done_by };
         self.seg.write(H_STATUS as u32, &status.to_bytes())?;
         match (&self.sender, u.and_then(|u| Some((u, *p.have.get(u)?)))) {
             (Some(ack), Some((u, mask))) => {

@@ -3,8 +3,8 @@
 //! read of the receiver's status when no bitmask comes.
 
 use super::{
-    full_mask, judge, newer_or_same, packets, Ack, BlockParams, Tag, Verdict, ACK_SEGMENT, ACK_SLOT, ACK_SLOTS, HEADER,
-    H_REG, H_STATUS, MAGIC, MAX_WINDOW, REG_LEN, TAG,
+    full_mask, judge, newer_or_same, packets, Ack, BlockParams, Status, Tag, Verdict, ACK_SEGMENT, ACK_SLOT, ACK_SLOTS,
+    HEADER, H_REG, H_STATUS, MAGIC, MAX_WINDOW, REG_LEN, TAG,
 };
 use crate::common::{get32, import_retrying, nonzero_random, probe, put32, Error, Probe, Result};
 use std::time::{Duration, Instant};
@@ -165,13 +165,21 @@ impl BlockSender {
             return Err(Error::TooLarge { what: "block", len: data.len(), max: self.params.max_block });
         }
         let deadline = vipc::deadline_after(Instant::now(), timeout);
-        let block = self.next;
-        self.next = self.next.wrapping_add(1);
+        let mut block = self.next;
         let units = packets(data.len(), self.params.packet).div_ceil(self.params.unit);
         let mut have = std::mem::take(&mut self.have);
-        have.clear();
-        have.resize(units, 0);
-        let r = self.send_units(data, block, &mut have, deadline);
+        let r = loop {
+            self.next = block.wrapping_add(1);
+            have.clear();
+            have.resize(units, 0);
+            match self.send_units(data, block, &mut have, deadline) {
+                // The receiver turned to this sender expecting a later number
+                // (its predecessor's last block completed as this one registered).
+                Ok(Some(expected)) => block = expected,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
         self.have = have;
         r?;
         self.stats.blocks += 1;
@@ -182,7 +190,9 @@ impl BlockSender {
     /// round goes out as soon as the window has room, a partial bitmask has
     /// its unit's missing packets sent again at once, and a window with no
     /// bitmask for an `rto` reads the receiver's status.
-    fn send_units(&mut self, data: &[u8], block: u32, have: &mut [u64], deadline: Instant) -> Result<()> {
+    /// `Some(n)`: the receiver ignores this block's packets, it expects
+    /// block `n` of this sender: send it again under that number.
+    fn send_units(&mut self, data: &[u8], block: u32, have: &mut [u64], deadline: Instant) -> Result<Option<u32>> {
         let units = have.len();
         let (mut lo, mut next, mut silent) = (0, 0, 0);
         while lo < units {
@@ -195,7 +205,7 @@ impl BlockSender {
                 next += 1;
             }
             match self.wait_acks(data, block, (lo, next), have, deadline)? {
-                Wait::Done => return Ok(()),
+                Wait::Done => return Ok(None),
                 Wait::Masks(fresh) => {
                     for u in (lo..next).filter(|u| fresh & (1 << (u % ACK_SLOTS)) != 0) {
                         if have[u] != self.full(data, u) {
@@ -207,9 +217,13 @@ impl BlockSender {
                     // The status names the receiver's lowest incomplete unit:
                     // those below it are in, its mask is exact. With no answer
                     // (or one of another block) nothing is learnt.
-                    let low = match self.status(block, &mut silent, deadline)? {
-                        Some(s) if s.done == block => return Ok(()),
-                        Some(s) if s.block == block => {
+                    // Only a status of the receiver serving this sender speaks of its blocks.
+                    let low = match self.status(&mut silent, deadline)? {
+                        Some(s) if s.serving != self.reg => lo,
+                        // It finished this block (or, by its word, a later one) for this sender.
+                        Some(s) if s.done_by == self.reg && newer_or_same(s.ack.done, block) => return Ok(None),
+                        Some(s) if !newer_or_same(block, s.ack.block) => return Ok(Some(s.ack.block)),
+                        Some(Status { ack: s, .. }) if s.block == block => {
                             let low = (s.unit as usize).clamp(lo, next);
                             for (u, h) in have.iter_mut().enumerate().take(low).skip(lo) {
                                 *h = self.full(data, u);
@@ -234,7 +248,7 @@ impl BlockSender {
                 lo += 1;
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Every packet of unit `u` of `data`, as a mask.
@@ -327,7 +341,7 @@ impl BlockSender {
 
     /// No bitmask in time: reads the receiver's status instead (it
     /// recovers a lost bitmask). `None`: no answer either, send again.
-    fn status(&mut self, block: u32, silent: &mut u32, deadline: Instant) -> Result<Option<Ack>> {
+    fn status(&mut self, silent: &mut u32, deadline: Instant) -> Result<Option<Status>> {
         if Instant::now() >= deadline {
             return Err(Error::Timeout);
         }
@@ -343,9 +357,7 @@ impl BlockSender {
             }
             Probe::Bytes(b) => {
                 *silent = 0;
-                let s = Ack::from_bytes(&b);
-                // A receiver that finished this block (or, by its word, a later one) has it.
-                Ok(Some(if newer_or_same(s.done, block) { Ack { done: block, ..s } } else { s }))
+                Ok(Some(Status::from_bytes(&b)))
             }
         }
     }
