@@ -334,7 +334,8 @@ fn a_sender_connecting_as_the_last_block_completes_gets_its_own_delivered() {
                 got_b(&rx.recv(Duration::from_secs(2)))
             }
         });
-        std::thread::sleep(Duration::from_millis(2));
+        // B reads the receiver's header at varied moments around A's block completing.
+        std::thread::sleep(Duration::from_micros(500 * u64::from(round % 8)));
         let mut b = BlockSender::connect(&nodes[2], name, WAIT).unwrap();
         let sent = b.send(&pattern(1000, 2), WAIT);
         let delivered = receiver.join().unwrap();
