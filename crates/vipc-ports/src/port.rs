@@ -319,21 +319,32 @@ impl<T: Serialize, R: DeserializeOwned> PortRef<'_, T, R> {
     }
 }
 
+/// How often an idle keeper looks for takers destroyed without a PORT_DONE.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Keeper {
     fn run(&mut self) {
+        let mut swept = std::time::Instant::now();
         loop {
             let mut msg = [0u8; 32];
-            let info = match self.process.receive_with_segment(&mut msg, &mut self.rbuf) {
-                Ok(i) => i,
-                Err(_) => return, // the node stopped
-            };
-            if let Err(e) = self.handle(&msg, info) {
-                if matches!(e, Error::Vipc(vipc::Error::NodeStopped)) {
-                    return;
+            let (process, rbuf) = (&self.process, &mut self.rbuf);
+            match vipc::within(SWEEP_EVERY, || process.receive_with_segment(&mut msg, rbuf)) {
+                Ok(info) => {
+                    if let Err(e) = self.handle(&msg, info) {
+                        if matches!(e, Error::Vipc(vipc::Error::NodeStopped)) {
+                            return;
+                        }
+                        tracing::debug!("port keeper: request from {} not answered: {e}", info.from);
+                    }
+                    self.match_takers();
                 }
-                tracing::debug!("port keeper: request from {} not answered: {e}", info.from);
+                Err(e) if e.is_deadline() => {}
+                Err(_) => return, // the node stopped
             }
-            self.match_takers();
+            if swept.elapsed() >= SWEEP_EVERY {
+                self.forget_vanished_takers();
+                swept = std::time::Instant::now();
+            }
         }
     }
 
@@ -465,6 +476,9 @@ impl Keeper {
     }
 
     /// `pid` no longer waits for answers to earlier messages (they are still served).
+    /// `pid` gave up whatever it waited in here: a message it sent, and a
+    /// take (a message handed to that take would be answered into its next
+    /// call, and lost).
     fn forget_waiting(&mut self, pid: Pid) {
         for h in self.held.values_mut() {
             if h.waiting.is_some_and(|g| g.to == pid) {
@@ -472,6 +486,22 @@ impl Keeper {
             }
         }
         self.serving.retain(|_, (g, _)| g.to != pid);
+        self.takers.retain(|t| t.pid != pid);
+    }
+
+    /// Takers destroyed without a PORT_DONE: their senders still waiting
+    /// are answered UNDELIVERED rather than left waiting for ever, and
+    /// their takes go.
+    fn forget_vanished_takers(&mut self) {
+        let alive = |k: &Keeper, pid: Pid| k.process.is_local_process(pid).unwrap_or(true);
+        let gone: Vec<u64> = self.serving.iter().filter(|(_, (_, t))| !alive(self, *t)).map(|(id, _)| *id).collect();
+        for id in gone {
+            if let Some((sender, _)) = self.serving.remove(&id) {
+                let _ = self.answer(sender.to, status::UNDELIVERED);
+            }
+        }
+        let takers = std::mem::take(&mut self.takers);
+        self.takers = takers.into_iter().filter(|t| alive(self, t.pid)).collect();
     }
 
     /// Hands message `id` to taker `t`: `Ok(false)` if it needs more room.

@@ -135,6 +135,13 @@ impl Process {
         self.shared.call(Some(self.pid), |e, _| Ok(e.registered(name.as_bytes(), remote)))
     }
 
+    /// Whether `pid` is a live process of this process's node (false for
+    /// any other host's pid: a node knows only its own processes). A server
+    /// holding work for a local process uses it to notice the process gone.
+    pub fn is_local_process(&self, pid: Pid) -> Result<bool> {
+        self.shared.call(Some(self.pid), |e, _| Ok(e.is_alive(pid)))
+    }
+
     /// The alive-host table of this process's node (see [`crate::Node::alive_hosts`]).
     pub fn alive_hosts(&self) -> Result<AliveHosts> {
         self.shared.call(Some(self.pid), |e, _| Ok(e.alive_hosts()))

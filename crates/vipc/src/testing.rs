@@ -13,6 +13,37 @@ pub fn skipped(why: &str) {
     }
 }
 
+/// A seeded generator for tests that make up hostile input: the same seed
+/// gives the same inputs (the tests print it with a failure).
+pub struct Rng(rand::rngs::StdRng);
+
+impl Rng {
+    /// The generator of seed `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(rand::SeedableRng::seed_from_u64(seed))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        rand::RngCore::next_u64(&mut self.0)
+    }
+
+    /// A number below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// True `pct` times in a hundred.
+    pub fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
 /// Appends `test name: why` to `log`.
 fn log_skip(log: &Path, why: &str) {
     let test = std::thread::current().name().unwrap_or("a test").to_string();
