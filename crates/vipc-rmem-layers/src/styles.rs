@@ -64,6 +64,10 @@ pub struct CacheServer {
     buf: Vec<u8>,
     /// Reply segments that did not import lately.
     failed: FailedImports,
+    /// Request slots written and not yet answered.
+    written: std::collections::BTreeSet<usize>,
+    /// When a slot's reply segment last failed to import.
+    import_failed: HashMap<usize, Instant>,
 }
 
 impl std::fmt::Debug for CacheServer {
@@ -87,7 +91,17 @@ impl CacheServer {
         })?;
         let requests = node.export_segment(area, open(Notify::Conditional))?;
         let (replies, failed) = (HashMap::new(), FailedImports::default());
-        Ok(CacheServer { node: node.clone(), cache, requests, params, replies, buf: Vec::new(), failed })
+        Ok(CacheServer {
+            node: node.clone(),
+            cache,
+            requests,
+            params,
+            replies,
+            buf: Vec::new(),
+            failed,
+            written: Default::default(),
+            import_failed: HashMap::new(),
+        })
     }
 
     /// The names a client needs: the cache's and the request area's.
@@ -102,15 +116,23 @@ impl CacheServer {
         Ok(self.cache.write(at, data)?)
     }
 
-    /// Answers the hybrid requests that arrive within `timeout`; returns how many.
+    /// Answers the hybrid requests that arrive within `timeout`; returns how
+    /// many. Each pass answers every slot written since the last once, with
+    /// the request it holds now (a slot written a hundred times is answered
+    /// once), and the time is checked between slots: a client writing its
+    /// slot faster than it is answered holds the server no longer than `timeout`.
     pub fn serve_for(&mut self, timeout: Duration) -> Result<usize> {
         let deadline = vipc::deadline_after(Instant::now(), timeout);
         let mut served = 0;
         loop {
             while let Some(rec) = self.requests.poll_control()? {
                 if rec.op == MemOp::Write && rec.offset as usize % REQUEST == 0 {
-                    served += usize::from(self.answer(rec.offset as usize / REQUEST)?);
+                    self.written.insert(rec.offset as usize / REQUEST);
                 }
+            }
+            while Instant::now() < deadline {
+                let Some(slot) = self.written.pop_first() else { break };
+                served += usize::from(self.answer(slot)?);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || !self.requests.wait_record(left)? {
@@ -132,8 +154,16 @@ impl CacheServer {
         let reply = match self.replies.get(&name) {
             Some(r) => r,
             None => {
-                // A reply segment that does not import ends this request, not the server.
-                let Some(r) = self.failed.import(&self.node, name, Access::WRITE, RTO * 5) else { return Ok(false) };
+                // A reply segment that does not import ends this request, not
+                // the server; the slot is not tried again for a while, whatever
+                // name it gives next (each try holds the server).
+                if self.import_failed.get(&slot).is_some_and(|at| at.elapsed() < IMPORT_PAUSE) {
+                    return Ok(false);
+                }
+                let Some(r) = self.failed.import(&self.node, name, Access::WRITE, RTO * 5) else {
+                    self.import_failed.insert(slot, Instant::now());
+                    return Ok(false);
+                };
                 if self.replies.len() >= MAX_REPLY_IMPORTS {
                     self.replies.clear();
                 }
@@ -152,6 +182,9 @@ impl CacheServer {
         Ok(reply.write(0, &self.buf, notify_last).is_ok())
     }
 }
+
+/// A request slot whose reply segment did not import is not tried again for this long.
+const IMPORT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Most clients' reply segments a [`CacheServer`] keeps imported (beyond,
 /// it forgets them all and imports each again when next needed).

@@ -10,8 +10,14 @@ use vipc::{Access, ExportedSegment, Node, Notify, ProtectionGroup, RemoteSegment
 /// How long the idle server sleeps on its control channel before looking at
 /// the flag words again (a call whose notifying datagram was lost still sets its flag).
 const TICK: Duration = Duration::from_millis(5);
-/// How long an import of a client's result segment may take.
-const IMPORT_WAIT: Duration = Duration::from_millis(500);
+/// How long an import of a client's result segment may take: it holds the
+/// serving loop (a segment that exists answers within a round trip).
+const IMPORT_WAIT: Duration = Duration::from_millis(50);
+/// A stack whose caller's result segment did not import is not tried again
+/// for this long, whatever name its next call gives: each try holds the
+/// serving loop, and a caller naming a fresh segment per call would hold it
+/// for good.
+const IMPORT_PAUSE: Duration = Duration::from_secs(1);
 
 /// What a server did, for tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,6 +38,8 @@ struct Slot {
     last: Option<(u32, u32)>,
     reply: Vec<u8>,
     client: Option<(SegmentName, RemoteSegment)>,
+    /// When an import for this stack last failed.
+    import_failed: Option<Instant>,
 }
 
 /// Serves calls on the argument stacks it exports.
@@ -44,6 +52,8 @@ pub struct RapidServer {
     stats: ServerStats,
     /// Callers' result segments that did not import lately.
     failed: FailedImports,
+    /// Stacks to look at in the next pass whatever their notifications say.
+    again: BTreeSet<usize>,
 }
 
 impl std::fmt::Debug for RapidServer {
@@ -74,7 +84,7 @@ impl RapidServer {
         let slots = (0..params.slots).map(|_| Slot::default()).collect();
         let spin = Duration::from_micros(100);
         let (stats, failed) = (ServerStats::default(), FailedImports::default());
-        Ok(RapidServer { node: node.clone(), seg, params, slots, spin, stats, failed })
+        Ok(RapidServer { node: node.clone(), seg, params, slots, spin, stats, failed, again: BTreeSet::new() })
     }
 
     /// The segment's name: what clients bind to.
@@ -114,9 +124,10 @@ impl RapidServer {
                 stacks = (0..self.params.slots).collect();
                 next_scan = now + TICK;
             }
-            if self.serve_stacks(stacks, &mut handler)? > 0 {
+            stacks.append(&mut self.again);
+            if self.serve_stacks(stacks, &mut handler, end)? > 0 {
                 busy_until = vipc::deadline_after(Instant::now(), self.spin);
-            } else if now >= busy_until {
+            } else if now >= busy_until && self.again.is_empty() {
                 self.seg.wait_record(TICK.min(end - now))?;
             } else {
                 std::thread::yield_now(); // let the node's reader thread run: it brings the calls
@@ -131,7 +142,9 @@ impl RapidServer {
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
         self.notified()?;
-        self.serve_stacks((0..self.params.slots).collect(), handler)
+        self.again.clear();
+        let far = vipc::deadline_after(Instant::now(), Duration::MAX);
+        self.serve_stacks((0..self.params.slots).collect(), handler, far)
     }
 
     /// Drains the control channel: the stacks written with the notify bit.
@@ -147,25 +160,29 @@ impl RapidServer {
         Ok(stacks)
     }
 
-    /// Serves the raised flags among `stacks`; a stack whose queued writes
-    /// were applied after its call is looked at again (they may be the next call).
-    fn serve_stacks<F>(&mut self, stacks: BTreeSet<usize>, handler: &mut F) -> Result<usize>
+    /// Serves the raised flags among `stacks`, each once, until `end`; a
+    /// stack whose queued writes were applied after its call (they may be
+    /// its next call), or that `end` left out, is looked at in the next pass:
+    /// one busy stack never keeps the others waiting.
+    fn serve_stacks<F>(&mut self, stacks: BTreeSet<usize>, handler: &mut F, end: Instant) -> Result<usize>
     where
         F: FnMut(u32, &[u8]) -> Result<Vec<u8>, u32>,
     {
         let mut served = 0;
         for i in stacks {
-            loop {
-                let mut flag = [0u8; 4];
-                self.seg.read(self.params.stack(i) as u32, &mut flag)?;
-                if u32::from_le_bytes(flag) == 0 {
-                    break;
-                }
-                let (done, applied) = self.serve_slot(i, handler)?;
-                served += usize::from(done);
-                if !(done && applied) {
-                    break;
-                }
+            if Instant::now() >= end {
+                self.again.insert(i);
+                continue;
+            }
+            let mut flag = [0u8; 4];
+            self.seg.read(self.params.stack(i) as u32, &mut flag)?;
+            if u32::from_le_bytes(flag) == 0 {
+                continue;
+            }
+            let (done, applied) = self.serve_slot(i, handler)?;
+            served += usize::from(done);
+            if done && applied {
+                self.again.insert(i);
             }
         }
         Ok(served)
@@ -243,7 +260,15 @@ impl RapidServer {
     fn reply(&mut self, i: usize, to: SegmentName) -> Result<()> {
         let slot = &mut self.slots[i];
         if slot.client.as_ref().is_none_or(|(name, _)| *name != to) {
-            slot.client = self.failed.import(&self.node, to, Access::WRITE, IMPORT_WAIT).map(|seg| (to, seg));
+            let paused = slot.import_failed.is_some_and(|at| at.elapsed() < IMPORT_PAUSE);
+            slot.client = if paused {
+                None // no reply now: the caller writes its call again
+            } else {
+                self.failed.import(&self.node, to, Access::WRITE, IMPORT_WAIT).map(|seg| (to, seg))
+            };
+            if !paused {
+                slot.import_failed = slot.client.is_none().then(Instant::now);
+            }
         }
         if let Some((_, seg)) = &slot.client {
             if seg.write(0, &slot.reply, true).is_err() {
