@@ -45,6 +45,9 @@ pub(crate) struct AliveTable {
     seq: u32,
     /// When the next periodic announcement is due (the timer it expects).
     next_tick: Option<Time>,
+    /// Hosts that said goodbye, with the life that said it and until when
+    /// an IAmHere of that life is taken for a late one (overtaken by the goodbye).
+    left: HashMap<HostId, (u16, Time)>,
 }
 
 impl AliveTable {
@@ -174,14 +177,17 @@ impl Engine {
         if self.alive.next_tick != Some(at) {
             return;
         }
-        let Some(period) = self.cfg.alive_period else { return };
-        let periods = self.cfg.alive_down_after.max(1);
-        // Silent for `alive_down_after` of its own periods, or of ours if
-        // shorter, or of ten of ours if longer.
-        let silence = |r: &AliveRow| r.period.clamp(period, period * ANNOUNCED_PERIOD_MAX_FACTOR) * periods;
+        if self.cfg.alive_period.is_none() {
+            return;
+        }
+        self.alive.left.retain(|_, (_, until)| *until > now);
         for i in 0..self.alive.rows.len() {
-            let silent =
-                self.alive.rows.get(i).and_then(|r| r.as_ref()).is_some_and(|r| now.since(r.last_heard) >= silence(r));
+            let silent = self
+                .alive
+                .rows
+                .get(i)
+                .and_then(|r| r.as_ref())
+                .is_some_and(|r| now.since(r.last_heard) >= self.down_after(r));
             if silent {
                 let row = self.alive.remove(i).expect("checked");
                 self.stats.hosts_down += 1;
@@ -190,6 +196,13 @@ impl Engine {
         }
         self.announce(Destination::Broadcast, false);
         self.arm_alive_tick(now);
+    }
+
+    /// How long host `r` may stay silent before it is down: `alive_down_after`
+    /// of its own announced periods, or of ours if shorter, or of ten of ours if longer.
+    fn down_after(&self, r: &AliveRow) -> Duration {
+        let period = self.cfg.alive_period.unwrap_or_default();
+        r.period.clamp(period, period * ANNOUNCED_PERIOD_MAX_FACTOR) * self.cfg.alive_down_after.max(1)
     }
 
     /// Answers a newcomer: our IAmHere to it alone, sent by its timer.
@@ -251,7 +264,15 @@ impl Engine {
             if let Some(row) = known.and_then(|i| self.alive.remove(i)) {
                 self.stats.hosts_down += 1;
                 self.events.push_back(Event::HostDown(row.host));
+                // Its announcements sent before the goodbye may still come.
+                let silence = self.down_after(&row);
+                self.alive.left.insert(host, (h.incarnation, now + silence));
             }
+            return;
+        }
+        if self.alive.left.get(&host).is_some_and(|&(life, until)| life == h.incarnation && now < until) {
+            // An announcement of the life that said goodbye, overtaken by it.
+            self.stats.duplicates += 1;
             return;
         }
         let mut answer = h.flags.has(Flags::HELLO);
