@@ -286,3 +286,33 @@ fn an_announcement_overtaken_by_its_goodbye_does_not_bring_the_host_back() {
     net.advance(Duration::from_millis(20));
     assert_eq!(hosts(&net, 0), vec![2]);
 }
+
+/// An announcement of a host's previous life that arrives after its new
+/// life's does not replace the new one (the row flapped down and up, and
+/// the new life's packets did not count as heard until its next one).
+#[test]
+fn an_old_lifes_late_announcement_does_not_replace_the_new_life() {
+    let mut net = alive_net(2);
+    net.advance(Duration::from_millis(250));
+    let held = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let h = held.clone();
+    net.filter = Some(Box::new(move |from, _, bytes| {
+        if from == 1 && h.borrow().is_none() && is_i_am_here(bytes) {
+            *h.borrow_mut() = Some(bytes.to_vec());
+            return 0;
+        }
+        1
+    }));
+    net.advance(Duration::from_millis(110));
+    let late = held.borrow().clone().expect("an announcement of node 2's first life");
+    net.filter = None;
+    let mut c = config(2);
+    c.alive_period = Some(PERIOD);
+    net.nodes[1] = Engine::new(Config { seed: 77, ..c }, net.now);
+    net.advance(Duration::from_millis(20));
+    net.events.clear();
+    net.nodes[0].handle_datagram(net.now, addr(1), &late);
+    net.settle();
+    assert_eq!(changes(&net, 0), vec![], "no flap");
+    assert_eq!(hosts(&net, 0), vec![2]);
+}

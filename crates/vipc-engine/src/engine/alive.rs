@@ -45,8 +45,9 @@ pub(crate) struct AliveTable {
     seq: u32,
     /// When the next periodic announcement is due (the timer it expects).
     next_tick: Option<Time>,
-    /// Hosts that said goodbye, with the life that said it and until when
-    /// an IAmHere of that life is taken for a late one (overtaken by the goodbye).
+    /// Hosts whose life ended (it said goodbye, or another life of it
+    /// announced itself), with that life and until when an IAmHere of it
+    /// is taken for a late one (overtaken by the goodbye or the new life).
     left: HashMap<HostId, (u16, Time)>,
 }
 
@@ -285,10 +286,14 @@ impl Engine {
                 row.period = period;
             }
             found => {
-                // New, or restarted (another incarnation): its old life is down.
+                // New, or restarted (another incarnation): its old life is
+                // down, and an announcement of it that comes later was
+                // overtaken by the new life's.
                 if let Some(old) = found.and_then(|i| self.alive.remove(i)) {
                     self.stats.hosts_down += 1;
                     self.events.push_back(Event::HostDown(old.host));
+                    let silence = self.down_after(&old);
+                    self.alive.left.insert(host, (old.incarnation, now + silence));
                 }
                 let row = AliveRow { host, addr: from, incarnation: h.incarnation, last_heard: now, period };
                 self.alive.insert(row);
