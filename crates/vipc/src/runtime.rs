@@ -11,7 +11,7 @@ use crate::gso::{self, Part, Run};
 use crate::net::{self, GroupAddrs};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -22,6 +22,7 @@ mod apart;
 mod clock;
 mod inplace;
 mod mcast;
+mod memberships;
 mod memwait;
 mod outgoing;
 mod slot;
@@ -173,9 +174,9 @@ pub(crate) struct State {
     rxsave: Vec<u8>,
     /// Who reads the multicast socket (see [`mcast`]).
     mcast: mcast::Token,
-    /// Group multicast addresses the multicast socket has joined, with the
-    /// number of local groups mapped to each (distinct groups may share one).
-    joined: HashMap<Ipv4Addr, u32>,
+    /// Group multicast addresses joined, with the number of local groups
+    /// mapped to each (distinct groups may share one).
+    joined: memberships::Memberships,
     /// Unicast copies sent in place of multicast ([`Stats::unicast_fanout`]).
     fanout: u64,
     /// Datagrams from our own addresses, skipped ([`Stats::own_datagrams`]).
@@ -294,7 +295,7 @@ impl Shared {
                 rxbuf: net::RecvBuf::new(),
                 rxsave: Vec::new(),
                 mcast: mcast::Token::default(),
-                joined: HashMap::new(),
+                joined: memberships::Memberships::default(),
                 fanout: 0,
                 own_datagrams: 0,
                 runs_received: 0,
@@ -548,20 +549,10 @@ impl Shared {
         if addr == groups.broadcast {
             return; // always joined
         }
-        let count = st.joined.entry(addr).or_insert(0);
         let result = if join {
-            *count += 1;
-            if *count > 1 {
-                return;
-            }
-            sock.join_multicast_v4(&addr, &groups.interface)
+            st.joined.join(sock, addr, &groups.interface)
         } else {
-            *count = count.saturating_sub(1);
-            if *count > 0 {
-                return;
-            }
-            st.joined.remove(&addr);
-            sock.leave_multicast_v4(&addr, &groups.interface)
+            st.joined.leave(sock, addr, &groups.interface)
         };
         if let Err(e) = result {
             let what = if join { "join" } else { "leave" };

@@ -234,3 +234,51 @@ fn a_member_waiting_on_the_unicast_socket_leaves_the_multicast_socket_to_others(
     }
     assert_eq!(unanswered, 0, "lookups of a name on the member's node went unanswered");
 }
+
+/// A member of 40 groups hears every one of them: a socket holds only
+/// `igmp_max_memberships` addresses (20 by default, the broadcast channel
+/// one of them), and Sends to the groups past that were lost (the 19th and
+/// later of 24 timed out while `join_group` had said Ok). Leaving them all
+/// leaves every address: the node hears none of the groups afterwards.
+#[test]
+fn a_member_of_many_groups_hears_all_of_them() {
+    use vipc::{ReplyMode, SendOptions};
+    let group = random_group();
+    let mut cfg = config(group);
+    cfg.engine.timeout = Duration::from_millis(500);
+    let nodes: Vec<Node> = (0..2).map(|_| Node::start(cfg.clone()).unwrap()).collect();
+    let groups: Vec<vipc::Pid> = (0..40u16).map(|i| vipc::well_known_group(1000 + i)).collect();
+    let (joined, leave) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let gs = groups.clone();
+    let (member, _) = nodes[1]
+        .spawn(move |p| {
+            for g in &gs {
+                p.join_group(*g).unwrap();
+            }
+            joined.0.send(()).unwrap();
+            let mut m = [0u8; 32];
+            while let Ok(from) = p.receive(&mut m) {
+                let _ = p.reply(&[7u8; 32], from);
+                if m[0] == 0xEE {
+                    for g in &gs {
+                        p.leave_group(*g).unwrap();
+                    }
+                    leave.0.send(()).unwrap();
+                }
+            }
+        })
+        .unwrap();
+    joined.1.recv().unwrap();
+    let me = nodes[0].attach().unwrap();
+    let unanswered: Vec<_> = groups
+        .iter()
+        .filter(|&&g| me.send_group(&mut [1u8; 32], g, ReplyMode::One, SendOptions::default()).ok() != Some(member))
+        .collect();
+    assert!(unanswered.is_empty(), "group Sends unanswered: {unanswered:?}");
+    me.send(&mut [0xEE; 32], member).unwrap();
+    leave.1.recv().unwrap();
+    for g in [groups[0], groups[39]] {
+        let r = me.send_group(&mut [1u8; 32], g, ReplyMode::One, SendOptions::default());
+        assert!(r.is_err(), "a group left still answered: {r:?}");
+    }
+}
