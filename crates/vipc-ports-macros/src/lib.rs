@@ -222,7 +222,7 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
             Some(quote! {
                 #i => {
                     let (#(#names,)*): (#(#wire_types,)*) = ::vipc_ports::codec::decode_prefix(head)?;
-                    let result = self.0.#mname(#(#values,)* bulk);
+                    let result = self.0.#mname(#(#values,)* __vipc_bulk);
                     #store
                 }
             })
@@ -234,8 +234,8 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
                 &self,
                 method: u16,
                 head: &[u8],
-                bulk: Vec<u8>,
-                out: &mut Vec<u8>,
+                __vipc_bulk: Vec<u8>,
+                __vipc_out: &mut Vec<u8>,
             ) -> ::std::result::Result<(), ::vipc_ports::rpc::DispatchError> {
                 match method {
                     #(#bulk_arms)*
@@ -291,7 +291,7 @@ fn expand(tr: &ItemTrait, version: u64) -> syn::Result<Tokens> {
                 &self,
                 method: u16,
                 args: &[u8],
-                out: &mut Vec<u8>,
+                __vipc_out: &mut Vec<u8>,
             ) -> ::std::result::Result<(), ::vipc_ports::rpc::DispatchError> {
                 match method {
                     #(#arms)*
@@ -339,14 +339,17 @@ fn take_result(out: &syn::Type) -> Tokens {
     }
 }
 
-/// The server's answer bytes: a `Vec<u8>` result moved in whole, others encoded.
+/// The server's answer bytes: a `Vec<u8>` result moved in whole, others
+/// encoded. (The generated code's own names start with `__vipc_` where a
+/// method's arguments are in scope: an argument named `out` or `bulk` must
+/// not take their place.)
 fn store_result(out: &syn::Type) -> Tokens {
     if is_bytes(out) {
         quote! {
-            *out = result;
+            *__vipc_out = result;
             Ok(())
         }
     } else {
-        quote!(Ok(::vipc_ports::codec::encode_into(&result, out)?))
+        quote!(Ok(::vipc_ports::codec::encode_into(&result, __vipc_out)?))
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::codec::{decode, encode, fingerprint};
 use crate::frame::{answer, kind, status, Request};
-use crate::transfer::{fetched, read_args, send_result, status_error, Caller, Failure, Grant, Kept};
+use crate::transfer::{fetched, fetched_later, read_args, send_result, status_error, Caller, Failure, Grant, Kept};
 use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -108,7 +108,8 @@ pub fn activate<A: Serialize, R: DeserializeOwned>(
 
 impl<R: DeserializeOwned> Activation<R> {
     /// Waits for the process's result (bounded by `within`). Asked once:
-    /// the activator forgets a result it handed out.
+    /// the activator forgets a result once the asker has it (one over 24
+    /// bytes once fetched, so an ask whose limit passed in between asks again).
     pub fn result(&self, p: &Process) -> Result<R> {
         let req =
             Request { kind: kind::ACTIVATION_RESULT, flags: 0, method: 0, fingerprint: self.pid.0 as u64, len: 0 };
@@ -138,6 +139,10 @@ struct Serving {
     /// Who waits for which process's result.
     waiting: HashMap<Pid, Grant>,
     kept: Kept,
+    /// Askers told a result is there to fetch, with the process it is of:
+    /// the result stays in `outcomes` until fetched, so an asker whose
+    /// limit passed in between asks again and gets it.
+    announced: HashMap<Pid, Pid>,
     rbuf: Vec<u8>,
 }
 
@@ -152,6 +157,7 @@ impl Serving {
             started: VecDeque::new(),
             waiting: HashMap::new(),
             kept: Kept::default(),
+            announced: HashMap::new(),
             rbuf: vec![0; 64 << 10],
         }
     }
@@ -200,10 +206,7 @@ impl Serving {
                         self.waiting.insert(pid, Grant::of(&info));
                         Ok(())
                     }
-                    Some(Some(_)) => {
-                        let outcome = self.take_outcome(pid).expect("matched Some(Some)");
-                        self.deliver(Grant::of(&info), outcome)
-                    }
+                    Some(Some(_)) => self.hand_out(Grant::of(&info), pid),
                 }
             }
             kind::PORT_DONE if self.outcomes.get(&from).is_some_and(Option::is_none) => {
@@ -212,26 +215,19 @@ impl Serving {
                     st => Err(st),
                 };
                 let _ = self.answer(from, status::OK);
+                self.hold(from, outcome);
                 match self.waiting.remove(&from) {
-                    Some(g) => {
-                        self.outcomes.remove(&from);
-                        match self.deliver(g, outcome.clone()) {
-                            // The asker gave up its wait (a deadline): the
-                            // result is kept for its next ask, not lost.
-                            Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NotAwaitingReply(_)))) => {
-                                self.hold(from, outcome);
-                                Ok(())
-                            }
-                            r => r,
-                        }
-                    }
-                    None => {
-                        self.hold(from, outcome);
-                        Ok(())
-                    }
+                    Some(g) => self.hand_out(g, from),
+                    None => Ok(()),
                 }
             }
-            kind::FETCH => fetched(&self.p, Grant::of(&info), &mut self.kept),
+            kind::FETCH => {
+                let got = fetched(&self.p, Grant::of(&info), &mut self.kept)?;
+                if let Some(pid) = self.announced.remove(&from).filter(|_| got) {
+                    self.take_outcome(pid);
+                }
+                Ok(())
+            }
             _ => self.answer(from, status::NOT_A_REQUEST),
         }
     }
@@ -276,10 +272,26 @@ impl Serving {
         Some(outcome)
     }
 
-    fn deliver(&mut self, g: Grant, outcome: Outcome) -> Result<()> {
-        match outcome {
-            Ok(bytes) => send_result(&self.p, g, &bytes, &mut self.kept),
-            Err(st) => self.answer(g.to, st),
+    /// Hands `pid`'s finished outcome to the asker `g`. It is forgotten once
+    /// the asker has it: at once if it goes with the answer; if announced
+    /// to be fetched, once fetched (see `announced`); kept if the asker gave
+    /// up its wait (a deadline), for its next ask.
+    fn hand_out(&mut self, g: Grant, pid: Pid) -> Result<()> {
+        let Some(Some(outcome)) = self.outcomes.get(&pid) else { return self.answer(g.to, status::NO_SUCH) };
+        let r = match outcome {
+            Ok(bytes) if fetched_later(&g, bytes.len()) => {
+                self.announced.insert(g.to, pid);
+                return send_result(&self.p, g, bytes, &mut self.kept);
+            }
+            Ok(bytes) => send_result(&self.p, g, bytes, &mut self.kept),
+            Err(st) => self.answer(g.to, *st),
+        };
+        match r {
+            Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::NotAwaitingReply(_)))) => Ok(()),
+            r => {
+                self.take_outcome(pid);
+                r
+            }
         }
     }
 }

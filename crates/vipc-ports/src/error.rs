@@ -63,7 +63,7 @@ pub enum Error {
     #[error("malformed answer: {0}")]
     Malformed(String),
     /// The deadline of a multi-node call passed before these nodes answered;
-    /// the answers that came are in `partial`.
+    /// `answered` counts the answers that came.
     #[error("no answer from {} node(s) before the deadline: {missing:?}", missing.len())]
     Missing {
         /// The hosts that did not answer.

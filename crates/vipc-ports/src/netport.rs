@@ -149,7 +149,8 @@ impl<T: Serialize + DeserializeOwned + 'static, R: Serialize + DeserializeOwned 
             }
         }
         let mut missing = if outcome.met { Vec::new() } else { p.reliable_missing()? };
-        missing.extend(unusable.into_iter().filter(|h| !results.contains_key(h)));
+        // A host one of whose importers failed did not answer whole, whatever its others said.
+        missing.extend(unusable);
         missing.sort_unstable();
         missing.dedup();
         Ok(Gathered { results, missing })

@@ -15,8 +15,9 @@
 //! | `OnDelivery` | a process in a region has taken it | …or no process took it before the caller's deadline |
 //! | `OnReturn` | that region's handler finished; its result comes back | …or the handler failed |
 //!
-//! 002's defaults: a call with a result ([`PortRef::call`]) completes
-//! `OnReturn`; one without ([`PortRef::send`]) `OnReceipt` (002 §4.2.4.2).
+//! A call with a result ([`PortRef::call`]) completes `OnReturn`; one
+//! without ([`PortRef::send`]) completes at the checkpoint it is given (002's
+//! default for it is `OnReceipt`, §4.2.4.2: pass it explicitly here).
 //! A sender that gives up (`within`) does not withdraw a message the keeper
 //! already holds: it will still be served (002's orphan problem, §4.3.2).
 
@@ -101,10 +102,17 @@ pub const MAX_HELD: usize = 4096;
 /// Most bytes of messages a node's port keeper holds.
 pub const MAX_HELD_BYTES: usize = 256 << 20;
 
+/// The ports open on a node, by key: each one's name and its opening (a
+/// name opened again is a new port, whose key is the old one's).
+type OpenPorts = HashMap<u64, (String, u64)>;
+
+/// Openings of ports, counted from 1 (one sequence for every `Ports` of the process).
+static OPENINGS: AtomicU64 = AtomicU64::new(1);
+
 /// The keeper's state; only its thread touches it, except `ports`.
 struct Keeper {
     process: Process,
-    ports: Arc<Mutex<HashMap<u64, String>>>,
+    ports: Arc<Mutex<OpenPorts>>,
     /// Held messages by arrival number: the earliest first.
     held: BTreeMap<u64, Held>,
     next: u64,
@@ -121,7 +129,7 @@ struct Keeper {
 pub struct Ports {
     node: Node,
     keeper: Pid,
-    ports: Arc<Mutex<HashMap<u64, String>>>,
+    ports: Arc<Mutex<OpenPorts>>,
     courier: Mutex<mpsc::SyncSender<Courier>>,
     undelivered: Arc<AtomicU64>,
 }
@@ -194,8 +202,9 @@ impl Ports {
         }
         // Registered first: a refused name leaves no port behind.
         self.node.claim_name(&registered(name), self.keeper, Scope::Any)?;
-        ports.insert(key, name.to_string());
-        Ok(Port { key, keeper: self.keeper, name: name.to_string(), _types: PhantomData })
+        let opening = OPENINGS.fetch_add(1, Ordering::Relaxed);
+        ports.insert(key, (name.to_string(), opening));
+        Ok(Port { key, opening, keeper: self.keeper, name: name.to_string(), _types: PhantomData })
     }
 
     /// A sender's handle on port `name` (on any node) for messages `T` answered by `R`.
@@ -227,10 +236,12 @@ impl Ports {
         let p = self.node.attach()?;
         let still_named = {
             let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-            if ports.remove(&port.key).is_none() {
+            // This opening of the port, not one made since under its name.
+            if ports.get(&port.key).is_none_or(|(_, o)| *o != port.opening) {
                 return Err(Error::NotFound(format!("port {:?} (closed already)", port.name)));
             }
-            ports.values().any(|n| *n == port.name)
+            ports.remove(&port.key);
+            ports.values().any(|(n, _)| *n == port.name)
         };
         let unnamed = if still_named { Ok(true) } else { self.node.unset_pid(&registered(&port.name), self.keeper) };
         let req = Request { kind: kind::PORT_CLOSE, flags: 0, method: 0, fingerprint: port.key, len: 0 };
@@ -258,6 +269,8 @@ impl Ports {
 #[derive(Debug)]
 pub struct Port<T, R = ()> {
     pub(crate) key: u64,
+    /// Which opening of the key it is.
+    opening: u64,
     /// The keeper of the [`Ports`] that opened it.
     pub(crate) keeper: Pid,
     name: String,
@@ -419,7 +432,7 @@ impl Keeper {
                 self.close(req.fingerprint);
                 self.answer(from, status::OK)
             }
-            kind::FETCH => fetched(&self.process, Grant::of(&info), &mut self.kept),
+            kind::FETCH => fetched(&self.process, Grant::of(&info), &mut self.kept).map(drop),
             _ => self.answer(from, status::NOT_A_REQUEST),
         }
     }
@@ -540,8 +553,11 @@ pub(crate) struct Taken {
 pub(crate) fn take(p: &Process, keeper: Pid, ports: &[u64], buf: &mut Vec<u8>) -> Result<Taken> {
     let list = encode(ports)?;
     loop {
-        if buf.len() < 4096 {
-            buf.resize(4096, 0);
+        // Room for the answer, and for the list itself (10 bytes a port: a
+        // region over 410 ports overran 4 KiB).
+        let room = 4096.max(list.len());
+        if buf.len() < room {
+            buf.resize(room, 0);
         }
         let req = Request { kind: kind::PORT_TAKE, flags: 0, method: 0, fingerprint: 0, len: list.len() as u32 };
         let mut msg = req.encode(&list);

@@ -257,7 +257,7 @@ impl<'a> Server<'a> {
                 }
                 answered
             }
-            kind::FETCH => fetched(self.process, Grant::of(&info), &mut self.kept),
+            kind::FETCH => fetched(self.process, Grant::of(&info), &mut self.kept).map(drop),
             kind::STOP if from.host() == self.process.pid().host() => {
                 self.stopped = true;
                 self.answer(from, status::OK, &[])

@@ -249,7 +249,7 @@ pub(crate) fn send_result(p: &Process, g: Grant, result: &[u8], kept: &mut Kept)
     if n <= ANSWER_INLINE {
         return Ok(p.reply(&answer(status::OK, len, result), g.to)?);
     }
-    if !g.write || n > g.size as usize {
+    if fetched_later(&g, n) {
         kept.put(g.to, result.to_vec());
         return Ok(p.reply(&answer(status::MORE, len, &[]), g.to)?);
     }
@@ -272,14 +272,20 @@ pub(crate) fn move_then_reply(p: &Process, to: Pid, data: &[u8], reply: &Message
     }
 }
 
-/// Answers a FETCH with the result kept for its sender.
-pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<()> {
+/// Answers a FETCH with the result kept for its sender: whether it got it.
+pub(crate) fn fetched(p: &Process, g: Grant, kept: &mut Kept) -> Result<bool> {
     match kept.take(g.to) {
         Some(bytes) if g.write && bytes.len() <= g.size as usize => {
-            move_then_reply(p, g.to, &bytes, &answer(status::OK, bytes.len() as u32, &[])).map(drop)
+            move_then_reply(p, g.to, &bytes, &answer(status::OK, bytes.len() as u32, &[]))
         }
-        _ => Ok(p.reply(&answer(status::GONE, 0, &[]), g.to)?),
+        _ => Ok(p.reply(&answer(status::GONE, 0, &[]), g.to).map(|()| false)?),
     }
+}
+
+/// Whether a result of `n` bytes answering a call granted `g` is announced
+/// (MORE) and then fetched, rather than sent with the answer.
+pub(crate) fn fetched_later(g: &Grant, n: usize) -> bool {
+    n > ANSWER_INLINE && (!g.write || n > g.size as usize)
 }
 
 /// The encoded arguments of `req`: inline, appended (`rbuf[..info.len]`),

@@ -140,3 +140,32 @@ fn uncollected_results_are_bounded_in_bytes() {
     assert!(matches!(runs[0].result(&me), Err(Error::NotFound(_))), "the oldest went: 70 MiB > 64 MiB");
     assert_eq!(runs[1].result(&me).unwrap().len(), 7 << 20, "the next one is kept: 63 MiB");
 }
+
+/// A result over 24 bytes (announced, then fetched) asked for under limits
+/// that pass anywhere in between is never lost: a later ask gets it. The
+/// activator forgets a result once announced, and the fetch was dropped
+/// when the limit had passed: 152 of 153 such asks lost their result.
+#[test]
+fn a_large_result_asked_for_within_a_limit_is_never_lost() {
+    let (a, b) = two_nodes();
+    let act = Activator::start(&a).unwrap();
+    act.register("bytes", |_: &Process, n: u32| vec![7u8; n as usize]);
+    let me = b.attach().unwrap();
+    let (mut gave_up, mut lost) = (0, Vec::new());
+    for i in 0..150u64 {
+        let r = activate::<u32, Vec<u8>>(&me, 1, "bytes", &100).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        match vipc_ports::within(Duration::from_micros(i * 7), || r.result(&me)) {
+            Ok(v) => assert_eq!(v, vec![7u8; 100]),
+            Err(e) if e.is_deadline() => {
+                gave_up += 1;
+                match r.result(&me) {
+                    Ok(v) => assert_eq!(v, vec![7u8; 100]),
+                    Err(e) => lost.push(e.to_string()),
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(lost.is_empty(), "{} of {gave_up} asks that gave up lost the result: {:?}", lost.len(), &lost[..1]);
+}

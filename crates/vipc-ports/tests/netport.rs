@@ -173,3 +173,17 @@ fn an_import_that_cannot_join_is_an_error() {
     assert!(matches!(r, Err(Error::Vipc(vipc::Error::Protocol(vipc::ProtocolError::Limit(_))))), "{r:?}");
     assert_eq!(node.stats().processes, before, "no process left");
 }
+
+/// A node one of whose two importers fails is missing, though the other
+/// answered (it was not: only hosts with no result at all were).
+#[test]
+fn a_host_one_of_whose_importers_failed_is_missing() {
+    let nodes = cluster(2);
+    let port = NetPort::<u64, u64>::new("twice");
+    port.import(&nodes[1], |x| x).unwrap();
+    port.import(&nodes[1], |x| if x > 0 { panic!("this importer fails") } else { x }).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let me = nodes[0].attach().unwrap();
+    let g = port.call_all(&me, &7, Duration::from_secs(2)).unwrap();
+    assert_eq!(g.missing, vec![2], "{g:?}");
+}

@@ -504,3 +504,45 @@ fn a_close_that_fails_leaves_the_port_open() {
     held.pop();
     ports.close(&port).expect("still open, closed now");
 }
+
+/// A region over 450 ports serves them (its port list, 10 bytes a port,
+/// overran the 4 KiB buffer it was copied into: a panic past 410 ports).
+#[test]
+fn a_region_over_many_ports_serves_them() {
+    let (a, _b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let opened: Vec<Port<u32, u32>> = (0..450).map(|i| ports.open(&format!("p{i}")).unwrap()).collect();
+    let me = a.attach().unwrap();
+    thread::scope(|sc| {
+        let t = sc.spawn(|| {
+            let caller = a.attach().unwrap();
+            let port = ports.connect::<u32, u32>(&caller, "p449").unwrap();
+            within(Duration::from_secs(5), || port.call(&caller, &20)).unwrap()
+        });
+        let mut region = Region::new(&me, &ports);
+        for p in &opened {
+            region = region.on(p, |x: u32| x + 1);
+        }
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            within(Duration::from_secs(5), || region.serve_one())
+        }));
+        assert!(matches!(served, Ok(Ok(_))), "serve_one over 450 ports: {served:?}");
+        assert_eq!(t.join().unwrap(), 21);
+    });
+}
+
+/// Closing an old handle of a port closed and opened again under its name
+/// is `NotFound` and leaves the new port open (it closed the new port:
+/// both handles carry the same key).
+#[test]
+fn closing_an_old_handle_again_leaves_the_port_opened_since() {
+    let (a, _b) = two_nodes();
+    let ports = Ports::start(&a).unwrap();
+    let old = ports.open::<u32, ()>("jobs").unwrap();
+    ports.close(&old).unwrap();
+    let new = ports.open::<u32, ()>("jobs").unwrap();
+    assert!(matches!(ports.close(&old), Err(Error::NotFound(_))), "PORTS.md: closing it again is NotFound");
+    let me = a.attach().unwrap();
+    assert!(ports.connect::<u32, ()>(&me, "jobs").is_ok(), "the new port is still found");
+    ports.close(&new).unwrap();
+}

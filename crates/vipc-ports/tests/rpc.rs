@@ -275,3 +275,33 @@ proptest::proptest! {
         vipc_ports::vars::fuzz_parsers(&data);
     }
 }
+
+/// Arguments named like the generated dispatcher's own variables (`out`,
+/// and `bulk` in a method whose last argument is bytes) compile and reach
+/// the handler (they did not compile: the dispatcher's names were shadowed).
+#[vipc_ports::interface]
+pub trait Named {
+    fn copy(&self, out: u32) -> u32;
+    fn store(&self, bulk: String, data: Vec<u8>) -> usize;
+}
+
+struct NamedImpl;
+
+impl Named for NamedImpl {
+    fn copy(&self, out: u32) -> u32 {
+        out + 1
+    }
+    fn store(&self, bulk: String, data: Vec<u8>) -> usize {
+        bulk.len() * 1000 + data.len()
+    }
+}
+
+#[test]
+fn arguments_may_have_the_dispatchers_names() {
+    let n = nodes(2);
+    spawn_server(&n[0], "named", NamedServer(NamedImpl)).unwrap();
+    let p = n[1].attach().unwrap();
+    let c = NamedClient::connect(&p, "named").unwrap();
+    assert_eq!(c.copy(41).unwrap(), 42);
+    assert_eq!(c.store("abc".into(), vec![0; 5000]).unwrap(), 3 * 1000 + 5000);
+}
