@@ -51,6 +51,11 @@ pub const fn group_multicast_addr(base: Ipv4Addr, group: Pid) -> Ipv4Addr {
     Ipv4Addr::new(a, b, (fold >> 8) as u8, fold as u8)
 }
 
+/// The keys of `sender`'s copies in [`Groups::copies`], as a range.
+fn copies_of_sender(sender: Pid) -> std::ops::RangeInclusive<(Pid, Pid)> {
+    (sender, Pid(0))..=(sender, Pid(u32::MAX))
+}
+
 /// Where a member's copy of a group message stands.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum CopyState {
@@ -175,7 +180,10 @@ pub(crate) struct Collected {
 pub(crate) struct Groups {
     /// Group id → its members on this node, sorted.
     members: HashMap<Pid, Vec<Pid>>,
-    pub copies: HashMap<(Pid, Pid), GroupCopy>,
+    /// Members' copies by (sender, member): ordered, so that one Send's
+    /// copies are a range, not a scan of every copy (each group Send packet
+    /// and each reply to one looks them up).
+    pub copies: std::collections::BTreeMap<(Pid, Pid), GroupCopy>,
     pub collected: HashMap<Pid, Collected>,
     next_id: u16,
 }
@@ -451,8 +459,8 @@ impl Engine {
     ) -> impl Iterator<Item = (Pid, &GroupCopy)> + '_ {
         self.groups
             .copies
-            .iter()
-            .filter(move |((s, _), c)| *s == sender && c.is_of(incarnation, seq))
+            .range(copies_of_sender(sender))
+            .filter(move |(_, c)| c.is_of(incarnation, seq))
             .map(|((_, m), c)| (*m, c))
     }
 
@@ -461,8 +469,8 @@ impl Engine {
     pub(super) fn local_copies_heard(&mut self, now: Time, sender: Pid, seq: u32) -> bool {
         let incarnation = self.incarnation;
         let mut owed = false;
-        for ((s, _), c) in self.groups.copies.iter_mut() {
-            if *s == sender && c.addr.is_none() && c.is_of(incarnation, seq) {
+        for (_, c) in self.groups.copies.range_mut(copies_of_sender(sender)) {
+            if c.addr.is_none() && c.is_of(incarnation, seq) {
                 c.last_heard = now;
                 owed |= matches!(c.state, CopyState::Queued | CopyState::Received);
             }
@@ -597,9 +605,8 @@ impl Engine {
             self.stats.restart_refusals += 1;
         }
         if refused > 0 {
-            let of_this_send =
-                |((s, _), c): &(&(Pid, Pid), &mut GroupCopy)| *s == h.src && c.is_of(h.incarnation, h.seq);
-            for (_, c) in self.groups.copies.iter_mut().filter(of_this_send) {
+            let of_sender = self.groups.copies.range_mut(copies_of_sender(h.src));
+            for (_, c) in of_sender.filter(|(_, c)| c.is_of(h.incarnation, h.seq)) {
                 c.short = true;
             }
         }
