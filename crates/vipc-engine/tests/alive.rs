@@ -253,15 +253,11 @@ fn an_announced_period_counts_at_most_ten_of_ours() {
     assert_eq!(changes(&net, 0), vec![(true, 2), (false, 2)]);
 }
 
-/// An announcement a host sent just before its goodbye but that arrives
-/// after it does not bring the host back (it did for 3 periods, and a
-/// reliable Send begun then waited T_t for a host that had left); its next
-/// life does come back at once.
-#[test]
-fn an_announcement_overtaken_by_its_goodbye_does_not_bring_the_host_back() {
+/// Two announcing nodes, and one periodic announcement of node 2 held
+/// back (not delivered): to deliver late.
+fn two_nodes_and_a_held_announcement() -> (Net, Vec<u8>) {
     let mut net = alive_net(2);
     net.advance(Duration::from_millis(250));
-    // Node 2's periodic announcement, held back.
     let held = std::rc::Rc::new(std::cell::RefCell::new(None));
     let h = held.clone();
     net.filter = Some(Box::new(move |from, _, bytes| {
@@ -272,8 +268,18 @@ fn an_announcement_overtaken_by_its_goodbye_does_not_bring_the_host_back() {
         1
     }));
     net.advance(Duration::from_millis(110));
-    let late = held.borrow().clone().expect("an announcement of node 2");
     net.filter = None;
+    let late = held.borrow().clone().expect("an announcement of node 2");
+    (net, late)
+}
+
+/// An announcement a host sent just before its goodbye but that arrives
+/// after it does not bring the host back (it did for 3 periods, and a
+/// reliable Send begun then waited T_t for a host that had left); its next
+/// life does come back at once.
+#[test]
+fn an_announcement_overtaken_by_its_goodbye_does_not_bring_the_host_back() {
+    let (mut net, late) = two_nodes_and_a_held_announcement();
     net.nodes[1].leave();
     net.settle();
     assert_eq!(hosts(&net, 0), Vec::<HostId>::new(), "gone at its goodbye");
@@ -292,20 +298,7 @@ fn an_announcement_overtaken_by_its_goodbye_does_not_bring_the_host_back() {
 /// the new life's packets did not count as heard until its next one).
 #[test]
 fn an_old_lifes_late_announcement_does_not_replace_the_new_life() {
-    let mut net = alive_net(2);
-    net.advance(Duration::from_millis(250));
-    let held = std::rc::Rc::new(std::cell::RefCell::new(None));
-    let h = held.clone();
-    net.filter = Some(Box::new(move |from, _, bytes| {
-        if from == 1 && h.borrow().is_none() && is_i_am_here(bytes) {
-            *h.borrow_mut() = Some(bytes.to_vec());
-            return 0;
-        }
-        1
-    }));
-    net.advance(Duration::from_millis(110));
-    let late = held.borrow().clone().expect("an announcement of node 2's first life");
-    net.filter = None;
+    let (mut net, late) = two_nodes_and_a_held_announcement();
     let mut c = config(2);
     c.alive_period = Some(PERIOD);
     net.nodes[1] = Engine::new(Config { seed: 77, ..c }, net.now);
