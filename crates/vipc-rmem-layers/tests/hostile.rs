@@ -114,12 +114,11 @@ fn echo_handler(proc: u32, args: &[u8]) -> Result<Vec<u8>, u32> {
     }
 }
 
-#[test]
-fn hostile_writes_into_a_rapid_servers_stacks_leave_it_serving() {
-    let nodes = cluster(2, 0x41, clean());
-    let params = RapidParams { slots: 4, max_args: 256, max_result: 1024 };
-    let mut server = RapidServer::export(&nodes[0], params).unwrap();
-    let name = server.name();
+/// A thread serving `server` in rounds of `serve_for(50 ms)` until `stop`,
+/// recording the longest round in milliseconds; it ends with the server.
+fn serve_rapid(
+    mut server: RapidServer,
+) -> (Arc<AtomicBool>, Arc<AtomicU64>, thread::JoinHandle<Result<RapidServer, Error>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let longest = Arc::new(AtomicU64::new(0));
     let (s, l) = (stop.clone(), longest.clone());
@@ -129,8 +128,18 @@ fn hostile_writes_into_a_rapid_servers_stacks_leave_it_serving() {
             server.serve_for(Duration::from_millis(50), echo_handler)?;
             l.fetch_max(t.elapsed().as_millis() as u64, Ordering::SeqCst);
         }
-        Ok::<_, Error>(server)
+        Ok(server)
     });
+    (stop, longest, srv)
+}
+
+#[test]
+fn hostile_writes_into_a_rapid_servers_stacks_leave_it_serving() {
+    let nodes = cluster(2, 0x41, clean());
+    let params = RapidParams { slots: 4, max_args: 256, max_result: 1024 };
+    let server = RapidServer::export(&nodes[0], params).unwrap();
+    let name = server.name();
+    let (stop, longest, srv) = serve_rapid(server);
     let mut client = RapidClient::bind(&nodes[1], name, WAIT).unwrap();
     let mine = client.slot();
     // The hostile host: the server's segment, writable by any host, and a result segment of its own.
@@ -417,19 +426,9 @@ fn hostile_requests_to_a_cache_server_leave_it_serving() {
 fn bogus_reply_names_do_not_stall_a_rapid_server() {
     let nodes = cluster(2, 0x71, clean());
     let params = RapidParams { slots: 2, max_args: 64, max_result: 64 };
-    let mut server = RapidServer::export(&nodes[0], params).unwrap();
+    let server = RapidServer::export(&nodes[0], params).unwrap();
     let name = server.name();
-    let stop = Arc::new(AtomicBool::new(false));
-    let longest = Arc::new(AtomicU64::new(0));
-    let (s, l) = (stop.clone(), longest.clone());
-    let srv = thread::spawn(move || {
-        while !s.load(Ordering::SeqCst) {
-            let t = Instant::now();
-            server.serve_for(Duration::from_millis(50), echo_handler)?;
-            l.fetch_max(t.elapsed().as_millis() as u64, Ordering::SeqCst);
-        }
-        Ok::<_, Error>(())
-    });
+    let (stop, longest, srv) = serve_rapid(server);
     let mut client = RapidClient::bind(&nodes[1], name, WAIT).unwrap();
     assert_eq!(client.call(1, &[0, 1], WAIT).unwrap(), vec![1, 0], "served before the attack");
     // The hostile host claims the other stack and writes well-formed calls
